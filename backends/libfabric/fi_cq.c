@@ -1,0 +1,352 @@
+/* Progress: drain the CQ, serve incoming messages, re-arm the wait object (fi_trywait).
+ *
+ * tcp;ofi_rxm and shm progress manually: a one-sided read stalls until the target's CQ is
+ * driven, so the target must wake on the CQ's fd, never sleep-and-poll. */
+#include "fi_int.h"
+
+#include "connex/log.h"
+#include "connex/wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CX_FI_CQ_BATCH 32
+#define CX_FI_CQ_MAX 512        /* entries per progress call, so the control channel is served */
+
+int cx_fi_tx_get(cx_backend_t *b)
+{
+    return b->ntxfree ? b->txfree[--b->ntxfree] : -1;
+}
+
+void cx_fi_tx_put(cx_backend_t *b, int i)
+{
+    b->txfree[b->ntxfree++] = i;
+}
+
+int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx)
+{
+    ssize_t r;
+    /* Receive buffers are reposted from the progress loop: -FI_EAGAIN only means the provider
+     * is momentarily full; it drains as we read the CQ. */
+    for (int i = 0; i < 1000; i++) {
+        r = fi_recv(b->ep, rx->buf, CX_FI_BUF, fi_mr_desc(b->rxmr), FI_ADDR_UNSPEC, &rx->c.fc);
+        if (r != -FI_EAGAIN)
+            break;
+        fi_cq_read(b->cq, NULL, 0);
+    }
+    if (r)
+        cx_warn("libfabric: %s: fi_recv: %s", b->prov, fi_strerror((int)-r));
+    return (int)r;
+}
+
+static void cx_fi_send_ack(cx_backend_t *b, cx_bep_t *ep, void *peer, uint64_t seq, int status)
+{
+    if (!ep) {
+        cx_warn("libfabric: no endpoint to answer a message from a known peer; dropped");
+        return;
+    }
+    cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
+    if (!op) {
+        cx_error("libfabric: out of memory for an ack; the sender will time out");
+        return;
+    }
+    op->peer = peer;
+    op->ack_seq = seq;
+    op->ack_val = status;
+    int r = cx_fi_start(b, op);
+    if (r) {
+        cx_warn("libfabric: %s: ack: %s", b->prov, fi_strerror(-r));
+        cx_fi_op_free(b, op);
+    }
+}
+
+static void cx_fi_deliver(cx_backend_t *b, void *peer, int sig, uint64_t seq, const void *data,
+                          size_t len)
+{
+    int st = cx_core_deliver_msg(b->core, peer, data, len);
+    cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, len, st == CX_OK);
+    cx_fi_send_ack(b, cx_fi_ep_by_peer(b, peer), peer, seq, st);
+}
+
+static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq, cx_rd_t *r)
+{
+    uint64_t len = cx_rd_u64(r), addr = cx_rd_u64(r), key = cx_rd_u64(r);
+    cx_bep_t *ep = cx_fi_ep_by_peer(b, peer);
+    if (!cx_rd_done(r) || !len || len > CX_MSG_MAX) {
+        cx_warn("libfabric: malformed large-message header (len %llu)", (unsigned long long)len);
+        cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
+        cx_fi_send_ack(b, ep, peer, seq, CX_EINVAL);
+        return;
+    }
+    if (!ep) {
+        cx_warn("libfabric: large message from a peer without endpoint; dropped");
+        return;
+    }
+    cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_PULL, NULL, ep);
+    int rc = CX_ENOMEM;
+    if (op) {
+        op->peer = peer;
+        op->mtype = sig ? CX_FM_SIG : CX_FM_MSG;
+        op->ack_seq = seq;
+        op->r_addr = addr;
+        op->r_key = key;
+        op->r_len = len;
+        op->tmp_buf = malloc(len);
+        if (op->tmp_buf &&
+            !cx_fi_mr_reg(b, op->tmp_buf, len, FI_READ, CX_MEM_HOST, &op->tmp_mr)) {
+            if (!cx_fi_start(b, op))
+                return;
+            rc = CX_ERR;
+        }
+        cx_fi_op_free(b, op);
+    }
+    cx_warn("libfabric: cannot pull a %llu-byte message", (unsigned long long)len);
+    cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
+    cx_fi_send_ack(b, ep, peer, seq, rc);
+}
+
+static void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
+{
+    cx_fi_op_t *op = cx_fi_ack_take(b, seq);
+    if (!op) {
+        cx_debug("libfabric: ack for unknown op %llu (completed already)",
+                 (unsigned long long)seq);
+        return;
+    }
+    op->ack_got = 1;
+    op->ack_status = status;
+    if (op->send_done) {
+        cx_fi_op_finish(b, op, status);
+        cx_fi_op_free(b, op);
+    }
+}
+
+static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, buf, len);
+    uint8_t type = cx_rd_u8(&r);
+    uint8_t ver = cx_rd_u8(&r);
+    (void)cx_rd_u16(&r);
+    uint64_t inc = cx_rd_u64(&r);
+    uint64_t seq = cx_rd_u64(&r);
+    if (!r.ok || ver != CX_FM_VERSION) {
+        cx_warn("libfabric: malformed message (%zu bytes, version %u) dropped", len, ver);
+        cx_core_count_served(b->core, CX_XFER_MSG, 0, 0);
+        return;
+    }
+    if (type == CX_FM_ACK) {
+        int32_t st = (int32_t)cx_rd_u32(&r);
+        if (!cx_rd_done(&r)) {
+            cx_warn("libfabric: malformed ack dropped");
+            return;
+        }
+        cx_fi_on_ack(b, seq, st);
+        return;
+    }
+    int sig = type == CX_FM_SIG || type == CX_FM_SIG_RTS;
+    if (type < CX_FM_MSG || type > CX_FM_SIG_RTS) {
+        cx_warn("libfabric: unknown message type %u dropped", type);
+        cx_core_count_served(b->core, CX_XFER_MSG, 0, 0);
+        return;
+    }
+    void *peer = cx_core_peer_by_incarnation(b->core, inc);
+    if (!peer) {
+        /* No endpoint either, hence no way to answer: the sender's op timeout covers it. */
+        cx_warn("libfabric: message from unknown incarnation %016llx refused",
+                (unsigned long long)inc);
+        cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
+        return;
+    }
+    if (type == CX_FM_MSG || type == CX_FM_SIG)
+        cx_fi_deliver(b, peer, sig, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
+    else
+        cx_fi_pull_start(b, peer, sig, seq, &r);
+}
+
+static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
+{
+    if (!op->posted)
+        cx_error("libfabric: %s: completion for an op not posted (kind %d)", b->prov, op->kind);
+    op->posted = 0;
+    if (op->kind == CX_FOP_ACK) {
+        cx_fi_op_free(b, op);
+        return;
+    }
+    if (op->kind == CX_FOP_PULL) {
+        if (op->ep && status == CX_OK) {
+            void *peer = op->peer;
+            cx_fi_deliver(b, peer, op->mtype == CX_FM_SIG, op->ack_seq, op->tmp_buf, op->r_len);
+        } else if (op->ep) {
+            cx_core_count_served(b->core, op->mtype == CX_FM_SIG ? CX_XFER_PUT_SIGNAL :
+                                 CX_XFER_MSG, 0, 0);
+            cx_fi_send_ack(b, op->ep, op->peer, op->ack_seq, status);
+        }
+        cx_fi_op_free(b, op);
+        return;
+    }
+    if (!op->x) {               /* completed to the core already (disconnect): just forget it */
+        cx_fi_op_free(b, op);
+        return;
+    }
+    if (status != CX_OK) {
+        cx_fi_op_finish(b, op, status);
+        cx_fi_op_free(b, op);
+        return;
+    }
+    switch (op->kind) {
+    case CX_FOP_READ:
+    case CX_FOP_WRITE:
+        cx_fi_op_finish(b, op, CX_OK);
+        cx_fi_op_free(b, op);
+        break;
+    case CX_FOP_PSWRITE: {
+        op->kind = CX_FOP_SEND;     /* the data is in place: now the message */
+        int r = cx_fi_start(b, op);
+        if (r) {
+            void *peer = op->ep ? op->ep->peer : NULL;
+            cx_warn("libfabric: %s: put_signal message: %s", b->prov, fi_strerror(-r));
+            cx_fi_op_finish(b, op, CX_EPEER);
+            cx_fi_op_free(b, op);
+            if (peer)
+                cx_core_peer_error(b->core, peer, "libfabric: cannot send put_signal message");
+        }
+        break;
+    }
+    case CX_FOP_SEND:
+        op->send_done = 1;
+        if (op->txi >= 0) {
+            cx_fi_tx_put(b, op->txi);
+            op->txi = -1;
+        }
+        if (op->ack_got) {
+            cx_fi_op_finish(b, op, op->ack_status);
+            cx_fi_op_free(b, op);
+        }
+        break;
+    default:
+        cx_fi_op_free(b, op);
+    }
+}
+
+static int cx_fi_err_status(int err)
+{
+    switch (err) {
+    case FI_EINVAL:
+    case FI_EACCES:
+    case FI_EKEYREJECTED:
+    case FI_EMSGSIZE:
+        return CX_EINVAL;
+    default:
+        return CX_EPEER;
+    }
+}
+
+static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
+{
+    cx_fi_ctx_t *c = ee->op_context;
+    char buf[128];
+    const char *why = fi_cq_strerror(b->cq, ee->prov_errno, ee->err_data, buf, sizeof buf);
+    if (!c) {
+        cx_warn("libfabric: %s: CQ error without context: %s", b->prov, fi_strerror(ee->err));
+        return;
+    }
+    if (c->type == CX_FI_CTX_RX) {
+        if (b->closing || ee->err == FI_ECANCELED)
+            return;
+        cx_warn("libfabric: %s: receive failed: %s (%s)", b->prov, fi_strerror(ee->err),
+                why ? why : "");
+        cx_fi_rx_post(b, (cx_fi_rx_t *)c);
+        return;
+    }
+    cx_fi_op_t *op = (cx_fi_op_t *)c;
+    int st = cx_fi_err_status(ee->err);
+    void *peer = NULL;
+    if (op->ep && st == CX_EPEER && op->kind != CX_FOP_ACK)
+        peer = op->ep->peer;
+    cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, fi_strerror(ee->err),
+            why ? why : "");
+    cx_fi_op_done(b, op, st);
+    /* After the op is gone: the core may disconnect this endpoint from inside the call. */
+    if (peer && cx_fi_ep_by_peer(b, peer)) {
+        char reason[128];
+        snprintf(reason, sizeof reason, "libfabric %s: %s", b->prov, fi_strerror(ee->err));
+        cx_core_peer_error(b->core, peer, reason);
+    }
+}
+
+/* Returns the number of entries handled, or -1 when it stopped at the per-call bound. */
+static int cx_fi_drain(cx_backend_t *b)
+{
+    struct fi_cq_msg_entry e[CX_FI_CQ_BATCH];
+    int total = 0;
+    while (total < CX_FI_CQ_MAX) {
+        ssize_t n = fi_cq_read(b->cq, e, CX_FI_CQ_BATCH);
+        if (n == -FI_EAGAIN)
+            return total;
+        if (n == -FI_EAVAIL) {
+            struct fi_cq_err_entry ee;
+            memset(&ee, 0, sizeof ee);
+            if (fi_cq_readerr(b->cq, &ee, 0) == 1)
+                cx_fi_on_error(b, &ee);
+            total++;
+            continue;
+        }
+        if (n < 0) {
+            cx_warn("libfabric: %s: fi_cq_read: %s", b->prov, fi_strerror((int)-n));
+            return total;
+        }
+        for (ssize_t i = 0; i < n; i++) {
+            cx_fi_ctx_t *c = e[i].op_context;
+            if (!c)
+                continue;
+            if (c->type == CX_FI_CTX_RX) {
+                cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
+                cx_fi_on_recv(b, rx->buf, e[i].len);
+                cx_fi_rx_post(b, rx);
+            } else {
+                cx_fi_op_done(b, (cx_fi_op_t *)c, CX_OK);
+            }
+        }
+        total += (int)n;
+    }
+    return -1;
+}
+
+int cx_fi_progress(cx_backend_t *b)
+{
+    uint64_t v;
+    if (read(b->evfd, &v, sizeof v) < 0) {
+        /* EAGAIN: nobody asked for another round */
+    }
+    if (b->tfd >= 0 && read(b->tfd, &v, sizeof v) < 0) {
+        /* EAGAIN: woken by something else */
+    }
+    for (int round = 0; round < 16; round++) {
+        int n = cx_fi_drain(b);
+        cx_fi_backlog_run(b);
+        if (n < 0 || b->qhead) {
+            cx_fi_kick(b);      /* more to do: come back after the core served the rest */
+            return CX_OK;
+        }
+        if (b->cq_fd < 0) {
+            /* No wait object: keep polling while anything of ours is in flight. */
+            if (b->all)
+                cx_fi_kick(b);
+            return CX_OK;
+        }
+        struct fid *f = &b->cq->fid;
+        int r = fi_trywait(b->fabric, &f, 1);
+        if (r == FI_SUCCESS)
+            return CX_OK;
+        if (r != -FI_EAGAIN) {
+            cx_debug("libfabric: %s: fi_trywait: %s", b->prov, fi_strerror(-r));
+            cx_fi_kick(b);
+            return CX_OK;
+        }
+    }
+    cx_fi_kick(b);
+    return CX_OK;
+}

@@ -1,0 +1,167 @@
+/* Internals of the libfabric backend, shared by its files only. */
+#ifndef CX_FI_INT_H
+#define CX_FI_INT_H
+
+#include "connex/backend.h"
+
+#include <rdma/fabric.h>
+#include <rdma/fi_cm.h>
+#include <rdma/fi_domain.h>
+#include <rdma/fi_endpoint.h>
+#include <rdma/fi_eq.h>
+#include <rdma/fi_errno.h>
+#include <rdma/fi_rma.h>
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1.17 is what Debian 12 ships; every call used here exists since 1.5, so asking for 1.17 only
+ * makes libfabric reject older libraries explicitly instead of failing in odd places. */
+#define CX_FI_API_VERSION FI_VERSION(1, 17)
+
+#define CX_FI_BUF 65536u        /* eager buffer: messages up to this (with header) go inline */
+#define CX_FI_NRX 32            /* receive buffers kept posted */
+#define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
+#define CX_FI_ACK_BUCKETS 256   /* ops waiting for the target's ack, hashed by sequence */
+
+enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2 };
+
+/* What each posted fi_* call carries as its context: providers may need FI_CONTEXT2 space. */
+typedef struct cx_fi_ctx {
+    struct fi_context2 fc;      /* must stay first: the provider owns it while posted */
+    int type;                   /* CX_FI_CTX_* */
+} cx_fi_ctx_t;
+
+typedef struct cx_fi_rx {
+    cx_fi_ctx_t c;
+    uint8_t *buf;
+} cx_fi_rx_t;
+
+enum {
+    CX_FOP_READ = 1,    /* fi_read for the core */
+    CX_FOP_WRITE,       /* fi_write for the core */
+    CX_FOP_PSWRITE,     /* put_signal, phase 1: the write, delivery-complete */
+    CX_FOP_SEND,        /* MSG, or put_signal phase 2: header (+ payload or rendezvous) */
+    CX_FOP_ACK,         /* target: the ack of a message (no xfer) */
+    CX_FOP_PULL         /* target: fi_read of a large message from its sender (no xfer) */
+};
+
+typedef struct cx_fi_op {
+    cx_fi_ctx_t c;
+    int kind;                   /* CX_FOP_* */
+    int posted;                 /* the provider owns c.fc until its CQ entry */
+    int in_backlog;
+    int send_done, ack_got, ack_status;
+    cx_xfer_t *x;               /* NULL once completed to the core (or for ACK/PULL) */
+    struct cx_bep *ep;          /* NULL once the endpoint was disconnected */
+    uint64_t seq;               /* SEND: matched by the target's ack */
+    int txi;                    /* send buffer index, -1 none */
+    size_t txlen;
+    struct fid_mr *tmp_mr;      /* rendezvous: the message (sender) or landing buffer (target) */
+    uint8_t *tmp_buf;           /* PULL: landing buffer */
+    /* PULL / ACK: what the target answers */
+    void *peer;
+    uint8_t mtype;
+    uint64_t ack_seq;
+    int32_t ack_val;
+    uint64_t r_addr, r_key;
+    size_t r_len;
+    struct cx_fi_op *enext, *eprev;    /* ep's list */
+    struct cx_fi_op *qnext;            /* backlog */
+    struct cx_fi_op *hnext;            /* ack hash */
+    struct cx_fi_op *anext, *aprev;    /* every op alive */
+} cx_fi_op_t;
+
+struct cx_bep {
+    struct cx_backend *b;
+    void *peer;
+    fi_addr_t fa;
+    cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
+    struct cx_bep *next, *prev;
+};
+
+typedef struct cx_fi_mh {
+    struct fid_mr *mr;
+    void *desc;
+    uint64_t base;
+} cx_fi_mh_t;
+
+struct cx_backend {
+    cx_core_t *core;
+    uint64_t inc;
+    char prov[64];
+    struct fi_info *info;
+    struct fid_fabric *fabric;
+    struct fid_domain *domain;
+    struct fid_ep *ep;
+    struct fid_av *av;
+    struct fid_cq *cq;
+    int cq_fd;                  /* the CQ's wait fd, -1 when the provider has none */
+    int efd;                    /* epoll fd handed to the core: cq_fd + evfd */
+    int evfd;                   /* "call progress again" (backlog, failed trywait) */
+    int tfd;                    /* polling tick, only without a CQ wait fd */
+    uint64_t mr_mode;
+    int hmem;
+    uint64_t next_key;          /* requested keys must be unique when the provider picks none */
+    size_t max_msg;
+    uint8_t addr[512];
+    size_t addr_len;
+
+    uint8_t *rxmem;
+    struct fid_mr *rxmr;
+    cx_fi_rx_t rx[CX_FI_NRX];
+
+    uint8_t *txmem;
+    struct fid_mr *txmr;
+    int txfree[CX_FI_NTX];
+    int ntxfree;
+
+    uint64_t next_seq;
+    cx_fi_op_t *ack_tab[CX_FI_ACK_BUCKETS];
+    cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted */
+    cx_fi_op_t *all;            /* every op alive (provider may still own some) */
+    struct cx_bep *eps;
+    int closing;
+};
+
+/* fi_mr.c */
+int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind,
+                 struct fid_mr **mr);
+int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key,
+                  size_t *key_len);
+void cx_fi_mem_dereg(cx_backend_t *b, void *mh);
+/* Decodes a key blob into (remote address as the provider wants it, key). */
+int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr,
+                     uint64_t *rkey);
+
+/* fi_xfer.c */
+int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
+void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep);
+int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
+cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep);
+void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op);
+void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status);
+int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op);
+int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op);   /* post, or queue on -FI_EAGAIN */
+void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op);
+void cx_fi_backlog_run(cx_backend_t *b);
+void cx_fi_kick(cx_backend_t *b);
+cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer);
+void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
+cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
+void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);
+
+/* fi_cq.c */
+int cx_fi_progress(cx_backend_t *b);
+int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx);
+int cx_fi_tx_get(cx_backend_t *b);
+void cx_fi_tx_put(cx_backend_t *b, int i);
+static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i) { return b->txmem + (size_t)i * CX_FI_BUF; }
+
+/* Backend message header: type, version, reserved, sender incarnation, sequence. */
+enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5 };
+#define CX_FM_VERSION 1
+#define CX_FM_HDR 20            /* u8 type, u8 ver, u16 rsvd, u64 inc, u64 seq */
+#define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
+
+#endif

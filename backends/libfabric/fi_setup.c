@@ -1,0 +1,323 @@
+/* Opening the libfabric backend: provider choice, domain, RDM endpoint, CQ wait object. */
+#include "fi_int.h"
+
+#include "connex/log.h"
+#include "connex/wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+/* Without a user choice: RDMA first, then TCP. shm only when asked for (one provider per open
+ * backend; same-host selection is the selection layer's matter). */
+static const char *const cx_fi_default_order[] = { "efa", "verbs;ofi_rxm", "tcp;ofi_rxm", NULL };
+
+static int cx_fi_is_wildcard(const char *ip)
+{
+    return !ip || !*ip || !strcmp(ip, "0.0.0.0") || !strcmp(ip, "::");
+}
+
+static struct fi_info *cx_fi_hints(const char *prov, int gpu)
+{
+    struct fi_info *h = fi_allocinfo();
+    if (!h)
+        return NULL;
+    h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE |
+              FI_SEND | FI_RECV;
+    if (gpu)
+        h->caps |= FI_HMEM;
+    h->mode = FI_CONTEXT | FI_CONTEXT2;
+    h->ep_attr->type = FI_EP_RDM;
+    /* Every mode we can honour; the provider keeps the ones it needs (read back from fi_info). */
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
+                              FI_MR_ENDPOINT | (gpu ? FI_MR_HMEM : 0);
+    /* Only the progress thread touches the backend. */
+    h->domain_attr->threading = FI_THREAD_DOMAIN;
+    h->addr_format = FI_FORMAT_UNSPEC;
+    if (prov) {
+        h->fabric_attr->prov_name = strdup(prov);
+        if (!h->fabric_attr->prov_name) {
+            fi_freeinfo(h);
+            return NULL;
+        }
+    }
+    return h;
+}
+
+static int cx_fi_getinfo(const char *prov, const char *ip, int gpu, struct fi_info **out)
+{
+    struct fi_info *h = cx_fi_hints(prov, gpu);
+    if (!h)
+        return -FI_ENOMEM;
+    /* tcp binds to the engine's address; RDMA providers pick their device themselves (the
+     * engine's address is the control network, often not the RDMA one). */
+    const char *node = NULL;
+    if (prov && !strncmp(prov, "tcp", 3) && !cx_fi_is_wildcard(ip))
+        node = ip;
+    int r = fi_getinfo(CX_FI_API_VERSION, node, NULL, node ? FI_SOURCE : 0, h, out);
+    fi_freeinfo(h);
+    return r;
+}
+
+static void cx_fi_free(cx_backend_t *b)
+{
+    if (b->ep)
+        fi_close(&b->ep->fid);
+    if (b->rxmr)
+        fi_close(&b->rxmr->fid);
+    if (b->txmr)
+        fi_close(&b->txmr->fid);
+    if (b->av)
+        fi_close(&b->av->fid);
+    if (b->cq)
+        fi_close(&b->cq->fid);
+    if (b->domain)
+        fi_close(&b->domain->fid);
+    if (b->fabric)
+        fi_close(&b->fabric->fid);
+    if (b->info)
+        fi_freeinfo(b->info);
+    if (b->efd >= 0)
+        close(b->efd);
+    if (b->evfd >= 0)
+        close(b->evfd);
+    if (b->tfd >= 0)
+        close(b->tfd);
+    free(b->rxmem);
+    free(b->txmem);
+    free(b);
+}
+
+static int cx_fi_open_cq(cx_backend_t *b)
+{
+    struct fi_cq_attr ca;
+    memset(&ca, 0, sizeof ca);
+    ca.format = FI_CQ_FORMAT_MSG;
+    ca.size = 4096;
+    ca.wait_obj = FI_WAIT_FD;
+    int r = fi_cq_open(b->domain, &ca, &b->cq, NULL);
+    if (r == 0) {
+        r = fi_control(&b->cq->fid, FI_GETWAIT, &b->cq_fd);
+        if (r == 0)
+            return 0;
+        cx_warn("libfabric: %s: CQ has no wait fd (%s); polling", b->prov, fi_strerror(-r));
+        fi_close(&b->cq->fid);
+        b->cq = NULL;
+    } else {
+        cx_info("libfabric: %s: no FI_WAIT_FD CQ (%s); polling", b->prov, fi_strerror(-r));
+    }
+    b->cq_fd = -1;
+    ca.wait_obj = FI_WAIT_NONE;
+    return fi_cq_open(b->domain, &ca, &b->cq, NULL);
+}
+
+static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
+{
+    struct fi_info *in = b->info;
+    int r;
+    snprintf(b->prov, sizeof b->prov, "%s", in->fabric_attr->prov_name);
+    b->mr_mode = in->domain_attr->mr_mode;
+    b->hmem = (in->caps & FI_HMEM) != 0;
+    b->max_msg = in->ep_attr->max_msg_size;
+    if ((r = fi_fabric(in->fabric_attr, &b->fabric, NULL)) ||
+        (r = fi_domain(b->fabric, in, &b->domain, NULL))) {
+        cx_warn("libfabric: %s: fabric/domain: %s", b->prov, fi_strerror(-r));
+        return r;
+    }
+    if ((r = cx_fi_open_cq(b))) {
+        cx_warn("libfabric: %s: fi_cq_open: %s", b->prov, fi_strerror(-r));
+        return r;
+    }
+    struct fi_av_attr aa;
+    memset(&aa, 0, sizeof aa);
+    aa.type = FI_AV_TABLE;
+    if ((r = fi_av_open(b->domain, &aa, &b->av, NULL)) ||
+        (r = fi_endpoint(b->domain, in, &b->ep, NULL)) ||
+        (r = fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+        (r = fi_ep_bind(b->ep, &b->av->fid, 0)) || (r = fi_enable(b->ep))) {
+        cx_warn("libfabric: %s: endpoint setup: %s", b->prov, fi_strerror(-r));
+        return r;
+    }
+    b->addr_len = sizeof b->addr;
+    uint8_t name[400];
+    size_t nlen = sizeof name;
+    if ((r = fi_getname(&b->ep->fid, name, &nlen))) {
+        cx_warn("libfabric: %s: fi_getname: %s", b->prov, fi_strerror(-r));
+        return r;
+    }
+    /* The blob names the provider so that a peer on another fabric refuses it at connect. */
+    cx_wr_t w;
+    cx_wr_init(&w, b->addr, sizeof b->addr);
+    cx_wr_u8(&w, 1);
+    cx_wr_str8(&w, b->prov);
+    cx_wr_u32(&w, in->addr_format);
+    cx_wr_blob16(&w, name, nlen);
+    if (!w.ok)
+        return -FI_ETOOSMALL;
+    b->addr_len = w.len;
+
+    b->rxmem = aligned_alloc(4096, (size_t)CX_FI_NRX * CX_FI_BUF);
+    b->txmem = aligned_alloc(4096, (size_t)CX_FI_NTX * CX_FI_BUF);
+    if (!b->rxmem || !b->txmem)
+        return -FI_ENOMEM;
+    if ((r = cx_fi_mr_reg(b, b->rxmem, (size_t)CX_FI_NRX * CX_FI_BUF, FI_RECV, CX_MEM_HOST,
+                          &b->rxmr)) ||
+        (r = cx_fi_mr_reg(b, b->txmem, (size_t)CX_FI_NTX * CX_FI_BUF, FI_SEND, CX_MEM_HOST,
+                          &b->txmr)))
+        return r;
+    for (int i = 0; i < CX_FI_NTX; i++)
+        b->txfree[i] = CX_FI_NTX - 1 - i;
+    b->ntxfree = CX_FI_NTX;
+    for (int i = 0; i < CX_FI_NRX; i++) {
+        b->rx[i].c.type = CX_FI_CTX_RX;
+        b->rx[i].buf = b->rxmem + (size_t)i * CX_FI_BUF;
+        if ((r = cx_fi_rx_post(b, &b->rx[i])))
+            return r;
+    }
+
+    b->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    b->efd = epoll_create1(EPOLL_CLOEXEC);
+    if (b->evfd < 0 || b->efd < 0)
+        return -FI_EOTHER;
+    struct epoll_event ev = { .events = EPOLLIN };
+    if (epoll_ctl(b->efd, EPOLL_CTL_ADD, b->evfd, &ev))
+        return -FI_EOTHER;
+    if (b->cq_fd >= 0 && epoll_ctl(b->efd, EPOLL_CTL_ADD, b->cq_fd, &ev))
+        return -FI_EOTHER;
+    if (b->cq_fd < 0) {
+        /* No wait object (shm in 1.17): incoming messages are only seen when we look, so look
+         * every CONNEX_FI_POLL_US (default 1000); our own ops in flight are polled busily. */
+        const char *s = getenv("CONNEX_FI_POLL_US");
+        long us = s ? strtol(s, NULL, 10) : 1000;
+        if (us < 10 || us > 1000000)
+            us = 1000;
+        b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        struct itimerspec it = { .it_interval = { us / 1000000, (us % 1000000) * 1000 },
+                                 .it_value = { us / 1000000, (us % 1000000) * 1000 } };
+        if (b->tfd < 0 || timerfd_settime(b->tfd, 0, &it, NULL) ||
+            epoll_ctl(b->efd, EPOLL_CTL_ADD, b->tfd, &ev))
+            return -FI_EOTHER;
+    }
+    cx_fi_progress(b);   /* arms the wait object (fi_trywait) before the core first waits */
+    cx_info("libfabric: opened %s (mr_mode 0x%lx, hmem %d, data_progress %d, gpu_direct %d)",
+            b->prov, (unsigned long)b->mr_mode, b->hmem, (int)in->domain_attr->data_progress,
+            p->gpu_direct);
+    return 0;
+}
+
+static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
+{
+    *out = NULL;
+    /* Without GPU registration, libfabric need not initialise CUDA (a context costs hundreds of
+     * MiB): FI_HMEM=system (libfabric >= 1.18 reads it; 1.17 as built by Debian has no CUDA
+     * support at all). A value the user set wins. */
+    if (!p->gpu_direct)
+        setenv("FI_HMEM", "system", 0);
+    /* fi_av_remove must close rxm's hidden connection to the peer: otherwise the answer to a
+     * read that was completed with an error (disconnect, op timeout) can still land in the
+     * caller's buffer later. Read once, when libfabric initialises. */
+    setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
+
+    const char *want = getenv("CONNEX_FI_PROVIDER");
+    const char *order1[2] = { want, NULL };
+    const char *const *order = cx_fi_default_order;
+    const char *const any[2] = { NULL, NULL };
+    if (want && *want)
+        order = order1;
+    else if (getenv("FI_PROVIDER"))
+        order = any;    /* libfabric filters by FI_PROVIDER itself: take its first match */
+
+    struct fi_info *info = NULL;
+    int r = -FI_ENODATA;
+    int n = (order == any) ? 1 : 0;
+    for (int i = 0; n || order[i]; i++) {
+        r = cx_fi_getinfo(order[i], p->listen_ip, p->gpu_direct, &info);
+        if (r == 0)
+            break;
+        cx_info("libfabric: provider %s: %s", order[i] ? order[i] : "(FI_PROVIDER)",
+                fi_strerror(-r));
+        if (n)
+            break;
+    }
+    if (r) {
+        cx_warn("libfabric: no usable RDM provider (%s%s): %s", want ? "CONNEX_FI_PROVIDER=" : "",
+                want ? want : "tried efa, verbs;ofi_rxm, tcp;ofi_rxm", fi_strerror(-r));
+        return CX_EUNSUPPORTED;
+    }
+    cx_backend_t *b = calloc(1, sizeof *b);
+    if (!b) {
+        fi_freeinfo(info);
+        return CX_ENOMEM;
+    }
+    b->core = p->core;
+    b->inc = p->incarnation;
+    b->info = info;
+    b->cq_fd = b->efd = b->evfd = b->tfd = -1;
+    b->next_key = 1;
+    b->next_seq = 1;
+    if ((r = cx_fi_setup(b, p))) {
+        cx_warn("libfabric: %s unusable: %s", b->prov, fi_strerror(-r));
+        cx_fi_free(b);
+        return CX_EUNSUPPORTED;
+    }
+    *out = b;
+    return CX_OK;
+}
+
+static void cx_fi_close(cx_backend_t *b)
+{
+    if (!b)
+        return;
+    b->closing = 1;
+    while (b->eps)
+        cx_fi_disconnect(b, b->eps);
+    /* Closing the endpoint first: afterwards the provider owns no context of ours. */
+    if (b->ep) {
+        fi_close(&b->ep->fid);
+        b->ep = NULL;
+    }
+    while (b->all)
+        cx_fi_op_free(b, b->all);
+    cx_fi_free(b);
+}
+
+static int cx_fi_address(cx_backend_t *b, void *buf, size_t *len)
+{
+    if (*len < b->addr_len)
+        return CX_EINVAL;
+    memcpy(buf, b->addr, b->addr_len);
+    *len = b->addr_len;
+    return CX_OK;
+}
+
+static int cx_fi_wait_fd(cx_backend_t *b)
+{
+    return b->efd;
+}
+
+static void cx_fi_forget_region(cx_backend_t *b, cx_bep_t *ep, uint64_t region_id)
+{
+    /* Keys are decoded per op, nothing is cached. */
+    (void)b; (void)ep; (void)region_id;
+}
+
+const struct cx_backend_ops cx_libfabric_ops = {
+    .name = "libfabric",
+    .open = cx_fi_open,
+    .close = cx_fi_close,
+    .address = cx_fi_address,
+    .wait_fd = cx_fi_wait_fd,
+    .progress = cx_fi_progress,
+    .mem_reg = cx_fi_mem_reg,
+    .mem_dereg = cx_fi_mem_dereg,
+    .connect = cx_fi_connect,
+    .disconnect = cx_fi_disconnect,
+    .submit = cx_fi_submit,
+    .forget_region = cx_fi_forget_region,
+};

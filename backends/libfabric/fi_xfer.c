@@ -1,0 +1,420 @@
+/* Endpoints and transfers: connect by the peer's fi_getname, post fi_read / fi_write / fi_send,
+ * keep every op findable so that a late CQ entry never touches a completed xfer. */
+#include "fi_int.h"
+
+#include "connex/log.h"
+#include "connex/wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void cx_fi_kick(cx_backend_t *b)
+{
+    uint64_t one = 1;
+    if (write(b->evfd, &one, sizeof one) < 0) {
+        /* EAGAIN: the counter is already non-zero, the core will call us anyway. */
+    }
+}
+
+cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer)
+{
+    for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
+        if (ep->peer == peer)
+            return ep;
+    return NULL;
+}
+
+/* ---- ops ---- */
+
+static void cx_fi_ep_link(cx_fi_op_t *op)
+{
+    cx_bep_t *ep = op->ep;
+    op->eprev = NULL;
+    op->enext = ep->ops;
+    if (ep->ops)
+        ep->ops->eprev = op;
+    ep->ops = op;
+}
+
+static void cx_fi_ep_unlink(cx_fi_op_t *op)
+{
+    if (!op->ep)
+        return;
+    if (op->eprev)
+        op->eprev->enext = op->enext;
+    else
+        op->ep->ops = op->enext;
+    if (op->enext)
+        op->enext->eprev = op->eprev;
+    op->enext = op->eprev = NULL;
+    op->ep = NULL;
+}
+
+cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep)
+{
+    cx_fi_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    op->c.type = CX_FI_CTX_OP;
+    op->kind = kind;
+    op->x = x;
+    op->txi = -1;
+    op->ep = ep;
+    if (ep)
+        cx_fi_ep_link(op);
+    op->anext = b->all;
+    if (b->all)
+        b->all->aprev = op;
+    b->all = op;
+    return op;
+}
+
+void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
+{
+    cx_fi_ack_del(b, op);
+    cx_fi_ep_unlink(op);
+    if (op->aprev)
+        op->aprev->anext = op->anext;
+    else
+        b->all = op->anext;
+    if (op->anext)
+        op->anext->aprev = op->aprev;
+    if (op->txi >= 0)
+        cx_fi_tx_put(b, op->txi);
+    if (op->tmp_mr)
+        fi_close(&op->tmp_mr->fid);
+    free(op->tmp_buf);
+    free(op);
+}
+
+/* Completes the core's xfer (once) and detaches the op from its endpoint. */
+void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
+{
+    cx_fi_ack_del(b, op);
+    cx_fi_ep_unlink(op);
+    cx_xfer_t *x = op->x;
+    op->x = NULL;
+    if (x)
+        cx_core_xfer_done(b->core, x, status);
+}
+
+/* ---- acks: ops waiting for the target's answer, by sequence ---- */
+
+static unsigned cx_fi_ack_bucket(uint64_t seq) { return (unsigned)(seq % CX_FI_ACK_BUCKETS); }
+
+void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op)
+{
+    op->seq = b->next_seq++;
+    unsigned h = cx_fi_ack_bucket(op->seq);
+    op->hnext = b->ack_tab[h];
+    b->ack_tab[h] = op;
+}
+
+cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq)
+{
+    for (cx_fi_op_t **pp = &b->ack_tab[cx_fi_ack_bucket(seq)]; *pp; pp = &(*pp)->hnext) {
+        if ((*pp)->seq == seq) {
+            cx_fi_op_t *op = *pp;
+            *pp = op->hnext;
+            op->hnext = NULL;
+            op->seq = 0;
+            return op;
+        }
+    }
+    return NULL;
+}
+
+void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op)
+{
+    if (op->seq)
+        cx_fi_ack_take(b, op->seq);
+}
+
+/* ---- backlog: ops the provider or our buffer pool could not take yet ---- */
+
+void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op)
+{
+    op->in_backlog = 1;
+    op->qnext = NULL;
+    if (b->qtail)
+        b->qtail->qnext = op;
+    else
+        b->qhead = op;
+    b->qtail = op;
+}
+
+static void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r)
+{
+    void *peer = op->ep ? op->ep->peer : NULL;
+    cx_warn("libfabric: %s: posting op kind %d failed: %s", b->prov, op->kind, fi_strerror(-r));
+    cx_fi_op_finish(b, op, CX_EPEER);
+    cx_fi_op_free(b, op);
+    if (peer)
+        cx_core_peer_error(b->core, peer, "libfabric: post failed");
+}
+
+void cx_fi_backlog_run(cx_backend_t *b)
+{
+    while (b->qhead) {
+        cx_fi_op_t *op = b->qhead;
+        /* Orphans (their endpoint was disconnected) are dropped unposted. */
+        if (!op->ep) {
+            b->qhead = op->qnext;
+            if (!b->qhead)
+                b->qtail = NULL;
+            op->in_backlog = 0;
+            cx_fi_op_free(b, op);
+            continue;
+        }
+        int r = cx_fi_op_post(b, op);
+        if (r == -FI_EAGAIN)
+            return;
+        b->qhead = op->qnext;
+        if (!b->qhead)
+            b->qtail = NULL;
+        op->in_backlog = 0;
+        if (r)
+            cx_fi_post_failed(b, op, r);
+    }
+}
+
+/* ---- posting ---- */
+
+static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
+{
+    if (op->txi < 0) {
+        op->txi = cx_fi_tx_get(b);
+        if (op->txi < 0)
+            return -FI_EAGAIN;
+        uint8_t *buf = cx_fi_tx_buf(b, op->txi);
+        cx_wr_t w;
+        cx_wr_init(&w, buf, CX_FI_BUF);
+        if (op->kind == CX_FOP_ACK) {
+            cx_wr_u8(&w, CX_FM_ACK);
+            cx_wr_u8(&w, CX_FM_VERSION);
+            cx_wr_u16(&w, 0);
+            cx_wr_u64(&w, b->inc);
+            cx_wr_u64(&w, op->ack_seq);
+            cx_wr_u32(&w, (uint32_t)op->ack_val);
+        } else {
+            cx_xfer_t *x = op->x;
+            int sig = x->kind == CX_XFER_PUT_SIGNAL;
+            int eager = x->msg_len <= CX_FI_BUF - CX_FM_HDR;
+            uint8_t t = eager ? (sig ? CX_FM_SIG : CX_FM_MSG) : (sig ? CX_FM_SIG_RTS : CX_FM_MSG_RTS);
+            cx_wr_u8(&w, t);
+            cx_wr_u8(&w, CX_FM_VERSION);
+            cx_wr_u16(&w, 0);
+            cx_wr_u64(&w, b->inc);
+            cx_wr_u64(&w, op->seq);
+            if (eager) {
+                cx_wr_bytes(&w, x->msg, x->msg_len);
+            } else {
+                /* Large message: the target pulls it with fi_read from this registration. */
+                int r = cx_fi_mr_reg(b, (void *)(uintptr_t)x->msg, x->msg_len, FI_REMOTE_READ,
+                                     CX_MEM_HOST, &op->tmp_mr);
+                if (r) {
+                    cx_fi_tx_put(b, op->txi);
+                    op->txi = -1;
+                    return r;
+                }
+                uint64_t a = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)x->msg : 0;
+                cx_wr_u64(&w, x->msg_len);
+                cx_wr_u64(&w, a);
+                cx_wr_u64(&w, fi_mr_key(op->tmp_mr));
+            }
+        }
+        op->txlen = w.len;
+    }
+    return (int)fi_send(b->ep, cx_fi_tx_buf(b, op->txi), op->txlen, fi_mr_desc(b->txmr),
+                        op->ep->fa, &op->c.fc);
+}
+
+static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
+{
+    return cx_fi_key_decode(x->rkey, x->rkey_len, x->remote, raddr, rkey);
+}
+
+int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
+{
+    cx_xfer_t *x = op->x;
+    uint64_t raddr, rkey;
+    ssize_t r;
+    switch (op->kind) {
+    case CX_FOP_READ:
+    case CX_FOP_WRITE:
+    case CX_FOP_PSWRITE: {
+        if (cx_fi_rma_target(x, &raddr, &rkey))
+            return -FI_EINVAL;
+        void *desc = ((cx_fi_mh_t *)x->local_mh)->desc;
+        if (op->kind == CX_FOP_READ) {
+            r = fi_read(b->ep, x->local, x->len, desc, op->ep->fa, raddr, rkey, &op->c.fc);
+        } else {
+            /* A write completes when the data is at the target (a plain fi_write completes
+             * when the source may be reused: on tcp that is before the peer has it). For
+             * put_signal the message may only leave then (not fi_writedata: EFA emulates it
+             * with send/recv and falls off a cliff at a few hundred in flight). */
+            struct iovec iov = { .iov_base = x->local, .iov_len = x->len };
+            struct fi_rma_iov riov = { .addr = raddr, .len = x->len, .key = rkey };
+            struct fi_msg_rma m;
+            memset(&m, 0, sizeof m);
+            m.msg_iov = &iov;
+            m.desc = &desc;
+            m.iov_count = 1;
+            m.addr = op->ep->fa;
+            m.rma_iov = &riov;
+            m.rma_iov_count = 1;
+            m.context = &op->c.fc;
+            r = fi_writemsg(b->ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+        }
+        break;
+    }
+    case CX_FOP_SEND:
+    case CX_FOP_ACK:
+        r = cx_fi_post_send(b, op);
+        break;
+    case CX_FOP_PULL:
+        r = fi_read(b->ep, op->tmp_buf, op->r_len, fi_mr_desc(op->tmp_mr), op->ep->fa, op->r_addr,
+                    op->r_key, &op->c.fc);
+        break;
+    default:
+        return -FI_EINVAL;
+    }
+    if (r == 0)
+        op->posted = 1;
+    return (int)r;
+}
+
+/* Posts now, or queues when the provider or the buffer pool is full. */
+int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
+{
+    int r = b->qhead ? -FI_EAGAIN : cx_fi_op_post(b, op);   /* keep order behind the backlog */
+    if (r == -FI_EAGAIN) {
+        cx_fi_backlog_add(b, op);
+        cx_fi_kick(b);
+        return 0;
+    }
+    return r;
+}
+
+int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
+{
+    if (!ep || !x) {
+        cx_warn("libfabric: submit without endpoint or xfer");
+        return CX_EINVAL;
+    }
+    int kind;
+    switch (x->kind) {
+    case CX_XFER_READ: kind = CX_FOP_READ; break;
+    case CX_XFER_WRITE: kind = CX_FOP_WRITE; break;
+    case CX_XFER_PUT_SIGNAL: kind = CX_FOP_PSWRITE; break;
+    case CX_XFER_MSG: kind = CX_FOP_SEND; break;
+    default:
+        cx_warn("libfabric: submit: unknown xfer kind %d", x->kind);
+        return CX_EINVAL;
+    }
+    if (x->kind != CX_XFER_MSG) {
+        uint64_t ra, rk;
+        if (!x->len || !x->local || !x->local_mh) {
+            cx_warn("libfabric: submit: RMA without a registered local buffer");
+            return CX_EINVAL;
+        }
+        if (x->len > b->max_msg) {
+            cx_warn("libfabric: %s: %zu bytes exceed the provider's max_msg_size %zu", b->prov,
+                    x->len, b->max_msg);
+            return CX_EINVAL;
+        }
+        if (cx_fi_rma_target(x, &ra, &rk))
+            return CX_EINVAL;
+    }
+    if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) &&
+        (x->msg_len > CX_MSG_MAX || (x->msg_len && !x->msg))) {
+        cx_warn("libfabric: submit: bad message (%zu bytes)", x->msg_len);
+        return CX_EINVAL;
+    }
+    cx_fi_op_t *op = cx_fi_op_new(b, kind, x, ep);
+    if (!op)
+        return CX_ENOMEM;
+    if (kind == CX_FOP_SEND || kind == CX_FOP_PSWRITE)
+        cx_fi_ack_add(b, op);
+    x->bp[0] = op;
+    int r = cx_fi_start(b, op);
+    if (r) {
+        cx_warn("libfabric: %s: submit: %s", b->prov, fi_strerror(-r));
+        x->bp[0] = NULL;
+        op->x = NULL;
+        cx_fi_op_free(b, op);
+        return r == -FI_EINVAL ? CX_EINVAL : CX_ERR;
+    }
+    return CX_OK;
+}
+
+/* ---- endpoints ---- */
+
+int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
+{
+    cx_rd_t r;
+    char prov[64];
+    size_t nlen = 0;
+    cx_rd_init(&r, addr, addr_len);
+    uint8_t ver = cx_rd_u8(&r);
+    cx_rd_str8(&r, prov, sizeof prov);
+    uint32_t fmt = cx_rd_u32(&r);
+    const uint8_t *name = cx_rd_blob16(&r, &nlen);
+    if (!cx_rd_done(&r) || ver != 1 || !nlen) {
+        cx_warn("libfabric: connect: malformed address blob (%zu bytes)", addr_len);
+        return CX_EINVAL;
+    }
+    if (strcmp(prov, b->prov) || fmt != b->info->addr_format) {
+        cx_info("libfabric: connect: peer uses %s, this engine %s: no common fabric", prov,
+                b->prov);
+        return CX_EUNSUPPORTED;
+    }
+    cx_bep_t *ep = calloc(1, sizeof *ep);
+    if (!ep)
+        return CX_ENOMEM;
+    int n = fi_av_insert(b->av, name, 1, &ep->fa, 0, NULL);
+    if (n != 1) {
+        cx_warn("libfabric: %s: fi_av_insert failed (%d)", b->prov, n);
+        free(ep);
+        return CX_EPEER;
+    }
+    ep->b = b;
+    ep->peer = peer;
+    ep->next = b->eps;
+    if (b->eps)
+        b->eps->prev = ep;
+    b->eps = ep;
+    *out = ep;
+    return CX_OK;
+}
+
+void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep)
+{
+    if (!ep)
+        return;
+    /* Removing the address tears down the provider's connection to it (rxm closes its tcp
+     * connection), so posted transfers stop moving bytes. */
+    int r = fi_av_remove(b->av, &ep->fa, 1, 0);
+    if (r)
+        cx_info("libfabric: %s: fi_av_remove: %s", b->prov, fi_strerror(-r));
+    while (ep->ops) {
+        cx_fi_op_t *op = ep->ops;
+        cx_fi_op_finish(b, op, CX_EPEER);      /* unlinks op from ep */
+        if (op->tmp_mr && op->kind == CX_FOP_SEND) {
+            /* The target may be pulling this message: revoke its access now. */
+            fi_close(&op->tmp_mr->fid);
+            op->tmp_mr = NULL;
+        }
+        /* Posted ops wait for their CQ entry, backlogged ones for the backlog to drop them. */
+        if (!op->posted && !op->in_backlog)
+            cx_fi_op_free(b, op);
+    }
+    if (ep->prev)
+        ep->prev->next = ep->next;
+    else
+        b->eps = ep->next;
+    if (ep->next)
+        ep->next->prev = ep->prev;
+    free(ep);
+}

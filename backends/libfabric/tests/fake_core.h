@@ -1,0 +1,36 @@
+/* A stand-in for the engine as a backend sees it: enough of cx_core_* to run two backend
+ * instances against each other in one process, recording what the backend reports. */
+#ifndef CX_FI_FAKE_CORE_H
+#define CX_FI_FAKE_CORE_H
+
+#include "connex/backend.h"
+
+#define FC_MAXMSG 64
+
+struct cx_core {
+    uint64_t inc;               /* this side's incarnation */
+    uint64_t peer_inc;          /* the one other side */
+    void *peer_cookie;          /* what peer_by_incarnation answers for it */
+    int refuse;                 /* deliver_msg answers CX_EAGAIN */
+    /* put_signal check: at delivery, these bytes must already hold check_val */
+    const unsigned char *check_at;
+    size_t check_len;
+    unsigned char check_val;
+    int check_failed;
+    /* recorded */
+    int nmsg;
+    void *msg[FC_MAXMSG];
+    size_t msg_len[FC_MAXMSG];
+    int peer_errors;
+    int served_ok, served_bad;
+};
+
+typedef struct fc_xfer {
+    cx_xfer_t x;                /* first: the core's xfer */
+    int done;                   /* times completed (must end at exactly 1) */
+    int status;
+} fc_xfer_t;
+
+void fc_reset(cx_core_t *c);
+
+#endif

@@ -1,0 +1,411 @@
+/* The libfabric backend between two instances in one process, behind a fake core.
+ * Usage: test_fi_backend <provider parts>   ("tcp ofi_rxm" for tcp;ofi_rxm, "shm", ...)
+ *
+ * Progress is driven the way the engine drives it: progress() only when a wait fd is readable,
+ * so a missed re-arm shows up as a timeout, not as a pass. */
+#include "fake_core.h"
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "connex/log.h"
+
+extern const struct cx_backend_ops cx_libfabric_ops;
+static const struct cx_backend_ops *ops = &cx_libfabric_ops;
+
+static cx_core_t ca, cb;
+static cx_backend_t *ba, *bb;
+static cx_bep_t *ab, *ba_ep;            /* A's endpoint to B, B's to A */
+static int cookie_a, cookie_b;          /* peer cookies: &cookie_b is "B" as A sees it */
+
+#define REG (4u << 20)
+static unsigned char *abuf, *bbuf;
+static void *amh, *bmh;
+static unsigned char akey[256], bkey[256];
+static size_t akey_len, bkey_len;
+
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+/* Drives both backends until every xfer is done or timeout_ms passed. */
+static int drive(fc_xfer_t **xs, int n, int timeout_ms)
+{
+    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < n; i++)
+            if (!xs[i]->done)
+                all = 0;
+        if (all)
+            return 0;
+        if (now_ms() > end)
+            return -1;
+        struct pollfd p[2] = { { ops->wait_fd(ba), POLLIN, 0 }, { ops->wait_fd(bb), POLLIN, 0 } };
+        int r = poll(p, 2, 20);
+        if (r > 0 && (p[0].revents & POLLIN))
+            ops->progress(ba);
+        if (r > 0 && (p[1].revents & POLLIN))
+            ops->progress(bb);
+    }
+}
+
+/* Runs both progress loops for ms milliseconds (lets late entries arrive). */
+static void settle(int ms)
+{
+    fc_xfer_t dummy;
+    memset(&dummy, 0, sizeof dummy);
+    fc_xfer_t *p = &dummy;
+    drive(&p, 1, ms);
+}
+
+static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote,
+                      const void *msg, size_t msg_len)
+{
+    memset(f, 0, sizeof *f);
+    f->status = 12345;
+    f->x.kind = kind;
+    f->x.local = local;
+    f->x.len = len;
+    f->x.local_mh = amh;
+    f->x.remote = remote;
+    f->x.remote_base = (uint64_t)(uintptr_t)bbuf;
+    f->x.rkey = bkey;
+    f->x.rkey_len = bkey_len;
+    f->x.msg = msg;
+    f->x.msg_len = msg_len;
+}
+
+static int run1(fc_xfer_t *f, int timeout_ms)
+{
+    int r = ops->submit(ba, ab, &f->x);
+    if (r)
+        return r;
+    return drive(&f, 1, timeout_ms) ? CX_ETIMEDOUT : f->status;
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    fc_reset(&ca);
+    fc_reset(&cb);
+    ca.peer_errors = cb.peer_errors = 0;
+    memset(abuf, 0, REG);
+    memset(bbuf, 0, REG);
+    return 0;
+}
+
+static void test_open_and_address(void **state)
+{
+    (void)state;
+    unsigned char addr[4096];
+    size_t len = sizeof addr;
+    assert_int_equal(ops->address(ba, addr, &len), CX_OK);
+    assert_true(len > 8);
+    size_t small = 2;
+    assert_int_equal(ops->address(ba, addr, &small), CX_EINVAL);
+    assert_true(ops->wait_fd(ba) >= 0);
+}
+
+static void test_write_read(void **state)
+{
+    (void)state;
+    const size_t sizes[] = { 1, 4096, 65536, 1u << 20, REG };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        for (size_t i = 0; i < n; i++)
+            abuf[i] = (unsigned char)(i * 7 + s);
+        fc_xfer_t w;
+        xfer_init(&w, CX_XFER_WRITE, abuf, n, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+        assert_int_equal(run1(&w, 10000), CX_OK);
+        assert_int_equal(w.done, 1);
+        assert_memory_equal(abuf, bbuf, n);
+        memset(abuf, 0, n);
+        fc_xfer_t r;
+        xfer_init(&r, CX_XFER_READ, abuf, n, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+        assert_int_equal(run1(&r, 10000), CX_OK);
+        assert_memory_equal(abuf, bbuf, n);
+    }
+    /* at an offset inside the remote region */
+    memset(bbuf + 1000, 0x5a, 100);
+    fc_xfer_t r;
+    xfer_init(&r, CX_XFER_READ, abuf + 3, 100, (uint64_t)(uintptr_t)(bbuf + 1000), NULL, 0);
+    assert_int_equal(run1(&r, 10000), CX_OK);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(abuf[3 + i], 0x5a);
+}
+
+static void test_many_in_flight(void **state)
+{
+    (void)state;
+    enum { N = 200 };
+    static fc_xfer_t f[N];
+    fc_xfer_t *p[N];
+    for (int i = 0; i < N; i++) {
+        abuf[i * 4096] = (unsigned char)i;
+        xfer_init(&f[i], CX_XFER_WRITE, abuf + i * 4096, 4096,
+                  (uint64_t)(uintptr_t)(bbuf + i * 4096), NULL, 0);
+        p[i] = &f[i];
+        assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
+    }
+    assert_int_equal(drive(p, N, 10000), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(f[i].done, 1);
+        assert_int_equal(f[i].status, CX_OK);
+        assert_int_equal(bbuf[i * 4096], (unsigned char)i);
+    }
+}
+
+static void test_messages(void **state)
+{
+    (void)state;
+    const size_t sizes[] = { 0, 1, 100, 65536 - 20, 65536, 1u << 20 };
+    unsigned char *m = malloc(1u << 20);
+    assert_non_null(m);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (size_t i = 0; i < sizes[s]; i++)
+            m[i] = (unsigned char)(i ^ s);
+        fc_xfer_t f;
+        xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, m, sizes[s]);
+        assert_int_equal(run1(&f, 10000), CX_OK);
+        assert_int_equal(f.done, 1);
+        assert_int_equal(cb.nmsg, (int)s + 1);
+        assert_int_equal(cb.msg_len[s], sizes[s]);
+        if (sizes[s])
+            assert_memory_equal(cb.msg[s], m, sizes[s]);
+    }
+    free(m);
+    assert_int_equal(cb.served_bad, 0);
+}
+
+static void test_message_refused(void **state)
+{
+    (void)state;
+    cb.refuse = 1;
+    static unsigned char big[200000];
+    fc_xfer_t f;
+    xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, "hi", 2);
+    assert_int_equal(run1(&f, 10000), CX_EAGAIN);
+    xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, big, sizeof big);
+    assert_int_equal(run1(&f, 10000), CX_EAGAIN);
+    assert_int_equal(cb.nmsg, 0);
+    cb.refuse = 0;
+    xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, "ok", 2);
+    assert_int_equal(run1(&f, 10000), CX_OK);
+    assert_int_equal(cb.nmsg, 1);
+}
+
+static void test_put_signal(void **state)
+{
+    (void)state;
+    const size_t sizes[] = { 4096, 1u << 20, REG };
+    for (size_t s = 0; s < 3; s++) {
+        fc_reset(&cb);
+        memset(abuf, 0x40 + (int)s, sizes[s]);
+        cb.check_at = bbuf;
+        cb.check_len = sizes[s];
+        cb.check_val = (unsigned char)(0x40 + s);
+        char msg[32];
+        snprintf(msg, sizeof msg, "signal %zu", s);
+        fc_xfer_t f;
+        xfer_init(&f, CX_XFER_PUT_SIGNAL, abuf, sizes[s], (uint64_t)(uintptr_t)bbuf, msg,
+                  strlen(msg));
+        assert_int_equal(run1(&f, 10000), CX_OK);
+        assert_int_equal(cb.nmsg, 1);
+        assert_int_equal(cb.check_failed, 0);
+        assert_memory_equal(cb.msg[0], msg, strlen(msg));
+    }
+    /* a large message with it (rendezvous path) */
+    fc_reset(&cb);
+    static unsigned char big[300000];
+    memset(big, 0x77, sizeof big);
+    fc_xfer_t f;
+    xfer_init(&f, CX_XFER_PUT_SIGNAL, abuf, 4096, (uint64_t)(uintptr_t)bbuf, big, sizeof big);
+    assert_int_equal(run1(&f, 10000), CX_OK);
+    assert_int_equal(cb.nmsg, 1);
+    assert_int_equal(cb.msg_len[0], sizeof big);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    fc_xfer_t f;
+    /* malformed key */
+    xfer_init(&f, CX_XFER_READ, abuf, 16, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    f.x.rkey_len = 3;
+    assert_int_equal(ops->submit(ba, ab, &f.x), CX_EINVAL);
+    /* remote address below the region's base */
+    xfer_init(&f, CX_XFER_READ, abuf, 16, (uint64_t)(uintptr_t)bbuf - 4096, NULL, 0);
+    assert_int_equal(ops->submit(ba, ab, &f.x), CX_EINVAL);
+    /* no local registration */
+    xfer_init(&f, CX_XFER_WRITE, abuf, 16, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    f.x.local_mh = NULL;
+    assert_int_equal(ops->submit(ba, ab, &f.x), CX_EINVAL);
+    /* unknown kind */
+    xfer_init(&f, 77, abuf, 16, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    assert_int_equal(ops->submit(ba, ab, &f.x), CX_EINVAL);
+    /* oversize message */
+    xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, abuf, (size_t)CX_MSG_MAX + 1);
+    assert_int_equal(ops->submit(ba, ab, &f.x), CX_EINVAL);
+    assert_int_equal(f.done, 0);
+    /* malformed and foreign address blobs */
+    cx_bep_t *ep = NULL;
+    unsigned char junk[8] = { 9, 9, 9 };
+    assert_int_equal(ops->connect(ba, &cookie_b, junk, sizeof junk, &ep), CX_EINVAL);
+    unsigned char foreign[64] = { 1, 3, 'x', 'y', 'z', 1, 0, 0, 0, 1, 0, 7 };
+    assert_int_equal(ops->connect(ba, &cookie_b, foreign, 12, &ep), CX_EUNSUPPORTED);
+    assert_null(ep);
+    /* GPU memory without FI_HMEM */
+    void *mh;
+    unsigned char key[64];
+    size_t kl = sizeof key;
+    assert_int_equal(ops->mem_reg(ba, abuf, 4096, CX_MEM_CUDA, &mh, key, &kl), CX_EUNSUPPORTED);
+    /* key buffer too small */
+    kl = 4;
+    assert_int_equal(ops->mem_reg(ba, abuf, 4096, CX_MEM_HOST, &mh, key, &kl), CX_EINVAL);
+}
+
+/* A message claiming an unknown incarnation is refused without an answer. */
+static void test_unknown_sender(void **state)
+{
+    (void)state;
+    uint64_t keep = cb.peer_inc;
+    cb.peer_inc = 42;
+    fc_xfer_t f;
+    xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, "who", 3);
+    assert_int_equal(ops->submit(ba, ab, &f.x), CX_OK);
+    fc_xfer_t *p = &f;
+    assert_int_equal(drive(&p, 1, 300), -1);      /* no ack: the core's op timeout covers it */
+    assert_int_equal(cb.nmsg, 0);
+    assert_true(cb.served_bad >= 1);
+    cb.peer_inc = keep;
+    /* the core gives up on it: disconnect completes it exactly once */
+    ops->disconnect(ba, ab);
+    assert_int_equal(f.done, 1);
+    assert_int_equal(f.status, CX_EPEER);
+    unsigned char addr[4096];
+    size_t len = sizeof addr;
+    assert_int_equal(ops->address(bb, addr, &len), CX_OK);
+    assert_int_equal(ops->connect(ba, &cookie_b, addr, len, &ab), CX_OK);
+    settle(100);
+    assert_int_equal(f.done, 1);
+}
+
+/* Disconnect with transfers in flight: each completes once with CX_EPEER before disconnect
+ * returns, and late CQ entries are harmless. Then a fresh endpoint works. */
+static void test_disconnect_in_flight(void **state)
+{
+    (void)state;
+    enum { N = 32 };
+    static fc_xfer_t f[N];
+    for (int i = 0; i < N; i++) {
+        int k = i % 3 == 0 ? CX_XFER_READ : i % 3 == 1 ? CX_XFER_WRITE : CX_XFER_MSG;
+        xfer_init(&f[i], k, abuf + i * 65536, 65536, (uint64_t)(uintptr_t)(bbuf + i * 65536),
+                  "m", 1);
+        assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
+    }
+    ops->disconnect(ba, ab);
+    ab = NULL;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(f[i].done, 1);
+        assert_int_equal(f[i].status, CX_EPEER);
+    }
+    settle(300);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(f[i].done, 1);
+    unsigned char addr[4096];
+    size_t len = sizeof addr;
+    assert_int_equal(ops->address(bb, addr, &len), CX_OK);
+    assert_int_equal(ops->connect(ba, &cookie_b, addr, len, &ab), CX_OK);
+    memset(bbuf, 0x33, 4096);
+    fc_xfer_t r;
+    xfer_init(&r, CX_XFER_READ, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    assert_int_equal(run1(&r, 10000), CX_OK);
+    assert_int_equal(abuf[4095], 0x33);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    ca.inc = 0x1111;
+    cb.inc = 0x2222;
+    ca.peer_inc = cb.inc;
+    cb.peer_inc = ca.inc;
+    ca.peer_cookie = &cookie_b;
+    cb.peer_cookie = &cookie_a;
+    cx_backend_params_t pa = { .core = &ca, .listen_ip = "127.0.0.1", .incarnation = ca.inc };
+    cx_backend_params_t pb = { .core = &cb, .listen_ip = "127.0.0.1", .incarnation = cb.inc };
+    if (ops->open(&pa, &ba) || ops->open(&pb, &bb))
+        return -1;
+    unsigned char addr[4096];
+    size_t len = sizeof addr;
+    if (ops->address(bb, addr, &len) || ops->connect(ba, &cookie_b, addr, len, &ab))
+        return -1;
+    len = sizeof addr;
+    if (ops->address(ba, addr, &len) || ops->connect(bb, &cookie_a, addr, len, &ba_ep))
+        return -1;
+    abuf = aligned_alloc(4096, REG);
+    bbuf = aligned_alloc(4096, REG);
+    if (!abuf || !bbuf)
+        return -1;
+    akey_len = sizeof akey;
+    bkey_len = sizeof bkey;
+    if (ops->mem_reg(ba, abuf, REG, CX_MEM_HOST, &amh, akey, &akey_len) ||
+        ops->mem_reg(bb, bbuf, REG, CX_MEM_HOST, &bmh, bkey, &bkey_len))
+        return -1;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    ops->mem_dereg(ba, amh);
+    ops->mem_dereg(bb, bmh);
+    if (ab)
+        ops->disconnect(ba, ab);
+    ops->disconnect(bb, ba_ep);
+    ops->close(ba);
+    ops->close(bb);
+    fc_reset(&ca);
+    fc_reset(&cb);
+    free(abuf);
+    free(bbuf);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    /* The provider's parts as separate arguments ("tcp" "ofi_rxm"): a ';' does not survive
+     * CMake's add_test. */
+    char prov[128] = "";
+    for (int i = 1; i < argc; i++)
+        snprintf(prov + strlen(prov), sizeof prov - strlen(prov), "%s%s", i > 1 ? ";" : "",
+                 argv[i]);
+    if (argc > 1)
+        setenv("CONNEX_FI_PROVIDER", prov, 1);
+    cx_log_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_open_and_address, setup),
+        cmocka_unit_test_setup(test_write_read, setup),
+        cmocka_unit_test_setup(test_many_in_flight, setup),
+        cmocka_unit_test_setup(test_messages, setup),
+        cmocka_unit_test_setup(test_message_refused, setup),
+        cmocka_unit_test_setup(test_put_signal, setup),
+        cmocka_unit_test_setup(test_bad_input, setup),
+        cmocka_unit_test_setup(test_unknown_sender, setup),
+        cmocka_unit_test_setup(test_disconnect_in_flight, setup),
+    };
+    return cmocka_run_group_tests_name(argc > 1 ? prov : "default", tests, group_setup,
+                                       group_teardown);
+}

@@ -1,0 +1,75 @@
+/* The cx_core_* functions and logging, as the backend sees them, without an engine. */
+#include "fake_core.h"
+
+#include "connex/log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+fake_core_t fx;
+int cx_log_level = CX_LOG_WARN;
+
+__attribute__((constructor)) static void fx_log_init(void)
+{
+    const char *l = getenv("CONNEX_LOG");
+    if (l && strcmp(l, "debug") == 0) cx_log_level = CX_LOG_DEBUG;
+    else if (l && strcmp(l, "info") == 0) cx_log_level = CX_LOG_INFO;
+}
+
+void cx_log_write(int level, const char *file, int line, const char *fmt, ...)
+{
+    static const char *const names[] = { "ERROR", "WARN", "INFO", "DEBUG" };
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[%s %s:%d] ", names[level & 3], file, line);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
+{
+    (void)c;
+    fx_xfer_t *f = (fx_xfer_t *)(void *)x;
+    f->calls++;
+    f->done = 1;
+    f->status = status;
+}
+
+void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
+{
+    (void)c;
+    if (peer == &fx.peer_cookie) fx.peer_errors++;
+    snprintf(fx.last_error, sizeof fx.last_error, "%s", reason);
+}
+
+void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
+{
+    (void)c;
+    return inc && inc == fx.peer_inc ? &fx.peer_cookie : NULL;
+}
+
+int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
+{
+    (void)c; (void)addr; (void)len;
+    if (pin) *pin = NULL;
+    return CX_OK;
+}
+
+void cx_core_region_unpin(void *pin) { (void)pin; }
+
+int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
+{
+    (void)c;
+    if (peer != &fx.peer_cookie) return CX_EINVAL;
+    return fx.on_msg ? fx.on_msg(data, len) : CX_OK;
+}
+
+void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok)
+{
+    (void)c; (void)kind; (void)bytes;
+    if (ok) fx.served_ok++;
+    else fx.served_bad++;
+}

@@ -1,0 +1,494 @@
+/* The UCX backend alone, between two processes, through its ops table and a fake core.
+ *
+ * The parent initiates; the child is the target and progresses only when its wait fd fires, so a
+ * missing wakeup shows up as a stalled op (each wait here is bounded). Addresses, keys and the
+ * child's reports travel over a socketpair. Run with UCX_TLS=tcp and with shared memory.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "fake_core.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern const struct cx_backend_ops cx_ucx_ops;
+#define OPS cx_ucx_ops
+
+#define BUF_LEN (16u << 20)
+#define PARENT_INC 0x1111222233334444ull
+#define CHILD_INC 0x5555666677778888ull
+
+static int g_sock = -1;
+static pid_t g_child = -1;
+static cx_backend_t *g_b;
+static cx_bep_t *g_ep;
+static uint8_t *g_buf;          /* local registered buffer */
+static void *g_mh;
+static uint8_t g_caddr[4096], g_ckey[1024];
+static size_t g_caddr_len, g_ckey_len;
+static uint64_t g_rbuf;         /* the child's buffer address */
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static uint8_t pat(size_t i, unsigned seed) { return (uint8_t)(i * 7 + 3 + seed * 13); }
+
+/* ---- framing on the socketpair: u32 length, bytes ---- */
+static int xwrite(int fd, const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t k = write(fd, b, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+static int xread(int fd, void *p, size_t n, int timeout_ms)
+{
+    uint8_t *b = p;
+    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    while (n) {
+        struct pollfd pf = { .fd = fd, .events = POLLIN };
+        int left = (int)(end > now_ms() ? end - now_ms() : 0);
+        if (poll(&pf, 1, left) <= 0) return -1;
+        ssize_t k = read(fd, b, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        b += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+static int send_blob(int fd, const void *p, uint32_t n)
+{
+    return xwrite(fd, &n, 4) || xwrite(fd, p, n) ? -1 : 0;
+}
+static int recv_blob(int fd, void *p, size_t cap, size_t *n, int timeout_ms)
+{
+    uint32_t len;
+    if (xread(fd, &len, 4, timeout_ms) || len > cap) return -1;
+    *n = len;
+    return xread(fd, p, len, timeout_ms);
+}
+
+/* Progress until f completes (or the time is up), sleeping in poll on the wait fd. */
+static int wait_xfer(fx_xfer_t *f, int timeout_ms)
+{
+    uint64_t end = now_ms() + (uint64_t)timeout_ms;
+    struct pollfd pf = { .fd = OPS.wait_fd(g_b), .events = POLLIN };
+    OPS.progress(g_b);
+    while (!f->done && now_ms() < end) {
+        if (poll(&pf, 1, 10) > 0) OPS.progress(g_b);
+    }
+    return f->done ? 0 : -1;
+}
+
+/* ================= the child: a passive target ================= */
+
+static int child_on_msg(const void *data, size_t len)
+{
+    uint8_t rep[16];
+    if (len >= 4 && memcmp(data, "FULL", 4) == 0) return CX_EAGAIN;
+    if (len == 4 + 8 + 8 + 1 && memcmp(data, "PSIG", 4) == 0) {
+        uint64_t off, n;
+        memcpy(&off, (const uint8_t *)data + 4, 8);
+        memcpy(&n, (const uint8_t *)data + 12, 8);
+        unsigned seed = ((const uint8_t *)data)[20];
+        int ok = off + n <= BUF_LEN;
+        for (uint64_t i = 0; ok && i < n; i++) ok = g_buf[off + i] == pat(i, seed);
+        rep[0] = ok ? 'Y' : 'N';
+        send_blob(g_sock, rep, 1);
+        return CX_OK;
+    }
+    uint32_t sum = 0;
+    for (size_t i = 0; i < len; i++) sum = sum * 31 + ((const uint8_t *)data)[i];
+    uint64_t l = len;
+    rep[0] = 'M';
+    memcpy(rep + 1, &l, 8);
+    memcpy(rep + 9, &sum, 4);
+    send_blob(g_sock, rep, 13);
+    return CX_OK;
+}
+
+static void child_main(void)
+{
+    fx.peer_inc = PARENT_INC;
+    fx.on_msg = child_on_msg;
+    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1",
+                              .incarnation = CHILD_INC };
+    if (OPS.open(&p, &g_b) != CX_OK) _exit(10);
+    g_buf = aligned_alloc(4096, BUF_LEN);
+    for (size_t i = 0; i < BUF_LEN; i++) g_buf[i] = pat(i, 0);
+    uint8_t key[1024], addr[4096], paddr[4096];
+    size_t key_len = sizeof key, addr_len = sizeof addr, paddr_len;
+    if (OPS.mem_reg(g_b, g_buf, BUF_LEN, CX_MEM_HOST, &g_mh, key, &key_len) != CX_OK) _exit(11);
+    if (OPS.address(g_b, addr, &addr_len) != CX_OK) _exit(12);
+    uint64_t a = (uint64_t)(uintptr_t)g_buf;
+    if (send_blob(g_sock, addr, (uint32_t)addr_len) || send_blob(g_sock, key, (uint32_t)key_len) ||
+        send_blob(g_sock, &a, 8))
+        _exit(13);
+    if (recv_blob(g_sock, paddr, sizeof paddr, &paddr_len, 10000)) _exit(14);
+    if (OPS.connect(g_b, &fx.peer_cookie, paddr, paddr_len, &g_ep) != CX_OK) _exit(15);
+    uint64_t end = now_ms() + 120000;
+    struct pollfd pf[2] = { { .fd = OPS.wait_fd(g_b), .events = POLLIN },
+                            { .fd = g_sock, .events = POLLIN } };
+    OPS.progress(g_b);
+    while (now_ms() < end) {
+        if (poll(pf, 2, 100) < 0 && errno != EINTR) break;
+        if (pf[0].revents) OPS.progress(g_b);
+        if (pf[1].revents) {
+            uint8_t cmd[8];
+            size_t n;
+            if (recv_blob(g_sock, cmd, sizeof cmd, &n, 1000) || cmd[0] == 'Q') break;
+        }
+    }
+    OPS.disconnect(g_b, g_ep);
+    OPS.mem_dereg(g_b, g_mh);
+    OPS.close(g_b);
+    _exit(0);
+}
+
+/* ================= the parent: the tests ================= */
+
+static int setup(void **state)
+{
+    (void)state;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) return -1;
+    fflush(NULL);
+    g_child = fork();
+    if (g_child < 0) return -1;
+    if (g_child == 0) {
+        close(sv[0]);
+        g_sock = sv[1];
+        child_main();
+    }
+    close(sv[1]);
+    g_sock = sv[0];
+    fx.peer_inc = CHILD_INC;
+    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1",
+                              .incarnation = PARENT_INC };
+    if (OPS.open(&p, &g_b) != CX_OK) return -1;
+    g_buf = aligned_alloc(4096, BUF_LEN);
+    memset(g_buf, 0, BUF_LEN);
+    uint8_t key[1024], addr[4096];
+    size_t key_len = sizeof key, addr_len = sizeof addr, n;
+    if (OPS.mem_reg(g_b, g_buf, BUF_LEN, CX_MEM_HOST, &g_mh, key, &key_len) != CX_OK) return -1;
+    if (OPS.address(g_b, addr, &addr_len) != CX_OK) return -1;
+    if (recv_blob(g_sock, g_caddr, sizeof g_caddr, &g_caddr_len, 10000) ||
+        recv_blob(g_sock, g_ckey, sizeof g_ckey, &g_ckey_len, 10000) ||
+        recv_blob(g_sock, &g_rbuf, 8, &n, 10000) || send_blob(g_sock, addr, (uint32_t)addr_len))
+        return -1;
+    return OPS.connect(g_b, &fx.peer_cookie, g_caddr, g_caddr_len, &g_ep) == CX_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    if (g_child > 0) {
+        send_blob(g_sock, "Q", 1);
+        int st;
+        for (int i = 0; i < 300 && waitpid(g_child, &st, WNOHANG) == 0; i++) usleep(10000);
+        kill(g_child, SIGKILL);
+        waitpid(g_child, &st, 0);
+    }
+    if (g_ep) OPS.disconnect(g_b, g_ep);
+    OPS.mem_dereg(g_b, g_mh);
+    OPS.close(g_b);
+    free(g_buf);
+    return 0;
+}
+
+static void rma_init(fx_xfer_t *f, int kind, size_t loff, uint64_t roff, size_t len)
+{
+    memset(f, 0, sizeof *f);
+    f->x.kind = kind;
+    f->x.local = g_buf + loff;
+    f->x.len = len;
+    f->x.local_mh = g_mh;
+    f->x.local_mem = CX_MEM_HOST;
+    f->x.remote = g_rbuf + roff;
+    f->x.remote_region = 7;
+    f->x.remote_base = g_rbuf;
+    f->x.rkey = g_ckey;
+    f->x.rkey_len = g_ckey_len;
+}
+
+static int run(fx_xfer_t *f, int timeout_ms)
+{
+    int rc = OPS.submit(g_b, g_ep, &f->x);
+    if (rc != CX_OK) return rc;
+    if (wait_xfer(f, timeout_ms)) return -100;
+    return f->calls == 1 ? f->status : -101;
+}
+
+static void test_read_sizes(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 1, 4096, 16384, 1u << 20, BUF_LEN };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        memset(g_buf, 0, sizes[s]);
+        fx_xfer_t f;
+        rma_init(&f, CX_XFER_READ, 0, 0, sizes[s]);
+        uint64_t t0 = now_ms();
+        assert_int_equal(run(&f, 5000), CX_OK);
+        assert_true(now_ms() - t0 < 1000);   /* the target woke up: no ~1.4 s stall */
+        if (getenv("CX_UCX_TEST_VERBOSE"))
+            print_message("read %zu: %llu ms\n", sizes[s], (unsigned long long)(now_ms() - t0));
+        for (size_t i = 0; i < sizes[s]; i++)
+            if (g_buf[i] != pat(i, 0)) fail_msg("read %zu: byte %zu differs", sizes[s], i);
+    }
+}
+
+static void test_write_then_read(void **state)
+{
+    (void)state;
+    const size_t len = 1u << 20, off = 4096;
+    for (size_t i = 0; i < len; i++) g_buf[i] = pat(i, 5);
+    fx_xfer_t f;
+    rma_init(&f, CX_XFER_WRITE, 0, off, len);
+    assert_int_equal(run(&f, 5000), CX_OK);
+    memset(g_buf + len, 0, len);
+    rma_init(&f, CX_XFER_READ, len, off, len);
+    assert_int_equal(run(&f, 5000), CX_OK);
+    assert_memory_equal(g_buf, g_buf + len, len);
+}
+
+static void expect_report(char what)
+{
+    uint8_t rep[16];
+    size_t n;
+    assert_int_equal(recv_blob(g_sock, rep, sizeof rep, &n, 3000), 0);
+    assert_int_equal(rep[0], what);
+}
+
+static void test_put_signal_data_first(void **state)
+{
+    (void)state;
+    for (unsigned round = 0; round < 3; round++) {
+        const size_t len = (size_t)(256u << 10) << (round * 2);   /* 256K, 1M, 4M */
+        const unsigned seed = 9 + round;
+        for (size_t i = 0; i < len; i++) g_buf[i] = pat(i, seed);
+        uint8_t msg[21];
+        uint64_t off = 8192, n = len;
+        memcpy(msg, "PSIG", 4);
+        memcpy(msg + 4, &off, 8);
+        memcpy(msg + 12, &n, 8);
+        msg[20] = (uint8_t)seed;
+        fx_xfer_t f;
+        rma_init(&f, CX_XFER_PUT_SIGNAL, 0, off, len);
+        f.x.msg = msg;
+        f.x.msg_len = sizeof msg;
+        assert_int_equal(run(&f, 5000), CX_OK);
+        expect_report('Y');
+    }
+}
+
+static void test_msg_small_and_large(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 0, 5, 9000, 8u << 20 };
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t len = sizes[s];
+        uint8_t *m = malloc(len ? len : 1);
+        uint32_t sum = 0;
+        for (size_t i = 0; i < len; i++) {
+            m[i] = (uint8_t)(i * 3 + 1);
+            sum = sum * 31 + m[i];
+        }
+        fx_xfer_t f;
+        memset(&f, 0, sizeof f);
+        f.x.kind = CX_XFER_MSG;
+        f.x.msg = m;
+        f.x.msg_len = len;
+        assert_int_equal(run(&f, 5000), CX_OK);
+        uint8_t rep[16];
+        size_t n;
+        assert_int_equal(recv_blob(g_sock, rep, sizeof rep, &n, 3000), 0);
+        uint64_t l;
+        uint32_t rsum;
+        memcpy(&l, rep + 1, 8);
+        memcpy(&rsum, rep + 9, 4);
+        assert_int_equal(rep[0], 'M');
+        assert_int_equal(l, len);
+        assert_int_equal(rsum, sum);
+        free(m);
+    }
+}
+
+static void test_msg_refused_eagain(void **state)
+{
+    (void)state;
+    fx_xfer_t f;
+    memset(&f, 0, sizeof f);
+    f.x.kind = CX_XFER_MSG;
+    f.x.msg = "FULL please";
+    f.x.msg_len = 11;
+    assert_int_equal(run(&f, 5000), CX_EAGAIN);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    cx_bep_t *ep = NULL;
+    static const uint8_t junk[64] = { 1, 2, 3 };
+    assert_int_equal(OPS.connect(g_b, &fx.peer_cookie, junk, sizeof junk, &ep), CX_EINVAL);
+    assert_int_equal(OPS.connect(g_b, &fx.peer_cookie, NULL, 0, &ep), CX_EINVAL);
+    assert_null(ep);
+    fx_xfer_t f;
+    rma_init(&f, CX_XFER_READ, 0, 0, 64);
+    f.x.remote_region = 99;
+    f.x.rkey = junk;
+    f.x.rkey_len = sizeof junk;
+    assert_int_equal(OPS.submit(g_b, g_ep, &f.x), CX_EINVAL);
+    f.x.rkey_len = 0;
+    assert_int_equal(OPS.submit(g_b, g_ep, &f.x), CX_EINVAL);
+    rma_init(&f, 42, 0, 0, 64);
+    assert_int_equal(OPS.submit(g_b, g_ep, &f.x), CX_EINVAL);
+    memset(&f, 0, sizeof f);
+    f.x.kind = CX_XFER_MSG;
+    f.x.msg = junk;
+    f.x.msg_len = (size_t)CX_MSG_MAX + 1;
+    assert_int_equal(OPS.submit(g_b, g_ep, &f.x), CX_EINVAL);
+    assert_int_equal(f.calls, 0);
+    uint8_t key[8];
+    size_t kl = sizeof key;
+    void *mh;
+    assert_int_equal(OPS.mem_reg(g_b, g_buf, 4096, CX_MEM_HOST, &mh, key, &kl), CX_EINVAL);
+    assert_int_equal(OPS.mem_reg(g_b, g_buf, 4096, 77, &mh, key, &kl), CX_EINVAL);
+    uint8_t small[4];
+    size_t sl = sizeof small;
+    assert_int_equal(OPS.address(g_b, small, &sl), CX_EINVAL);
+    /* the backend still works */
+    rma_init(&f, CX_XFER_READ, 0, 0, 4096);
+    assert_int_equal(run(&f, 5000), CX_OK);
+}
+
+static void test_forget_region_reunpacks(void **state)
+{
+    (void)state;
+    OPS.forget_region(g_b, g_ep, 7);
+    OPS.forget_region(g_b, g_ep, 12345);   /* never seen: harmless */
+    fx_xfer_t f;
+    rma_init(&f, CX_XFER_READ, 0, 0, 4096);
+    assert_int_equal(run(&f, 5000), CX_OK);
+    assert_int_equal(g_buf[100], pat(100, 0));
+}
+
+/* disconnect while ops are outstanding at a stopped target: each is completed (once) before
+ * disconnect returns; then a new endpoint to the same worker works (the rejoin path). */
+static void test_disconnect_completes_outstanding(void **state)
+{
+    (void)state;
+    assert_int_equal(kill(g_child, SIGSTOP), 0);
+    fx_xfer_t f[4];
+    int started = 0;
+    for (int i = 0; i < 4; i++) {
+        rma_init(&f[i], i == 3 ? CX_XFER_MSG : (i & 1 ? CX_XFER_WRITE : CX_XFER_READ),
+                 (size_t)i << 22, (size_t)i << 22, 4u << 20);
+        if (i == 3) {
+            f[i].x.msg = "hello";
+            f[i].x.msg_len = 5;
+        }
+        if (OPS.submit(g_b, g_ep, &f[i].x) == CX_OK) started++;
+    }
+    assert_int_equal(started, 4);
+    OPS.progress(g_b);
+    OPS.disconnect(g_b, g_ep);
+    g_ep = NULL;
+    for (int i = 0; i < 4; i++) assert_int_equal(f[i].calls, 1);
+    print_message("stopped target: read %d write %d read %d msg %d\n", f[0].status, f[1].status,
+                  f[2].status, f[3].status);
+    assert_int_equal(f[3].status, CX_EPEER);   /* the stopped target never acked it */
+    assert_int_equal(kill(g_child, SIGCONT), 0);
+    /* the message may have reached the child before it stopped or not: drop its report */
+    uint8_t rep[16];
+    size_t n;
+    (void)recv_blob(g_sock, rep, sizeof rep, &n, 500);
+
+    assert_int_equal(OPS.connect(g_b, &fx.peer_cookie, g_caddr, g_caddr_len, &g_ep), CX_OK);
+    fx_xfer_t r;
+    rma_init(&r, CX_XFER_READ, 0, 1u << 20, 4096);
+    assert_int_equal(run(&r, 5000), CX_OK);
+}
+
+/* kill -9 of the target: outstanding and later ops end with an error, never hang. With peer
+ * error handling UCX reports it; with shm-only UCX_TLS (no error handling in UCX 1.13) the
+ * core's control channel would, and its disconnect completes the op. */
+static void test_peer_killed(void **state)
+{
+    (void)state;
+    const char *tls = getenv("UCX_TLS");
+    /* an AM transport with peer failure handling: tcp or RDMA (not sysv/posix in UCX 1.13) */
+    int peer_mode = !tls || !*tls || strstr(tls, "tcp") || strstr(tls, "rc") ||
+                    strstr(tls, "dc") || strstr(tls, "ud") || strstr(tls, "all");
+    int errs0 = fx.peer_errors;
+    assert_int_equal(kill(g_child, SIGKILL), 0);
+    int st;
+    waitpid(g_child, &st, 0);
+    g_child = -1;
+    uint64_t t0 = now_ms();
+    const int limit = peer_mode ? 15000 : 1000;
+    int failed = 0;
+    static fx_xfer_t f;
+    for (int i = 0; i < 200 && !failed && now_ms() - t0 < (uint64_t)limit; i++) {
+        memset(&f, 0, sizeof f);
+        f.x.kind = CX_XFER_MSG;
+        f.x.msg = "x";
+        f.x.msg_len = 1;
+        int rc = OPS.submit(g_b, g_ep, &f.x);
+        if (rc != CX_OK) {
+            f.done = 1;
+            failed = 1;
+            break;
+        }
+        if (wait_xfer(&f, limit - (int)(now_ms() - t0))) break;
+        failed = f.status != CX_OK;
+    }
+    print_message("peer killed: op failed=%d after %llu ms, peer errors %d (%s)\n", failed,
+                  (unsigned long long)(now_ms() - t0), fx.peer_errors - errs0, fx.last_error);
+    if (peer_mode) {
+        assert_true(failed);
+        assert_true(fx.peer_errors > errs0);
+    } else if (!failed) {
+        OPS.disconnect(g_b, g_ep);
+        g_ep = NULL;
+        assert_int_equal(f.calls, 1);
+        assert_int_equal(f.status, CX_EPEER);
+    }
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_read_sizes),
+        cmocka_unit_test(test_write_then_read),
+        cmocka_unit_test(test_put_signal_data_first),
+        cmocka_unit_test(test_msg_small_and_large),
+        cmocka_unit_test(test_msg_refused_eagain),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_forget_region_reunpacks),
+        cmocka_unit_test(test_disconnect_completes_outstanding),
+        cmocka_unit_test(test_peer_killed),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

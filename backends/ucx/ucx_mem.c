@@ -1,0 +1,125 @@
+/* Registration (ucp_mem_map + packed rkey) and the per-endpoint cache of unpacked peer rkeys. */
+#include "ucx_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh,
+                   void *key, size_t *key_len)
+{
+    cx_ucx_t *b = (cx_ucx_t *)bb;
+    if (!b || !addr || !len || !mh || !key || !key_len) return CX_EINVAL;
+    ucp_mem_map_params_t mp;
+    memset(&mp, 0, sizeof mp);
+    mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    mp.address = addr;
+    mp.length = len;
+    if (mem_kind == CX_MEM_CUDA) {
+        /* said explicitly so UCX registers it with the NIC (GPUDirect) without probing */
+        mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+        mp.memory_type = UCS_MEMORY_TYPE_CUDA;
+    } else if (mem_kind != CX_MEM_HOST && mem_kind != CX_MEM_SIM) {
+        cx_error("ucx: unknown memory kind %d", mem_kind);
+        return CX_EINVAL;
+    }
+    ucp_mem_h memh;
+    ucs_status_t st = ucp_mem_map(b->ctx, &mp, &memh);
+    if (st != UCS_OK) {
+        cx_error("ucx: ucp_mem_map(%p, %zu, kind %d) failed: %s", addr, len, mem_kind,
+                 ucs_status_string(st));
+        return st == UCS_ERR_NO_MEMORY ? CX_ENOMEM : CX_ERR;
+    }
+    void *rk;
+    size_t rk_len;
+    st = ucp_rkey_pack(b->ctx, memh, &rk, &rk_len);
+    if (st != UCS_OK) {
+        cx_error("ucx: ucp_rkey_pack failed: %s", ucs_status_string(st));
+        ucp_mem_unmap(b->ctx, memh);
+        return CX_ERR;
+    }
+    cx_wr_t w;
+    cx_wr_init(&w, key, *key_len);
+    cx_wr_u32(&w, CX_UCX_KEY_MAGIC);
+    cx_wr_blob16(&w, rk, rk_len);
+    ucp_rkey_buffer_release(rk);
+    if (!w.ok) {
+        cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len,
+                 *key_len);
+        ucp_mem_unmap(b->ctx, memh);
+        return CX_EINVAL;
+    }
+    *key_len = w.len;
+    *mh = memh;
+    return CX_OK;
+}
+
+void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh)
+{
+    cx_ucx_t *b = (cx_ucx_t *)bb;
+    if (!b || !mh) return;
+    ucs_status_t st = ucp_mem_unmap(b->ctx, (ucp_mem_h)mh);
+    if (st != UCS_OK) cx_warn("ucx: ucp_mem_unmap failed: %s", ucs_status_string(st));
+}
+
+int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out)
+{
+    cx_ucx_rk_t **h = &ep->rk[x->remote_region % CX_UCX_RK_BUCKETS];
+    for (cx_ucx_rk_t *r = *h; r; r = r->next) {
+        if (r->region_id == x->remote_region) {
+            *out = r->rk;
+            return CX_OK;
+        }
+    }
+    /* the blob came off the network: check its framing before UCX parses it */
+    cx_rd_t rd;
+    cx_rd_init(&rd, x->rkey, x->rkey ? x->rkey_len : 0);
+    uint32_t magic = cx_rd_u32(&rd);
+    size_t n;
+    const uint8_t *blob = cx_rd_blob16(&rd, &n);
+    if (!cx_rd_done(&rd) || magic != CX_UCX_KEY_MAGIC || n == 0) {
+        cx_error("ucx: the peer's key for region %llu is not a UCX rkey (%zu bytes)",
+                 (unsigned long long)x->remote_region, x->rkey_len);
+        return CX_EINVAL;
+    }
+    cx_ucx_rk_t *r = malloc(sizeof *r);
+    if (!r) return CX_ENOMEM;
+    ucs_status_t st = ucp_ep_rkey_unpack(ep->ep, blob, &r->rk);
+    if (st != UCS_OK) {
+        cx_error("ucx: ucp_ep_rkey_unpack (region %llu) failed: %s",
+                 (unsigned long long)x->remote_region, ucs_status_string(st));
+        free(r);
+        return st == UCS_ERR_UNREACHABLE ? CX_EPEER : CX_EINVAL;
+    }
+    r->region_id = x->remote_region;
+    r->next = *h;
+    *h = r;
+    *out = r->rk;
+    return CX_OK;
+}
+
+void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id)
+{
+    (void)bb;
+    if (!ep) return;
+    for (cx_ucx_rk_t **p = &ep->rk[region_id % CX_UCX_RK_BUCKETS]; *p; p = &(*p)->next) {
+        if ((*p)->region_id == region_id) {
+            cx_ucx_rk_t *r = *p;
+            *p = r->next;
+            ucp_rkey_destroy(r->rk);
+            free(r);
+            return;
+        }
+    }
+}
+
+void cx_ucx_rkeys_drop(cx_bep_t *ep)
+{
+    for (int i = 0; i < CX_UCX_RK_BUCKETS; i++) {
+        while (ep->rk[i]) {
+            cx_ucx_rk_t *r = ep->rk[i];
+            ep->rk[i] = r->next;
+            ucp_rkey_destroy(r->rk);
+            free(r);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+/* Op bookkeeping: lists, the ack table, and the two-step completion (finish inside UCX
+ * callbacks, deliver to the core from the drain). */
+#include "ucx_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CX_UCX_FREE_OPS_MAX 256
+
+void cx_ucx_list_del(cx_ucx_op_t *op)
+{
+    if (!op->next) return;
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->next = op->prev = NULL;
+}
+
+void cx_ucx_list_add(cx_ucx_op_t *head, cx_ucx_op_t *op)
+{
+    op->prev = head->prev;
+    op->next = head;
+    head->prev->next = op;
+    head->prev = op;
+}
+
+int cx_ucx_status(ucs_status_t st)
+{
+    if (st == UCS_OK) return CX_OK;
+    if (st == UCS_ERR_NO_MEMORY) return CX_ENOMEM;
+    if (st == UCS_ERR_INVALID_PARAM) return CX_EINVAL;
+    /* canceled (forced close), unreachable, reset, timeout: all mean the peer is lost */
+    return CX_EPEER;
+}
+
+cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x)
+{
+    cx_ucx_op_t *op = b->free_ops;
+    if (op) {
+        b->free_ops = op->next;
+        b->nfree--;
+    } else if (!(op = malloc(sizeof *op))) {
+        return NULL;
+    }
+    memset(op, 0, sizeof *op);
+    op->b = b;
+    op->x = x;
+    op->ep = ep;
+    cx_ucx_list_add(&ep->ops, op);
+    return op;
+}
+
+static void cx_ucx_op_free(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    free(op->msg_copy);
+    free(op->bounce);
+    op->msg_copy = op->bounce = NULL;
+    if (b->nfree < CX_UCX_FREE_OPS_MAX) {
+        op->next = b->free_ops;
+        b->free_ops = op;
+        b->nfree++;
+    } else {
+        free(op);
+    }
+}
+
+void cx_ucx_ops_free_cache(cx_ucx_t *b)
+{
+    while (b->free_ops) {
+        cx_ucx_op_t *op = b->free_ops;
+        b->free_ops = op->next;
+        free(op);
+    }
+    b->nfree = 0;
+}
+
+void cx_ucx_ack_add(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    cx_ucx_op_t **h = &b->acks[op->req_id % CX_UCX_ACK_BUCKETS];
+    op->hnext = *h;
+    *h = op;
+    op->in_acks = 1;
+}
+
+static void cx_ucx_ack_del(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    for (cx_ucx_op_t **p = &b->acks[op->req_id % CX_UCX_ACK_BUCKETS]; *p; p = &(*p)->hnext) {
+        if (*p == op) {
+            *p = op->hnext;
+            break;
+        }
+    }
+    op->in_acks = 0;
+    op->hnext = NULL;
+}
+
+cx_ucx_op_t *cx_ucx_ack_take(cx_ucx_t *b, uint64_t req_id)
+{
+    for (cx_ucx_op_t *op = b->acks[req_id % CX_UCX_ACK_BUCKETS]; op; op = op->hnext) {
+        if (op->req_id == req_id) {
+            cx_ucx_ack_del(b, op);
+            return op;
+        }
+    }
+    return NULL;
+}
+
+/* The status is decided: off the endpoint, onto the done list (the drain hands it back). */
+void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status)
+{
+    if (op->finished) return;
+    op->finished = 1;
+    op->status = status;
+    if (op->bounce && op->x && status == CX_OK) memcpy(op->x->local, op->bounce, op->x->len);
+    if (op->in_acks) cx_ucx_ack_del(b, op);
+    cx_ucx_list_del(op);
+    if (op->x) {
+        cx_ucx_list_add(&b->done, op);
+    } else if (!op->pending) {
+        cx_ucx_op_free(b, op);
+    }
+}
+
+/* Hand a finished op back to the core; keep the op itself while UCX may still name it. */
+void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    cx_ucx_list_del(op);
+    cx_xfer_t *x = op->x;
+    op->x = NULL;
+    op->ep = NULL;
+    int status = op->status;
+    if (!op->pending) cx_ucx_op_free(b, op);
+    if (x) cx_core_xfer_done(b->core, x, status);
+}
+
+/* A UCX request naming this op completed; free the op once nothing refers to it. */
+void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    if (op->pending > 0) op->pending--;
+    if (!op->pending && op->finished && !op->x) cx_ucx_op_free(b, op);
+}

@@ -1,0 +1,109 @@
+/* The backend vtable: what a data-path backend implements and what the core offers it.
+ *
+ * A backend moves bytes and reports what it sees; it never decides what a failure means (it calls
+ * cx_core_peer_error and the core decides). Every function of the ops table and every cx_core_*
+ * call below runs on the engine's progress thread, the only thread that touches the backend.
+ */
+#ifndef CONNEX_BACKEND_H
+#define CONNEX_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "connex/connex.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cx_core cx_core_t;       /* the engine as a backend sees it */
+typedef struct cx_backend cx_backend_t; /* a backend instance, the backend's own struct */
+typedef struct cx_bep cx_bep_t;         /* a backend endpoint to one peer incarnation */
+
+enum { CX_MEM_HOST = 0, CX_MEM_CUDA = 1, CX_MEM_SIM = 2 };
+
+enum { CX_XFER_READ = 0, CX_XFER_WRITE = 1, CX_XFER_PUT_SIGNAL = 2, CX_XFER_MSG = 3 };
+
+/* One transfer handed to a backend. Owned by the core; valid until cx_core_xfer_done(). */
+typedef struct cx_xfer {
+    int kind;                  /* CX_XFER_* */
+    void *local;               /* READ: destination; WRITE/PUT_SIGNAL: source; MSG: unused */
+    size_t len;                /* payload bytes (0 only for MSG) */
+    void *local_mh;            /* this backend's handle of the local region (from mem_reg) */
+    int local_mem;             /* CX_MEM_* of the local buffer */
+    uint64_t remote;           /* remote address */
+    uint64_t remote_region;    /* the peer's id of the region holding it */
+    uint64_t remote_base;      /* that region's start address at the peer */
+    const void *rkey;          /* this backend's key blob for that region (may be empty) */
+    size_t rkey_len;
+    const void *msg;           /* PUT_SIGNAL and MSG: the message */
+    size_t msg_len;
+    void *bp[6];               /* backend scratch (list links, request handles, ...) */
+} cx_xfer_t;
+
+typedef struct cx_backend_params {
+    cx_core_t *core;
+    const char *listen_ip;     /* the engine's listen address (numeric) */
+    uint64_t incarnation;      /* this engine's incarnation: put it on the wire so the target can
+                                  tell the core who sent a request (cx_core_peer_by_incarnation) */
+    int gpu_direct;            /* 1: GPU memory will be registered directly (GPU issue) */
+} cx_backend_params_t;
+
+struct cx_backend_ops {
+    const char *name;          /* "ucx", "libfabric", "zmq" */
+    /* Open the backend. CX_EUNSUPPORTED when it cannot run here (say why in the log). */
+    int (*open)(const cx_backend_params_t *p, cx_backend_t **out);
+    void (*close)(cx_backend_t *b);
+    /* The address blob advertised to peers in HELLO. */
+    int (*address)(cx_backend_t *b, void *buf, size_t *len);
+    /* An fd that becomes readable when progress() has work (-1: none, progress is polled). */
+    int (*wait_fd)(cx_backend_t *b);
+    /* Drive the backend: complete xfers, serve requests, deliver messages; leave the wait fd
+     * armed so that the next activity wakes the progress thread. Returns 0, or 1 when work
+     * remains (it stopped at a fairness budget): the core then calls again without sleeping. */
+    int (*progress)(cx_backend_t *b);
+
+    /* Register a region; the key blob (up to *key_len bytes) travels to peers. */
+    int (*mem_reg)(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh,
+                   void *key, size_t *key_len);
+    void (*mem_dereg)(cx_backend_t *b, void *mh);
+
+    /* Connect to a peer incarnation whose HELLO carried `addr`. `peer` is the core's cookie for
+     * cx_core_peer_error. Failing here makes the core try the next backend. */
+    int (*connect)(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
+    /* Close now (no linger): afterwards no byte moves into or out of any xfer buffer of this
+     * endpoint, and every xfer still outstanding on it has been completed (CX_EPEER). */
+    void (*disconnect)(cx_backend_t *b, cx_bep_t *ep);
+    /* Start an xfer; completion through cx_core_xfer_done (possibly before this returns).
+     * Returning an error means the xfer was not started and will not be completed. */
+    int (*submit)(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
+    /* Optional: the peer dropped a region; forget any cached key for it. */
+    void (*forget_region)(cx_backend_t *b, cx_bep_t *ep, uint64_t region_id);
+};
+
+/* ---- what the core offers a backend (all on the progress thread) ---- */
+
+void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status);
+/* A backend saw an error on the connection to a peer (the cookie given to connect). */
+void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason);
+/* Resolve the sender of an incoming request. NULL: unknown (refuse the request). */
+void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation);
+
+/* Target side, for backends that serve requests in software: is [addr, addr+len) inside one
+ * registered region? Returns CX_OK or CX_EINVAL (and logs). With pin != NULL the region is pinned
+ * against unregistration until cx_core_region_unpin(*pin) (callable from any thread). */
+int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin);
+void cx_core_region_unpin(void *pin);
+
+/* Deliver a message (plain or put_signal's) from a peer. The core copies it. Returns CX_OK, or
+ * CX_EAGAIN when the receive queue is full (tell the sender), CX_EINVAL for an unknown sender. */
+int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len);
+/* Count a request served here as target (kind is CX_XFER_*; ok=0 counts a rejection). */
+void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok);
+
+/* The registry of compiled-in backends, best first (filled in by the build). */
+extern const struct cx_backend_ops *const cx_backends_builtin[];
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,175 @@
+/* connex-c public API.
+ *
+ * One engine per process (or more, each with its own control port). A peer is named by a URL
+ * `ip:port#model|stage|shard|replica` or, once the engine knows it, by its bare LID
+ * `model|stage|shard|replica`. Every call that can block completes or returns an error code:
+ * 0 ok, CX_EPEER (-2) the peer failed, CX_ETIMEDOUT (-3) the op timed out (the data connection
+ * was closed first, so nothing lands in the caller's buffer afterwards), CX_EINVAL (-4) bad input.
+ */
+#ifndef CONNEX_CONNEX_H
+#define CONNEX_CONNEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CX_VERSION_MAJOR 0
+#define CX_VERSION_MINOR 1
+
+enum {
+    CX_OK = 0,
+    CX_ERR = -1,          /* internal or system error (see the log) */
+    CX_EPEER = -2,        /* the peer failed, left, or never answered a connect */
+    CX_ETIMEDOUT = -3,    /* per-op timeout; the data connection was closed first */
+    CX_EINVAL = -4,       /* bad argument, malformed URL, unregistered or out-of-range memory */
+    CX_ENOMEM = -5,
+    CX_EUNSUPPORTED = -6, /* backend or feature not available here */
+    CX_ECLOSED = -7,      /* the engine is closing */
+    CX_EAUTH = -8,        /* authentication refused */
+    CX_EAGAIN = -9        /* the receiver's bounded queue is full: retry later */
+};
+const char *cx_strerror(int rc);
+
+#define CX_MODEL_MAX 64   /* model name, including the terminating NUL */
+#define CX_URL_MAX 160    /* longest URL, including the terminating NUL */
+
+typedef struct cx_lid {
+    char model[CX_MODEL_MAX];
+    uint32_t stage, shard, replica;
+} cx_lid_t;
+
+typedef struct cx_url {
+    char host[48];        /* numeric IPv4 or IPv6 address, without brackets */
+    uint16_t port;
+    int is_ipv6;
+    cx_lid_t lid;
+} cx_url_t;
+
+/* Strict parsers: on failure they return CX_EINVAL and write a message naming the fault into
+ * err (when err is not NULL). */
+int cx_url_parse(const char *s, cx_url_t *out, char *err, size_t errlen);
+int cx_url_format(const cx_url_t *u, char *buf, size_t len);        /* CX_EINVAL if too small */
+int cx_lid_parse(const char *s, cx_lid_t *out, char *err, size_t errlen);
+int cx_lid_format(const cx_lid_t *lid, char *buf, size_t len);
+int cx_lid_cmp(const cx_lid_t *a, const cx_lid_t *b);               /* total order */
+
+typedef struct cx_config {        /* zero-initialised = defaults */
+    const char *model;            /* required: [A-Za-z0-9._:/-]{1,63} */
+    uint32_t stage, shard, replica;
+    const char *listen_ip;        /* default "127.0.0.1"; IPv6 accepted */
+    uint16_t port;                /* control port; 0 = ephemeral */
+    const char *backend;          /* NULL or "auto" (every usable backend, best per peer),
+                                     or "ucx" | "libfabric" | "zmq"; env CONNEX_BACKEND wins */
+    uint32_t heartbeat_ms;        /* default 1000 */
+    uint32_t heartbeat_timeout_ms;/* default 3000 */
+    uint32_t op_timeout_ms;       /* default 30000 */
+    uint32_t connect_timeout_ms;  /* first connect to a peer; default 5000 */
+    uint32_t recv_queue_max;      /* bounded message queue, messages; default 4096 */
+    uint64_t recv_queue_bytes;    /* bounded message queue, bytes; default 256 MiB */
+} cx_config_t;
+
+typedef struct cx_engine cx_engine_t;
+typedef struct cx_op cx_op_t;
+
+int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out);
+void cx_engine_destroy(cx_engine_t *e);                 /* BYE to peers, frees everything */
+const char *cx_engine_local_url(const cx_engine_t *e);  /* "127.0.0.1:51001#llama|1|0|0" */
+const char *cx_engine_backends(const cx_engine_t *e);   /* opened backends, best first: "ucx,zmq" */
+uint64_t cx_engine_incarnation(const cx_engine_t *e);
+
+/* Connect to a peer and wait until it is up (optional: ops connect on first use). */
+int cx_connect(cx_engine_t *e, const char *peer_url, int timeout_ms);
+/* The backend this pair uses ("zmq", ...), or NULL when the peer is unknown or not connected. */
+const char *cx_peer_backend(cx_engine_t *e, const char *peer);
+
+typedef enum {
+    CX_PEER_UNKNOWN = 0, CX_PEER_CONNECTING, CX_PEER_UP, CX_PEER_SUSPECT, CX_PEER_FAILED,
+    CX_PEER_LEFT
+} cx_peer_state_t;
+cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer);
+
+/* Memory: host or GPU (detected). Registered ranges may not overlap. */
+int cx_register_memory(cx_engine_t *e, void *addr, size_t len);
+int cx_unregister_memory(cx_engine_t *e, void *addr);
+
+/* One-sided, synchronous. The local buffer must lie inside a region registered with this engine,
+ * the remote range inside one region registered with the peer. */
+int cx_read(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, size_t len);
+int cx_write(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len);
+
+/* Write, then a message that the peer receives only after the data is in place. Asynchronous:
+ * *op is set on success and must be passed to cx_op_wait exactly once. */
+int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst,
+                  size_t len, const void *msg, size_t msg_len, cx_op_t **op);
+/* Returns the op's status and frees it; when timeout_ms expires first it returns CX_EAGAIN and
+ * the op stays valid (wait again). timeout_ms < 0 waits until the op completes (ops always complete:
+ * the engine's op timeout bounds them). */
+int cx_op_wait(cx_op_t *op, int timeout_ms);
+
+#define CX_MSG_MAX (64u << 20)   /* largest message or put_signal message */
+
+typedef struct cx_msg {
+    cx_lid_t from;
+    char from_url[CX_URL_MAX];
+    void *data;
+    size_t len;
+} cx_msg_t;
+
+int cx_send_msg(cx_engine_t *e, const char *peer, const void *buf, size_t len);
+/* 0 and a message (release it with cx_msg_release), or CX_ETIMEDOUT when none arrived. */
+int cx_recv_msg(cx_engine_t *e, cx_msg_t *msg, int timeout_ms);
+void cx_msg_release(cx_msg_t *msg);
+
+typedef enum {
+    CX_EVENT_UP = 0,      /* first contact with a peer, or a suspect peer recovered */
+    CX_EVENT_JOINED,      /* a known LID came back (new incarnation, or reconnected after FAILED) */
+    CX_EVENT_FAILED,      /* died, hung past the heartbeat timeout, or cut off; reason says which */
+    CX_EVENT_SUSPECT,     /* heartbeats missing; not yet failed */
+    CX_EVENT_LEFT         /* clean close (BYE) */
+} cx_event_type_t;
+const char *cx_event_name(cx_event_type_t t);   /* "up", "joined", "failed", "suspect", "left" */
+
+typedef struct cx_event {
+    cx_event_type_t type;
+    cx_lid_t peer;
+    char url[CX_URL_MAX];
+    char reason[128];
+    uint64_t incarnation;
+    uint64_t time_ns;     /* CLOCK_MONOTONIC when the engine saw it */
+} cx_event_t;
+
+/* 0 and an event, or CX_ETIMEDOUT when none arrived within timeout_ms (< 0: wait forever). */
+int cx_wait_event(cx_engine_t *e, cx_event_t *ev, int timeout_ms);
+
+enum { CX_OPK_READ = 0, CX_OPK_WRITE, CX_OPK_PUT_SIGNAL, CX_OPK_MSG, CX_OPK_COUNT };
+
+typedef struct cx_stats {
+    uint32_t peers_connecting, peers_up, peers_suspect, peers_failed, peers_left;
+    uint64_t regions, registered_bytes;
+    uint64_t ops_in_flight;
+    uint64_t peer_failures, peer_joins, op_timeouts;
+    uint64_t ops[CX_OPK_COUNT];        /* completed ok, initiated here */
+    uint64_t op_errors[CX_OPK_COUNT];  /* completed with an error, initiated here */
+    uint64_t bytes[CX_OPK_COUNT];      /* payload bytes of ok ops initiated here */
+    uint64_t served_ops[CX_OPK_COUNT]; /* requests served here as target (where the backend sees them) */
+    uint64_t served_bytes[CX_OPK_COUNT];
+    uint64_t rejected_requests;        /* target side: out of bounds, unknown sender, garbage */
+    uint64_t msgs_queued;              /* messages waiting for cx_recv_msg */
+    uint64_t msgs_refused;             /* refused with CX_EAGAIN because the queue was full */
+    uint64_t events_dropped;           /* oldest events dropped because nobody read them */
+    uint64_t auth_refused;
+    uint64_t staged_h2d_bytes, staged_d2h_bytes;
+    int gpudirect;                     /* 1 when GPU memory is registered with the NIC directly */
+} cx_stats_t;
+int cx_stats(cx_engine_t *e, cx_stats_t *st);
+
+/* Logging: CONNEX_LOG=error|warn|info|debug (default warn), to stderr. */
+void cx_log_set_level(int level);       /* 0 error .. 3 debug */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

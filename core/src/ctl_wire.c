@@ -1,0 +1,146 @@
+#include "ctl_wire.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void cx_ctl_hdr(uint8_t *hdr, uint32_t blen, uint8_t type)
+{
+    cx_wr_t w;
+    cx_wr_init(&w, hdr, CX_CTL_HDR);
+    cx_wr_u32(&w, blen);
+    cx_wr_u8(&w, type);
+    cx_wr_u8(&w, CX_CTL_VERSION);
+    cx_wr_u16(&w, 0);
+}
+
+int cx_ctl_hdr_parse(const uint8_t *hdr, uint32_t *blen, uint8_t *type)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, hdr, CX_CTL_HDR);
+    *blen = cx_rd_u32(&r);
+    *type = cx_rd_u8(&r);
+    uint8_t ver = cx_rd_u8(&r);
+    (void)cx_rd_u16(&r);
+    if (ver != CX_CTL_VERSION || *blen > CX_CTL_MAX_BODY || *type < CX_CTL_HELLO || *type > CX_CTL_REFUSE)
+        return CX_EINVAL;
+    return CX_OK;
+}
+
+void cx_wire_put_region(cx_wr_t *w, const cx_region_t *r, const char *const *names, int nb)
+{
+    cx_wr_u64(w, r->id);
+    cx_wr_u64(w, r->addr);
+    cx_wr_u64(w, r->len);
+    cx_wr_u8(w, (uint8_t)r->mem_kind);
+    uint8_t nk = 0;
+    for (int i = 0; i < nb; i++) nk += r->mh[i] != NULL;
+    cx_wr_u8(w, nk);
+    for (int i = 0; i < nb; i++) {
+        if (!r->mh[i]) continue;
+        cx_wr_str8(w, names[i]);
+        cx_wr_blob16(w, r->key[i], r->key_len[i]);
+    }
+}
+
+int cx_wire_get_region(cx_rd_t *r, cx_wire_region_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->id = cx_rd_u64(r);
+    out->addr = cx_rd_u64(r);
+    out->len = cx_rd_u64(r);
+    out->mem_kind = cx_rd_u8(r);
+    out->nkeys = cx_rd_u8(r);
+    if (out->nkeys > CX_MAX_BACKENDS) return CX_EINVAL;
+    for (int i = 0; i < out->nkeys; i++) {
+        size_t n;
+        cx_rd_str8(r, out->keys[i].name, sizeof out->keys[i].name);
+        out->keys[i].key = cx_rd_blob16(r, &n);
+        out->keys[i].len = (uint16_t)n;
+    }
+    if (!r->ok || out->len == 0 || out->addr + out->len < out->addr || out->id == 0) return CX_EINVAL;
+    return CX_OK;
+}
+
+static void put_lid(cx_wr_t *w, const cx_lid_t *lid)
+{
+    cx_wr_str8(w, lid->model);
+    cx_wr_u32(w, lid->stage);
+    cx_wr_u32(w, lid->shard);
+    cx_wr_u32(w, lid->replica);
+}
+
+static void get_lid(cx_rd_t *r, cx_lid_t *lid)
+{
+    cx_rd_str8(r, lid->model, sizeof lid->model);
+    lid->stage = cx_rd_u32(r);
+    lid->shard = cx_rd_u32(r);
+    lid->replica = cx_rd_u32(r);
+}
+
+void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
+                            const cx_lid_t *target, uint32_t hb_ms, uint32_t hbt_ms, int nb, const char *const *names,
+                            const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions)
+{
+    cx_wr_u32(w, CX_CTL_MAGIC);
+    cx_wr_u64(w, inc);
+    put_lid(w, lid);
+    cx_wr_str8(w, url);
+    put_lid(w, target);
+    cx_wr_u32(w, hb_ms);
+    cx_wr_u32(w, hbt_ms);
+    cx_wr_u8(w, (uint8_t)nb);
+    for (int i = 0; i < nb; i++) {
+        cx_wr_str8(w, names[i]);
+        cx_wr_blob16(w, addrs[i], addr_lens[i]);
+    }
+    cx_wr_u32(w, nregions);
+}
+
+int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char *err, size_t errlen)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, len);
+    memset(h, 0, sizeof *h);
+    if (cx_rd_u32(&r) != CX_CTL_MAGIC) {
+        snprintf(err, errlen, "bad magic (not a connex peer)");
+        return CX_EINVAL;
+    }
+    h->incarnation = cx_rd_u64(&r);
+    get_lid(&r, &h->lid);
+    cx_rd_str8(&r, h->url, sizeof h->url);
+    get_lid(&r, &h->target);
+    h->hb_ms = cx_rd_u32(&r);
+    h->hb_timeout_ms = cx_rd_u32(&r);
+    h->nb = cx_rd_u8(&r);
+    if (!r.ok || h->nb > CX_MAX_BACKENDS) {
+        snprintf(err, errlen, "truncated or malformed HELLO");
+        return CX_EINVAL;
+    }
+    for (int i = 0; i < h->nb; i++) {
+        size_t n;
+        cx_rd_str8(&r, h->b[i].name, sizeof h->b[i].name);
+        h->b[i].addr = cx_rd_blob16(&r, &n);
+        h->b[i].addr_len = (uint16_t)n;
+    }
+    h->nregions = cx_rd_u32(&r);
+    if (!r.ok) {
+        snprintf(err, errlen, "truncated HELLO");
+        return CX_EINVAL;
+    }
+    cx_url_t u;
+    char uerr[200];
+    if (cx_url_parse(h->url, &u, uerr, sizeof uerr)) {
+        snprintf(err, errlen, "HELLO carries a bad URL: %s", uerr);
+        return CX_EINVAL;
+    }
+    if (cx_lid_cmp(&u.lid, &h->lid)) {
+        snprintf(err, errlen, "HELLO URL %s does not match its LID", h->url);
+        return CX_EINVAL;
+    }
+    if (h->incarnation == 0) {
+        snprintf(err, errlen, "HELLO with incarnation 0");
+        return CX_EINVAL;
+    }
+    h->regions = r;
+    return CX_OK;
+}

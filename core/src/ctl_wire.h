@@ -1,0 +1,72 @@
+/* The control protocol between two engines (one TCP connection per pair of peers).
+ * Frame: u32 body length, u8 type, u8 version, u16 reserved, then the body (little endian). */
+#ifndef CX_CTL_WIRE_H
+#define CX_CTL_WIRE_H
+
+#include "connex/connex.h"
+#include "connex/wire.h"
+#include "region.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CX_CTL_MAGIC 0x31584e43u   /* "CNX1" */
+#define CX_CTL_VERSION 1
+#define CX_CTL_HDR 8
+#define CX_CTL_MAX_BODY (64u << 20)
+#define CX_BNAME_MAX 16
+#define CX_BADDR_MAX 4096
+
+enum {
+    CX_CTL_HELLO = 1,     /* initiator -> acceptor */
+    CX_CTL_HELLO_ACK = 2, /* acceptor -> initiator, same body */
+    CX_CTL_REG_ADD = 3,   /* a region was registered */
+    CX_CTL_REG_DEL = 4,   /* a region was unregistered */
+    CX_CTL_REG_QUERY = 5, /* which region holds [addr, addr+len)? */
+    CX_CTL_REG_REPLY = 6,
+    CX_CTL_HB = 7,        /* heartbeat */
+    CX_CTL_BYE = 8,       /* clean close */
+    CX_CTL_REFUSE = 9     /* handshake refused: i32 status, str8 reason; then the acceptor closes */
+};
+
+typedef struct cx_wire_backend {
+    char name[CX_BNAME_MAX];
+    uint16_t addr_len;
+    const uint8_t *addr;         /* points into the frame */
+} cx_wire_backend_t;
+
+typedef struct cx_wire_hello {
+    uint64_t incarnation;
+    cx_lid_t lid;
+    char url[CX_URL_MAX];
+    cx_lid_t target;             /* HELLO: whom the dialler means to reach; HELLO_ACK: the dialler */
+    uint32_t hb_ms, hb_timeout_ms;
+    uint8_t nb;
+    cx_wire_backend_t b[CX_MAX_BACKENDS];
+    uint32_t nregions;
+    cx_rd_t regions;             /* positioned at the first region */
+} cx_wire_hello_t;
+
+typedef struct cx_wire_region {
+    uint64_t id, addr, len;
+    uint8_t mem_kind;
+    uint8_t nkeys;
+    struct { char name[CX_BNAME_MAX]; uint16_t len; const uint8_t *key; } keys[CX_MAX_BACKENDS];
+} cx_wire_region_t;
+
+/* Writes the 8-byte header for a body of blen bytes. */
+void cx_ctl_hdr(uint8_t *hdr, uint32_t blen, uint8_t type);
+/* Parses a header: 0 and (*blen, *type), or CX_EINVAL for a bad version or oversize body. */
+int cx_ctl_hdr_parse(const uint8_t *hdr, uint32_t *blen, uint8_t *type);
+
+/* Region encoding; backend names come from `names` (index = local backend index). */
+void cx_wire_put_region(cx_wr_t *w, const cx_region_t *r, const char *const *names, int nb);
+int cx_wire_get_region(cx_rd_t *r, cx_wire_region_t *out);
+
+void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
+                            const cx_lid_t *target, uint32_t hb_ms, uint32_t hbt_ms, int nb, const char *const *names,
+                            const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions);
+/* Decodes a HELLO body up to its regions (iterate them with cx_wire_get_region on h->regions). */
+int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char *err, size_t errlen);
+
+#endif

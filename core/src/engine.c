@@ -1,0 +1,620 @@
+/* Engine lifecycle and the public API entry points. Callers validate what they can locally,
+ * then hand an op to the progress thread and wait for its completion. */
+#include "engine.h"
+
+#include "connex/log.h"
+#include "gpu_hook.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+uint64_t cx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
+{
+    memset(op, 0, sizeof *op);
+    op->e = e;
+    op->kind = kind;
+    op->status = CX_ERR;
+    pthread_mutex_init(&op->mu, NULL);
+    cx_cond_init_mono(&op->cv);
+}
+
+static void op_destroy(cx_op_t *op)
+{
+    pthread_mutex_destroy(&op->mu);
+    pthread_cond_destroy(&op->cv);
+    free(op->msg_copy);
+}
+
+void cx_op_complete(cx_op_t *op, int status)
+{
+    pthread_mutex_lock(&op->mu);
+    op->status = status;
+    op->done = 1;
+    pthread_cond_signal(&op->cv);
+    pthread_mutex_unlock(&op->mu);
+}
+
+int cx_submit(cx_engine_t *e, cx_op_t *op)
+{
+    pthread_mutex_lock(&e->qmu);
+    if (e->closing) {
+        pthread_mutex_unlock(&e->qmu);
+        return CX_ECLOSED;
+    }
+    int was_empty = e->qhead == NULL;
+    op->next = NULL;
+    if (e->qtail) e->qtail->next = op;
+    else e->qhead = op;
+    e->qtail = op;
+    pthread_mutex_unlock(&e->qmu);
+    if (was_empty) {
+        uint64_t one = 1;
+        /* An eventfd write only fails when the counter would overflow; it is still readable. */
+        if (write(e->cmdfd, &one, sizeof one) < 0 && errno != EAGAIN) cx_error("eventfd: %s", strerror(errno));
+    }
+    return CX_OK;
+}
+
+static int wait_done(cx_op_t *op)
+{
+    pthread_mutex_lock(&op->mu);
+    while (!op->done) pthread_cond_wait(&op->cv, &op->mu);
+    int st = op->status;
+    pthread_mutex_unlock(&op->mu);
+    return st;
+}
+
+/* Runs on a stack op; returns its status. */
+static int run_sync(cx_engine_t *e, cx_op_t *op)
+{
+    int rc = cx_submit(e, op);
+    if (rc == CX_OK) rc = wait_done(op);
+    op_destroy(op);
+    return rc;
+}
+
+int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg)
+{
+    cx_op_t op;
+    cx_op_init(&op, e, CX_OPK_EXEC);
+    op.fn = fn;
+    op.arg = arg;
+    return run_sync(e, &op);
+}
+
+/* ---------------------------------------------------------------- create / destroy */
+
+static int config_check(const cx_config_t *cfg, cx_engine_t *e)
+{
+    if (!cfg || !cfg->model) { cx_error("engine: config.model is required"); return CX_EINVAL; }
+    char lid[CX_MODEL_MAX + 40], err[200];
+    snprintf(lid, sizeof lid, "%.*s|%u|%u|%u", CX_MODEL_MAX, cfg->model, cfg->stage, cfg->shard, cfg->replica);
+    if (strlen(cfg->model) >= CX_MODEL_MAX || cx_lid_parse(lid, &e->lid, err, sizeof err)) {
+        cx_error("engine: bad identity: %s", strlen(cfg->model) >= CX_MODEL_MAX ? "model name too long" : err);
+        return CX_EINVAL;
+    }
+    e->cfg = *cfg;
+    snprintf(e->listen_ip, sizeof e->listen_ip, "%s", cfg->listen_ip ? cfg->listen_ip : "127.0.0.1");
+    if (!e->cfg.heartbeat_ms) e->cfg.heartbeat_ms = 1000;
+    if (!e->cfg.heartbeat_timeout_ms) e->cfg.heartbeat_timeout_ms = 3000;
+    if (!e->cfg.op_timeout_ms) e->cfg.op_timeout_ms = 30000;
+    if (!e->cfg.connect_timeout_ms) e->cfg.connect_timeout_ms = 5000;
+    if (!e->cfg.recv_queue_max) e->cfg.recv_queue_max = 4096;
+    if (!e->cfg.recv_queue_bytes) e->cfg.recv_queue_bytes = 256ull << 20;
+    if (e->cfg.heartbeat_timeout_ms <= e->cfg.heartbeat_ms) {
+        cx_error("engine: heartbeat_timeout_ms (%u) must exceed heartbeat_ms (%u)",
+                 e->cfg.heartbeat_timeout_ms, e->cfg.heartbeat_ms);
+        return CX_EINVAL;
+    }
+    e->cfg.model = e->model;
+    snprintf(e->model, sizeof e->model, "%s", cfg->model);
+    e->cfg.listen_ip = e->listen_ip;
+    return CX_OK;
+}
+
+/* Which backends to open: CONNEX_BACKEND wins over the config; "auto" opens every one built. */
+static int open_backends(cx_engine_t *e)
+{
+    const char *want = getenv("CONNEX_BACKEND");
+    if (!want || !*want) want = e->cfg.backend;
+    if (!want || !*want) want = "auto";
+    int is_auto = !strcmp(want, "auto");
+    int known = is_auto;
+    const struct cx_backend_ops *order[CX_MAX_BACKENDS];
+    int n = cx_select_order(want, order, CX_MAX_BACKENDS);
+    if (n < 0) return n;
+    for (int i = 0; i < n; i++) {
+        const struct cx_backend_ops *ops = order[i];
+        if (!is_auto && strcmp(ops->name, want)) continue;
+        known = 1;
+        cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip,
+                                  .incarnation = e->incarnation, .gpu_direct = cx_gpu_hook_gdr() };
+        cx_bslot_t *s = &e->be[e->nb];
+        int rc = ops->open(&p, &s->b);
+        if (rc) {
+            if (is_auto) { cx_info("backend %s not usable here (%s): skipped", ops->name, cx_strerror(rc)); continue; }
+            cx_error("CONNEX_BACKEND=%s: the backend cannot run here (%s); see the log above", want, cx_strerror(rc));
+            return rc;
+        }
+        s->ops = ops;
+        s->addr_len = sizeof s->addr;
+        if (ops->address(s->b, s->addr, &s->addr_len)) {
+            cx_error("backend %s: no address", ops->name);
+            ops->close(s->b);
+            continue;
+        }
+        e->bnames[e->nb] = ops->name;
+        e->nb++;
+    }
+    if (!known) {
+        char built[64] = "";
+        for (int i = 0; cx_backends_builtin[i]; i++)
+            snprintf(built + strlen(built), sizeof built - strlen(built), "%s%s", i ? "," : "", cx_backends_builtin[i]->name);
+        cx_error("backend '%s' is not built into this library (built: %s)", want, built[0] ? built : "none");
+        return CX_EUNSUPPORTED;
+    }
+    if (e->nb == 0) { cx_error("no usable backend (wanted '%s')", want); return CX_EUNSUPPORTED; }
+    e->backends_str[0] = 0;
+    for (int i = 0; i < e->nb; i++)
+        snprintf(e->backends_str + strlen(e->backends_str), sizeof e->backends_str - strlen(e->backends_str),
+                 "%s%s", i ? "," : "", e->bnames[i]);
+    return CX_OK;
+}
+
+static void engine_free(cx_engine_t *e)
+{
+    for (int i = 0; i < e->nb; i++) {
+        if (e->be[i].w.kind) cx_watch_del(e, e->be[i].ops->wait_fd(e->be[i].b));
+        e->be[i].ops->close(e->be[i].b);
+    }
+    if (e->lfd >= 0) close(e->lfd);
+    if (e->cmdfd >= 0) close(e->cmdfd);
+    if (e->timerfd >= 0) close(e->timerfd);
+    if (e->epfd >= 0) close(e->epfd);
+    cx_registry_fini(&e->reg);
+    cx_msgq_fini(&e->msgq);
+    cx_evq_fini(&e->evq);
+    pthread_mutex_destroy(&e->qmu);
+    free(e);
+}
+
+int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
+{
+    cx_log_init();
+    if (!out) { cx_error("engine: NULL out pointer"); return CX_EINVAL; }
+    *out = NULL;
+    cx_engine_t *e = calloc(1, sizeof *e);
+    if (!e) return CX_ENOMEM;
+    e->epfd = e->lfd = e->cmdfd = e->timerfd = -1;
+    pthread_mutex_init(&e->qmu, NULL);
+    cx_registry_init(&e->reg);
+    int rc = config_check(cfg, e);
+    if (!rc) rc = cx_msgq_init(&e->msgq, e->cfg.recv_queue_max, e->cfg.recv_queue_bytes);
+    else cx_msgq_init(&e->msgq, 1, 1);
+    if (cx_evq_init(&e->evq) && !rc) rc = CX_ENOMEM;
+    if (rc) { engine_free(e); return rc; }
+    while (!e->incarnation)
+        if (getrandom(&e->incarnation, sizeof e->incarnation, 0) != sizeof e->incarnation)
+            e->incarnation = cx_now_ns() ^ ((uint64_t)getpid() << 32);
+    e->next_query_id = 1;
+
+    e->epfd = epoll_create1(EPOLL_CLOEXEC);
+    e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    e->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (e->epfd < 0 || e->cmdfd < 0 || e->timerfd < 0) {
+        cx_error("engine: epoll/eventfd/timerfd: %s", strerror(errno));
+        engine_free(e);
+        return CX_ERR;
+    }
+    uint16_t port = 0;
+    int fd = cx_sock_listen(e->listen_ip, e->cfg.port, &port);
+    if (fd < 0) { engine_free(e); return fd; }
+    e->lfd = fd;
+    cx_url_t u;
+    memset(&u, 0, sizeof u);
+    snprintf(u.host, sizeof u.host, "%s", e->listen_ip);
+    u.is_ipv6 = strchr(e->listen_ip, ':') != NULL;
+    u.port = port;
+    u.lid = e->lid;
+    cx_url_format(&u, e->url, sizeof e->url);
+
+    rc = open_backends(e);
+    if (rc) { engine_free(e); return rc; }
+
+    /* Timers: a tick a quarter of the heartbeat, so SUSPECT/FAILED land within 25% of their
+     * thresholds; bounded so that op timeouts and reconnects stay responsive. */
+    uint64_t tick_ms = e->cfg.heartbeat_ms / 4;
+    if (tick_ms < 5) tick_ms = 5;
+    if (tick_ms > 100) tick_ms = 100;
+    e->tick_ns = tick_ms * 1000000ull;
+    struct itimerspec its = { .it_interval = { 0, (long)(tick_ms * 1000000) }, .it_value = { 0, (long)(tick_ms * 1000000) } };
+    timerfd_settime(e->timerfd, 0, &its, NULL);
+
+    e->lw = (cx_watch_t){ CX_W_LISTEN, e, 0 };
+    e->cw = (cx_watch_t){ CX_W_CMD, e, 0 };
+    e->tw = (cx_watch_t){ CX_W_TIMER, e, 0 };
+    rc = cx_watch_add(e, e->lfd, EPOLLIN, &e->lw) | cx_watch_add(e, e->cmdfd, EPOLLIN, &e->cw) |
+         cx_watch_add(e, e->timerfd, EPOLLIN, &e->tw);
+    for (int i = 0; i < e->nb && !rc; i++) {
+        int bfd = e->be[i].ops->wait_fd(e->be[i].b);
+        if (bfd < 0) continue;
+        e->be[i].w = (cx_watch_t){ CX_W_BACKEND, e, i };
+        rc = cx_watch_add(e, bfd, EPOLLIN, &e->be[i].w);
+    }
+    if (rc) { engine_free(e); return CX_ERR; }
+    if (pthread_create(&e->thread, NULL, cx_progress_main, e)) {
+        cx_error("engine: cannot start the progress thread");
+        engine_free(e);
+        return CX_ERR;
+    }
+    e->thread_started = 1;
+    cx_info("engine %s up, incarnation %016llx, backends %s", e->url, (unsigned long long)e->incarnation,
+            e->backends_str);
+    *out = e;
+    return CX_OK;
+}
+
+static void shutdown_on_thread(cx_engine_t *e, void *arg)
+{
+    (void)arg;
+    cx_peer_send_bye_all(e);
+    atomic_store(&e->stop, 1);
+}
+
+void cx_engine_destroy(cx_engine_t *e)
+{
+    if (!e) return;
+    cx_exec(e, shutdown_on_thread, NULL);
+    pthread_mutex_lock(&e->qmu);
+    e->closing = 1;
+    pthread_mutex_unlock(&e->qmu);
+    pthread_join(e->thread, NULL);
+    /* The thread failed everything it held; ops queued after it stopped looking fail here. */
+    cx_op_t *op = e->qhead;
+    e->qhead = e->qtail = NULL;
+    while (op) {
+        cx_op_t *n = op->next;
+        cx_op_complete(op, CX_ECLOSED);
+        op = n;
+    }
+    cx_peer_free_all(e);
+    while (e->conns) cx_conn_close(e, e->conns);
+    cx_msgq_close(&e->msgq);
+    cx_evq_close(&e->evq);
+    /* Regions still registered: deregister from the backends before closing them. */
+    for (size_t i = 0; i < e->reg.n; i++)
+        for (int b = 0; b < e->nb; b++)
+            if (e->reg.v[i]->mh[b]) e->be[b].ops->mem_dereg(e->be[b].b, e->reg.v[i]->mh[b]);
+    engine_free(e);
+}
+
+const char *cx_engine_local_url(const cx_engine_t *e) { return e ? e->url : NULL; }
+const char *cx_engine_backends(const cx_engine_t *e) { return e ? e->backends_str : NULL; }
+uint64_t cx_engine_incarnation(const cx_engine_t *e) { return e ? e->incarnation : 0; }
+
+/* ---------------------------------------------------------------- peers named by callers */
+
+/* A URL (has '#') or a bare LID. */
+static int parse_peer(const char *peer, cx_op_t *op)
+{
+    char err[256];
+    if (!peer) { cx_warn("peer is NULL"); return CX_EINVAL; }
+    if (strchr(peer, '#')) {
+        if (cx_url_parse(peer, &op->url, err, sizeof err)) { cx_warn("%s", err); return CX_EINVAL; }
+        op->by_url = 1;
+        op->lid = op->url.lid;
+        return CX_OK;
+    }
+    if (cx_lid_parse(peer, &op->lid, err, sizeof err)) {
+        cx_warn("peer '%.100s' is neither a URL (ip:port#model|stage|shard|replica) nor a LID: %s", peer, err);
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}
+
+int cx_connect(cx_engine_t *e, const char *peer_url, int timeout_ms)
+{
+    if (!e) return CX_EINVAL;
+    uint64_t deadline = cx_now_ns() + (uint64_t)(timeout_ms < 0 ? e->cfg.connect_timeout_ms : (uint32_t)timeout_ms) * 1000000ull;
+    for (int attempt = 0;; attempt++) {
+        cx_op_t op;
+        cx_op_init(&op, e, CX_OPK_CONNECT);
+        int rc = parse_peer(peer_url, &op);
+        if (rc == CX_OK && !op.by_url) {
+            /* A bare LID can be "connected" only if known: the op resolves it. */
+        }
+        if (rc) { op_destroy(&op); return rc; }
+        op.deadline_ns = deadline;
+        rc = run_sync(e, &op);
+        /* Nobody listening yet: try again until the deadline (a peer may still be starting). */
+        if (rc != CX_EPEER || cx_now_ns() + 20000000ull > deadline) return rc;
+        struct timespec ts = { 0, 20000000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+struct peer_q { cx_lid_t lid; const char *backend; cx_peer_state_t state; };
+static void peer_q_fn(cx_engine_t *e, void *arg)
+{
+    struct peer_q *q = arg;
+    cx_peer_t *p = cx_peer_find(e, &q->lid);
+    if (!p) return;
+    q->state = p->state;
+    if (p->bidx >= 0 && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) q->backend = e->bnames[p->bidx];
+}
+
+static int peer_query(cx_engine_t *e, const char *peer, struct peer_q *q)
+{
+    cx_op_t tmp;
+    memset(q, 0, sizeof *q);
+    if (!e || parse_peer(peer, &tmp)) return CX_EINVAL;
+    q->lid = tmp.lid;
+    return cx_exec(e, peer_q_fn, q);
+}
+
+const char *cx_peer_backend(cx_engine_t *e, const char *peer)
+{
+    struct peer_q q;
+    return peer_query(e, peer, &q) ? NULL : q.backend;
+}
+
+cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer)
+{
+    struct peer_q q;
+    return peer_query(e, peer, &q) ? CX_PEER_UNKNOWN : q.state;
+}
+
+/* ---------------------------------------------------------------- memory */
+
+struct reg_arg { void *addr; size_t len; int rc; cx_region_t *reg; };
+
+static void reg_fn(cx_engine_t *e, void *arg)
+{
+    struct reg_arg *a = arg;
+    int kind = cx_gpu_hook_mem_kind(a->addr, a->len);
+    cx_region_t *r;
+    a->rc = cx_registry_add(&e->reg, a->addr, a->len, kind, &r);
+    if (a->rc) return;
+    for (int i = 0; i < e->nb; i++) {
+        uint8_t key[CX_KEY_MAX];
+        size_t klen = sizeof key;
+        int rc = e->be[i].ops->mem_reg(e->be[i].b, a->addr, a->len, kind, &r->mh[i], key, &klen);
+        if (rc == CX_OK && klen > CX_KEY_MAX) rc = CX_ERR;
+        if (rc == CX_OK) {
+            r->key[i] = malloc(klen ? klen : 1);
+            if (!r->key[i]) rc = CX_ENOMEM;
+            else { memcpy(r->key[i], key, klen); r->key_len[i] = (uint16_t)klen; }
+        }
+        if (rc) {
+            cx_error("register %p+%zu: backend %s refused it (%s)", a->addr, a->len, e->bnames[i], cx_strerror(rc));
+            for (int j = 0; j <= i; j++)
+                if (r->mh[j]) e->be[j].ops->mem_dereg(e->be[j].b, r->mh[j]);
+            cx_registry_remove(&e->reg, a->addr, NULL);
+            a->rc = rc;
+            return;
+        }
+    }
+    uint8_t *buf = malloc(64 + (size_t)e->nb * (CX_KEY_MAX + 24));
+    if (buf) {
+        cx_wr_t w;
+        cx_wr_init(&w, buf, 64 + (size_t)e->nb * (CX_KEY_MAX + 24));
+        cx_wire_put_region(&w, r, e->bnames, e->nb);
+        if (w.ok) cx_peer_broadcast(e, CX_CTL_REG_ADD, buf, w.len);
+        free(buf);
+    }
+    a->reg = r;
+}
+
+int cx_register_memory(cx_engine_t *e, void *addr, size_t len)
+{
+    if (!e) return CX_EINVAL;
+    struct reg_arg a = { addr, len, CX_ERR, NULL };
+    int rc = cx_exec(e, reg_fn, &a);
+    return rc ? rc : a.rc;
+}
+
+static void unreg_fn(cx_engine_t *e, void *arg)
+{
+    struct reg_arg *a = arg;
+    cx_region_t *r;
+    a->rc = cx_registry_remove(&e->reg, a->addr, &r);
+    if (a->rc) return;
+    for (int i = 0; i < e->nb; i++)
+        if (r->mh[i]) e->be[i].ops->mem_dereg(e->be[i].b, r->mh[i]);
+    uint8_t body[8];
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u64(&w, r->id);
+    cx_peer_broadcast(e, CX_CTL_REG_DEL, body, w.len);
+    a->reg = r;
+}
+
+int cx_unregister_memory(cx_engine_t *e, void *addr)
+{
+    if (!e) return CX_EINVAL;
+    struct reg_arg a = { addr, 0, CX_ERR, NULL };
+    int rc = cx_exec(e, unreg_fn, &a);
+    if (rc) return rc;
+    if (a.rc) return a.rc;
+    /* Zero-copy sends out of this region may still be on the wire: wait for them (bounded by the
+     * op timeout) before the caller is told it may free the memory. */
+    uint64_t deadline = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    while (atomic_load(&a.reg->pins) > 0 && cx_now_ns() < deadline) {
+        struct timespec ts = { 0, 200000 };
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&a.reg->pins) > 0) {
+        cx_error("unregister %p: sends from the region still in flight after %u ms; leaking its record",
+                 addr, e->cfg.op_timeout_ms);
+        return CX_ETIMEDOUT;
+    }
+    cx_region_free(a.reg);
+    return CX_OK;
+}
+
+/* ---------------------------------------------------------------- data ops */
+
+static int local_check(cx_engine_t *e, const void *buf, size_t len, const char *what, int *mem_kind)
+{
+    if (!buf) { cx_warn("%s: NULL local buffer", what); return CX_EINVAL; }
+    if (len == 0) { cx_warn("%s: zero length", what); return CX_EINVAL; }
+    if (!cx_registry_contains(&e->reg, (uint64_t)(uintptr_t)buf, len, mem_kind)) {
+        cx_warn("%s: local buffer [%p, +%zu) is not inside one registered region", what, buf, len);
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}
+
+static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *peer, void *local,
+                uint64_t remote, size_t len, const char *what)
+{
+    cx_op_init(op, e, kind);
+    op->x.kind = xkind;
+    op->x.local = local;
+    op->x.len = len;
+    op->x.remote = remote;
+    int rc = parse_peer(peer, op);
+    if (!rc && xkind != CX_XFER_MSG) rc = local_check(e, local, len, what, &op->x.local_mem);
+    if (!rc && remote + len < remote) { cx_warn("%s: remote range wraps around", what); rc = CX_EINVAL; }
+    op->deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    return rc;
+}
+
+int cx_read(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, size_t len)
+{
+    if (!e) return CX_EINVAL;
+    cx_op_t op;
+    int rc = prep(e, &op, CX_OPK_READ, CX_XFER_READ, peer, dst, remote_src, len, "read");
+    if (rc) { op_destroy(&op); return rc; }
+    return run_sync(e, &op);
+}
+
+int cx_write(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len)
+{
+    if (!e) return CX_EINVAL;
+    cx_op_t op;
+    int rc = prep(e, &op, CX_OPK_WRITE, CX_XFER_WRITE, peer, (void *)src, remote_dst, len, "write");
+    if (rc) { op_destroy(&op); return rc; }
+    return run_sync(e, &op);
+}
+
+int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len,
+                  const void *msg, size_t msg_len, cx_op_t **out)
+{
+    if (out) *out = NULL;
+    if (!e || !out) { cx_warn("put_signal: NULL engine or op pointer"); return CX_EINVAL; }
+    if (msg_len > CX_MSG_MAX || (msg_len && !msg)) { cx_warn("put_signal: bad message (%zu bytes)", msg_len); return CX_EINVAL; }
+    cx_op_t *op = malloc(sizeof *op);
+    if (!op) return CX_ENOMEM;
+    int rc = prep(e, op, CX_OPK_PUT_SIGNAL, CX_XFER_PUT_SIGNAL, peer, (void *)src, remote_dst, len, "put_signal");
+    if (!rc && msg_len) {
+        op->msg_copy = malloc(msg_len);
+        if (!op->msg_copy) rc = CX_ENOMEM;
+        else memcpy(op->msg_copy, msg, msg_len);
+    }
+    op->x.msg = op->msg_copy;
+    op->x.msg_len = msg_len;
+    op->async = 1;
+    if (!rc) rc = cx_submit(e, op);
+    if (rc) { op_destroy(op); free(op); return rc; }
+    *out = op;
+    return CX_OK;
+}
+
+int cx_op_wait(cx_op_t *op, int timeout_ms)
+{
+    if (!op) return CX_EINVAL;
+    struct timespec dl;
+    if (timeout_ms >= 0) cx_deadline_ms(&dl, timeout_ms);
+    pthread_mutex_lock(&op->mu);
+    while (!op->done)
+        if (cx_cond_wait_ms(&op->cv, &op->mu, timeout_ms >= 0 ? &dl : NULL) == ETIMEDOUT) break;
+    int done = op->done, st = op->status;
+    pthread_mutex_unlock(&op->mu);
+    if (!done) return CX_EAGAIN;   /* not CX_ETIMEDOUT: that is the op's own status */
+    op_destroy(op);
+    free(op);
+    return st;
+}
+
+int cx_send_msg(cx_engine_t *e, const char *peer, const void *buf, size_t len)
+{
+    if (!e) return CX_EINVAL;
+    if (len > CX_MSG_MAX) { cx_warn("send_msg: %zu bytes exceeds CX_MSG_MAX", len); return CX_EINVAL; }
+    if (len && !buf) { cx_warn("send_msg: NULL buffer"); return CX_EINVAL; }
+    cx_op_t op;
+    int rc = prep(e, &op, CX_OPK_MSG, CX_XFER_MSG, peer, NULL, 0, 0, "send_msg");
+    op.x.msg = buf;
+    op.x.msg_len = len;
+    if (rc) { op_destroy(&op); return rc; }
+    return run_sync(e, &op);
+}
+
+int cx_recv_msg(cx_engine_t *e, cx_msg_t *msg, int timeout_ms)
+{
+    if (!e || !msg) return CX_EINVAL;
+    memset(msg, 0, sizeof *msg);
+    return cx_msgq_pop(&e->msgq, msg, timeout_ms);
+}
+
+void cx_msg_release(cx_msg_t *msg)
+{
+    if (!msg) return;
+    free(msg->data);
+    msg->data = NULL;
+    msg->len = 0;
+}
+
+int cx_wait_event(cx_engine_t *e, cx_event_t *ev, int timeout_ms)
+{
+    if (!e || !ev) return CX_EINVAL;
+    return cx_evq_pop(&e->evq, ev, timeout_ms);
+}
+
+static void stats_fn(cx_engine_t *e, void *arg)
+{
+    cx_stats_t *st = arg;
+    *st = e->st;
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        switch (p->state) {
+        case CX_PEER_CONNECTING: st->peers_connecting++; break;
+        case CX_PEER_UP: st->peers_up++; break;
+        case CX_PEER_SUSPECT: st->peers_suspect++; break;
+        case CX_PEER_FAILED: st->peers_failed++; break;
+        case CX_PEER_LEFT: st->peers_left++; break;
+        default: break;
+        }
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight++;
+    }
+    pthread_rwlock_rdlock(&e->reg.lock);
+    st->regions = e->reg.n;
+    st->registered_bytes = e->reg.bytes;
+    pthread_rwlock_unlock(&e->reg.lock);
+    st->msgs_queued = cx_msgq_len(&e->msgq);
+    pthread_mutex_lock(&e->evq.mu);
+    st->events_dropped = e->evq.dropped;
+    pthread_mutex_unlock(&e->evq.mu);
+    cx_gpu_hook_stats(st);
+}
+
+int cx_stats(cx_engine_t *e, cx_stats_t *st)
+{
+    if (!e || !st) return CX_EINVAL;
+    memset(st, 0, sizeof *st);
+    return cx_exec(e, stats_fn, st);
+}

@@ -1,0 +1,197 @@
+/* Engine internals shared by the core's files. Only the progress thread touches peers, conns,
+ * ops in flight and backends; caller threads touch the command queue, the message and event
+ * queues and the registry (under their locks). */
+#ifndef CX_ENGINE_H
+#define CX_ENGINE_H
+
+#include "connex/backend.h"
+#include "connex/connex.h"
+#include "ctl_wire.h"
+#include "queue.h"
+#include "region.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+typedef struct cx_peer cx_peer_t;
+typedef struct cx_conn cx_conn_t;
+
+enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND };
+typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
+
+struct cx_conn {
+    cx_watch_t w;
+    int fd;
+    int outgoing;             /* we initiated it */
+    int tcp_up;               /* non-blocking connect finished */
+    int want_out;             /* EPOLLOUT registered */
+    cx_peer_t *peer;          /* outgoing: the peer dialled; inbound: set once HELLO is accepted */
+    int bound;                /* the peer's active connection */
+    uint8_t *rx; size_t rx_len, rx_cap;
+    uint8_t *tx; size_t tx_off, tx_len, tx_cap;
+    uint64_t t_start_ns;      /* for the HELLO timeout */
+    cx_conn_t *next;
+};
+
+typedef struct cx_rregion {   /* a region registered at a peer, as its HELLO/REG_ADD said */
+    uint64_t id, addr, len;
+    int mem_kind;
+    uint16_t key_len[CX_MAX_BACKENDS];  /* indexed by *local* backend index */
+    uint8_t *key[CX_MAX_BACKENDS];
+    struct cx_rregion *next;
+} cx_rregion_t;
+
+struct cx_op {
+    cx_xfer_t x;              /* what the backend sees; first member */
+    cx_engine_t *e;
+    int kind;                 /* CX_OPK_* or CX_OPK_EXEC */
+    int by_url;               /* peer named by URL (connects if needed) */
+    cx_url_t url;
+    cx_lid_t lid;
+    cx_peer_t *peer;
+    int stage;                /* OPS_* */
+    uint64_t deadline_ns;
+    uint64_t query_id;
+    int status;
+    int forced_status;        /* set before a disconnect: the status the xfer completes with */
+    void (*fn)(cx_engine_t *, void *);   /* CX_OPK_EXEC */
+    void *arg;
+    void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
+    int async;                /* put_signal: freed by cx_op_wait */
+    int done;
+    int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cx_op_t *next, *prev;
+};
+#define CX_OPK_EXEC 100
+#define CX_OPK_CONNECT 101
+enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE };
+
+struct cx_peer {
+    cx_lid_t lid;
+    char lid_str[96];
+    cx_url_t u;
+    char url[CX_URL_MAX];
+    cx_peer_state_t state;
+    int ever_up;
+    int bye;                  /* BYE received on the active connection */
+    uint64_t incarnation;     /* of the current (or last) HELLO; 0 before any */
+    cx_conn_t *conn;          /* active control connection */
+    cx_conn_t *pending;       /* outgoing connection before HELLO_ACK */
+    /* what the peer advertised, indexed by our backend index */
+    uint16_t adv_len[CX_MAX_BACKENDS];
+    uint8_t *adv[CX_MAX_BACKENDS];
+    int bidx;                 /* backend in use, -1 none */
+    cx_bep_t *ep;
+    cx_rregion_t *rregions;
+    cx_op_t ops;              /* sentinel: every op bound to this peer */
+    uint64_t last_rx_ns, last_tx_ns;
+    uint64_t connect_deadline_ns;  /* first connect: waiting ops fail after it */
+    uint64_t next_reconnect_ns;
+    uint32_t backoff_ms;
+    int reconnect;            /* reconnect in the background (after FAILED) */
+    int suspect_reported;
+    cx_peer_t *next;
+};
+
+typedef struct cx_bslot {     /* an opened backend */
+    const struct cx_backend_ops *ops;
+    cx_backend_t *b;
+    uint8_t addr[CX_BADDR_MAX];
+    size_t addr_len;
+    cx_watch_t w;
+} cx_bslot_t;
+
+struct cx_engine {
+    cx_config_t cfg;
+    char model[CX_MODEL_MAX];
+    char listen_ip[48];
+    cx_lid_t lid;
+    char url[CX_URL_MAX];
+    uint64_t incarnation;
+
+    int epfd, lfd, cmdfd, timerfd;
+    cx_watch_t lw, cw, tw;
+    pthread_t thread;
+    int thread_started;
+    atomic_int stop;
+
+    cx_bslot_t be[CX_MAX_BACKENDS];
+    int nb;
+    char backends_str[64];
+    const char *bnames[CX_MAX_BACKENDS];
+
+    /* command queue: caller threads -> progress thread */
+    pthread_mutex_t qmu;
+    cx_op_t *qhead, *qtail;
+    int closing;              /* no more commands accepted */
+
+    cx_registry_t reg;
+    cx_msgq_t msgq;
+    cx_evq_t evq;
+
+    /* progress-thread state */
+    cx_peer_t *peers;
+    cx_conn_t *conns;         /* every control connection */
+    uint64_t next_query_id;
+    uint64_t tick_ns;
+
+    /* counters: written by the progress thread, read by cx_stats through an exec */
+    cx_stats_t st;
+};
+
+struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */
+static inline cx_core_t *cx_core_of(cx_engine_t *e) { return (cx_core_t *)(void *)e; }
+static inline cx_engine_t *cx_engine_of(cx_core_t *c) { return (cx_engine_t *)(void *)c; }
+
+uint64_t cx_now_ns(void);
+
+/* engine.c */
+int cx_submit(cx_engine_t *e, cx_op_t *op);          /* queue an op for the progress thread */
+void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind);
+void cx_op_complete(cx_op_t *op, int status);        /* progress thread: wake the caller */
+int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
+
+/* progress.c */
+void *cx_progress_main(void *arg);
+int cx_watch_add(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w);
+int cx_watch_mod(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w);
+void cx_watch_del(cx_engine_t *e, int fd);
+
+/* sock.c */
+int cx_sock_listen(const char *ip, uint16_t port, uint16_t *bound_port);
+int cx_sock_connect(const cx_url_t *u, int *in_progress);
+void cx_conn_send(cx_engine_t *e, cx_conn_t *c, uint8_t type, const void *body, size_t len);
+int cx_conn_flush(cx_engine_t *e, cx_conn_t *c);     /* CX_EPEER when the socket failed */
+cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up);
+void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine and frees */
+
+/* peer.c */
+cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
+cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
+void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
+void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
+void cx_conn_readable(cx_engine_t *e, cx_conn_t *c);
+void cx_conn_writable(cx_engine_t *e, cx_conn_t *c);
+void cx_conn_lost(cx_engine_t *e, cx_conn_t *c, const char *reason);
+void cx_accept_all(cx_engine_t *e);
+void cx_peers_tick(cx_engine_t *e, uint64_t now);
+void cx_peer_broadcast(cx_engine_t *e, uint8_t type, const void *body, size_t len);
+void cx_peer_send_bye_all(cx_engine_t *e);
+void cx_peer_free_all(cx_engine_t *e);
+void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status);
+void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *reason);
+cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len);
+
+/* ops.c */
+void cx_op_start(cx_engine_t *e, cx_op_t *op);
+void cx_op_issue(cx_engine_t *e, cx_op_t *op);       /* peer is up: go to the backend */
+void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status);  /* unlink from peer, count, wake */
+void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);
+void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p);      /* peer came up: issue waiting ops */
+void cx_ops_tick(cx_engine_t *e, uint64_t now);
+void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found);
+
+#endif

@@ -1,0 +1,327 @@
+/* Op lifecycle on the progress thread: resolve the peer, wait for it or for its region, hand the
+ * xfer to the peer's backend, complete it (ok, error, peer failure or timeout). */
+#include "engine.h"
+
+#include "connex/log.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);
+
+static void link_op(cx_peer_t *p, cx_op_t *op)
+{
+    op->peer = p;
+    op->prev = p->ops.prev;
+    op->next = &p->ops;
+    p->ops.prev->next = op;
+    p->ops.prev = op;
+}
+
+static void unlink_op(cx_op_t *op)
+{
+    if (!op->next) return;
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->next = op->prev = NULL;
+}
+
+void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
+{
+    unlink_op(op);
+    op->stage = OPS_DONE;
+    if (op->kind < CX_OPK_COUNT) {
+        if (status == CX_OK) {
+            e->st.ops[op->kind]++;
+            e->st.bytes[op->kind] += op->kind == CX_OPK_MSG ? op->x.msg_len : op->x.len;
+        } else {
+            e->st.op_errors[op->kind]++;
+            if (status == CX_ETIMEDOUT) e->st.op_timeouts++;
+        }
+    }
+    cx_op_complete(op, status);
+}
+
+void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
+{
+    cx_op_t *op = (cx_op_t *)x;
+    if (op->stage != OPS_IN_BACKEND) {
+        cx_error("backend completed an xfer twice or one it did not own (stage %d): ignored", op->stage);
+        return;
+    }
+    if (op->forced_status) status = op->forced_status;
+    cx_op_finish(cx_engine_of(c), op, status);
+}
+
+static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
+{
+    cx_peer_t *p = op->peer;
+    if (cx_peer_ensure_ep(e, p)) {
+        cx_op_finish(e, op, CX_EUNSUPPORTED);
+        return;
+    }
+    cx_xfer_t *x = &op->x;
+    if (x->kind != CX_XFER_MSG) {
+        /* Look the local region up again: another thread may have unregistered it since the
+         * caller checked. */
+        pthread_rwlock_rdlock(&e->reg.lock);
+        cx_region_t *lr = cx_registry_find_locked(&e->reg, (uint64_t)(uintptr_t)x->local, x->len);
+        x->local_mh = lr ? lr->mh[p->bidx] : NULL;
+        x->local_mem = lr ? lr->mem_kind : CX_MEM_HOST;
+        pthread_rwlock_unlock(&e->reg.lock);
+        if (!lr) {
+            cx_warn("%s: local buffer %p was unregistered before the op started", p->url, x->local);
+            cx_op_finish(e, op, CX_EINVAL);
+            return;
+        }
+        x->remote_region = rr->id;
+        x->remote_base = rr->addr;
+        x->rkey = rr->key[p->bidx];
+        x->rkey_len = rr->key_len[p->bidx];
+    }
+    op->stage = OPS_IN_BACKEND;
+    op->forced_status = 0;
+    int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
+    if (rc != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_finish(e, op, rc);
+}
+
+void cx_op_issue(cx_engine_t *e, cx_op_t *op)
+{
+    cx_peer_t *p = op->peer;
+    if (op->x.kind == CX_XFER_MSG) {
+        go_backend(e, op, NULL);
+        return;
+    }
+    cx_rregion_t *rr = cx_rregion_find(p, op->x.remote, op->x.len);
+    if (rr) {
+        go_backend(e, op, rr);
+        return;
+    }
+    /* Not in what the peer told us: it may have registered it just now (its REG_ADD can be
+     * behind a message on the data path), so ask before calling it an error. */
+    uint8_t body[24];
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    op->query_id = e->next_query_id++;
+    cx_wr_u64(&w, op->query_id);
+    cx_wr_u64(&w, op->x.remote);
+    cx_wr_u64(&w, op->x.len);
+    op->stage = OPS_WAIT_REGION;
+    cx_conn_send(e, p->conn, CX_CTL_REG_QUERY, body, w.len);
+}
+
+void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
+{
+    for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) {
+        if (op->stage != OPS_WAIT_REGION || op->query_id != qid) continue;
+        cx_rregion_t *rr = found ? cx_rregion_find(p, op->x.remote, op->x.len) : NULL;
+        if (!rr) {
+            cx_warn("peer %s: remote range [0x%llx, +%zu) is not inside any region it registered", p->url,
+                    (unsigned long long)op->x.remote, op->x.len);
+            cx_op_finish(e, op, CX_EINVAL);
+        } else {
+            go_backend(e, op, rr);
+        }
+        return;
+    }
+}
+
+void cx_op_start(cx_engine_t *e, cx_op_t *op)
+{
+    if (op->kind == CX_OPK_EXEC) {
+        op->fn(e, op->arg);
+        cx_op_complete(op, CX_OK);
+        return;
+    }
+    cx_peer_t *p;
+    if (op->by_url) {
+        if (!cx_lid_cmp(&op->url.lid, &e->lid)) {
+            cx_warn("op to %s: that is this engine's own identity", e->url);
+            cx_op_complete(op, CX_EINVAL);
+            return;
+        }
+        p = cx_peer_get_url(e, &op->url);
+        if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
+    } else {
+        p = cx_peer_find(e, &op->lid);
+        if (!p) {
+            char lid[96];
+            cx_lid_format(&op->lid, lid, sizeof lid);
+            cx_warn("unknown peer %s: name it by URL (ip:port#%s) the first time", lid, lid);
+            cx_op_complete(op, CX_EINVAL);
+            return;
+        }
+    }
+    link_op(p, op);
+    switch (p->state) {
+    case CX_PEER_UP:
+    case CX_PEER_SUSPECT:
+        if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
+        else cx_op_issue(e, op);
+        return;
+    case CX_PEER_FAILED:
+        if (op->kind != CX_OPK_CONNECT) {
+            cx_op_finish(e, op, CX_EPEER);
+            return;
+        }
+        op->stage = OPS_WAIT_PEER;   /* cx_connect waits for the rejoin */
+        if (!p->conn && !p->pending) cx_peer_dial(e, p);
+        return;
+    case CX_PEER_LEFT:
+        if (!op->by_url) {
+            cx_op_finish(e, op, CX_EPEER);
+            return;
+        }
+        /* named by URL: connect again */
+        __attribute__((fallthrough));
+    case CX_PEER_UNKNOWN:
+    case CX_PEER_CONNECTING:
+        if (p->state != CX_PEER_CONNECTING) {
+            p->state = CX_PEER_CONNECTING;
+            p->connect_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.connect_timeout_ms * 1000000ull;
+        }
+        op->stage = OPS_WAIT_PEER;
+        cx_peer_dial(e, p);
+        return;
+    }
+}
+
+/* Ops not in a backend fail now; ops in a backend were failed by its disconnect. */
+void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status)
+{
+    while (p->ops.next != &p->ops) {
+        cx_op_t *op = p->ops.next;
+        if (op->stage == OPS_IN_BACKEND && p->ep)
+            cx_warn("peer %s: op still in the backend when failing ops (bug)", p->url);
+        op->stage = OPS_DONE;
+        cx_op_finish(e, op, status);
+    }
+}
+
+void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
+{
+    /* Move the waiting ops aside first: issuing may complete (and unlink) them. */
+    cx_op_t waiting = { 0 };
+    waiting.next = waiting.prev = &waiting;
+    for (cx_op_t *op = p->ops.next, *n; op != &p->ops; op = n) {
+        n = op->next;
+        if (op->stage != OPS_WAIT_PEER) continue;
+        unlink_op(op);
+        op->prev = waiting.prev;
+        op->next = &waiting;
+        waiting.prev->next = op;
+        waiting.prev = op;
+    }
+    while (waiting.next != &waiting) {
+        cx_op_t *op = waiting.next;
+        unlink_op(op);
+        link_op(p, op);
+        op->stage = OPS_QUEUED;
+        if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
+        else cx_op_issue(e, op);
+    }
+}
+
+void cx_ops_tick(cx_engine_t *e, uint64_t now)
+{
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        int timed_out = 0;
+        for (cx_op_t *op = p->ops.next, *n; op != &p->ops; op = n) {
+            n = op->next;
+            if (op->stage == OPS_WAIT_PEER) {
+                int conn_expired = op->kind != CX_OPK_CONNECT && p->state == CX_PEER_CONNECTING &&
+                                   now >= p->connect_deadline_ns;
+                if (now >= op->deadline_ns || conn_expired) {
+                    cx_warn("peer %s: not reachable within the %s timeout", p->url, conn_expired ? "connect" : "op");
+                    cx_op_finish(e, op, op->kind == CX_OPK_CONNECT ? CX_ETIMEDOUT : CX_EPEER);
+                }
+            } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
+                cx_warn("peer %s: region query unanswered within the op timeout", p->url);
+                cx_op_finish(e, op, CX_ETIMEDOUT);
+            } else if (now >= op->deadline_ns && op->stage == OPS_IN_BACKEND) {
+                op->forced_status = CX_ETIMEDOUT;
+                timed_out = 1;
+            }
+        }
+        if (timed_out) {
+            /* Close the data connection first, so a late reply can never land in a caller's
+             * buffer; every op on it completes (the expired ones with CX_ETIMEDOUT). */
+            cx_warn("peer %s: op timed out after %u ms: closing the data connection", p->url, e->cfg.op_timeout_ms);
+            cx_peer_drop_ep(e, p, CX_ETIMEDOUT);
+        }
+        if (p->state == CX_PEER_CONNECTING && now >= p->connect_deadline_ns && p->ops.next == &p->ops) {
+            if (p->pending) cx_conn_close(e, p->pending);
+            p->state = p->ever_up ? CX_PEER_LEFT : CX_PEER_UNKNOWN;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- offered to backends */
+
+void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    cx_peer_t *p = peer;
+    if (!p || (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT)) return;
+    char why[160];
+    snprintf(why, sizeof why, "%s: %s", p->bidx >= 0 ? e->bnames[p->bidx] : "backend", reason ? reason : "error");
+    cx_peer_fail(e, p, why);
+}
+
+void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    for (cx_peer_t *p = e->peers; p; p = p->next)
+        if (p->incarnation == inc && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) return p;
+    return NULL;
+}
+
+int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    pthread_rwlock_rdlock(&e->reg.lock);
+    cx_region_t *r = cx_registry_find_locked(&e->reg, addr, len);
+    if (r && pin) {
+        atomic_fetch_add(&r->pins, 1);
+        *pin = r;
+    }
+    pthread_rwlock_unlock(&e->reg.lock);
+    if (!r) {
+        cx_warn("refused a request for [0x%llx, +%zu): not inside one region registered here",
+                (unsigned long long)addr, len);
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}
+
+void cx_core_region_unpin(void *pin)
+{
+    if (pin) atomic_fetch_sub(&((cx_region_t *)pin)->pins, 1);
+}
+
+int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    cx_peer_t *p = peer;
+    if (!p) return CX_EINVAL;
+    int rc = cx_msgq_push(&e->msgq, &p->lid, p->url, data, len);
+    if (rc == CX_EAGAIN) {
+        if (e->st.msgs_refused++ % 1024 == 0)
+            cx_warn("receive queue full (%u messages / %llu bytes): refusing messages from %s with CX_EAGAIN",
+                    e->cfg.recv_queue_max, (unsigned long long)e->cfg.recv_queue_bytes, p->url);
+    }
+    return rc;
+}
+
+void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    if (!ok) {
+        e->st.rejected_requests++;
+        return;
+    }
+    if (kind >= 0 && kind < CX_OPK_COUNT) {
+        e->st.served_ops[kind]++;
+        e->st.served_bytes[kind] += bytes;
+    }
+}

@@ -1,0 +1,696 @@
+/* Peers: the LID table, the control-channel handshake, incarnations, heartbeats and events.
+ * This is the shared mobility layer: every backend's failure reports end up here, and only
+ * here is it decided what they mean. */
+#include "engine.h"
+
+#include "connex/log.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- table */
+
+cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid)
+{
+    for (cx_peer_t *p = e->peers; p; p = p->next)
+        if (!cx_lid_cmp(&p->lid, lid)) return p;
+    return NULL;
+}
+
+static void set_url(cx_peer_t *p, const cx_url_t *u)
+{
+    p->u = *u;
+    cx_url_format(u, p->url, sizeof p->url);
+}
+
+cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u)
+{
+    cx_peer_t *p = cx_peer_find(e, &u->lid);
+    if (p) {
+        if (strcmp(p->u.host, u->host) || p->u.port != u->port) {
+            char nu[CX_URL_MAX];
+            cx_url_format(u, nu, sizeof nu);
+            /* A peer reached at a new address: follow it when the old one is not in use. */
+            if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) {
+                cx_info("peer %s: address changes to %s", p->url, nu);
+                set_url(p, u);
+            }
+        }
+        return p;
+    }
+    p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->lid = u->lid;
+    cx_lid_format(&p->lid, p->lid_str, sizeof p->lid_str);
+    set_url(p, u);
+    p->state = CX_PEER_UNKNOWN;
+    p->bidx = -1;
+    p->ops.next = p->ops.prev = &p->ops;
+    p->next = e->peers;
+    e->peers = p;
+    return p;
+}
+
+static void rregions_free(cx_peer_t *p)
+{
+    while (p->rregions) {
+        cx_rregion_t *r = p->rregions;
+        p->rregions = r->next;
+        for (int i = 0; i < CX_MAX_BACKENDS; i++) free(r->key[i]);
+        free(r);
+    }
+}
+
+static void adv_free(cx_peer_t *p)
+{
+    for (int i = 0; i < CX_MAX_BACKENDS; i++) {
+        free(p->adv[i]);
+        p->adv[i] = NULL;
+        p->adv_len[i] = 0;
+    }
+}
+
+void cx_peer_free_all(cx_engine_t *e)
+{
+    while (e->peers) {
+        cx_peer_t *p = e->peers;
+        e->peers = p->next;
+        rregions_free(p);
+        adv_free(p);
+        free(p);
+    }
+}
+
+cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len)
+{
+    for (cx_rregion_t *r = p->rregions; r; r = r->next)
+        if (addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr)) return r;
+    return NULL;
+}
+
+static void rregion_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
+{
+    for (cx_rregion_t **pp = &p->rregions; *pp; pp = &(*pp)->next) {
+        cx_rregion_t *r = *pp;
+        if (r->id != id) continue;
+        *pp = r->next;
+        if (p->ep && p->bidx >= 0 && e->be[p->bidx].ops->forget_region)
+            e->be[p->bidx].ops->forget_region(e->be[p->bidx].b, p->ep, id);
+        for (int i = 0; i < CX_MAX_BACKENDS; i++) free(r->key[i]);
+        free(r);
+        return;
+    }
+}
+
+static int rregion_add(cx_engine_t *e, cx_peer_t *p, const cx_wire_region_t *w)
+{
+    rregion_del(e, p, w->id);
+    cx_rregion_t *r = calloc(1, sizeof *r);
+    if (!r) return CX_ENOMEM;
+    r->id = w->id;
+    r->addr = w->addr;
+    r->len = w->len;
+    r->mem_kind = w->mem_kind;
+    for (int k = 0; k < w->nkeys; k++)
+        for (int i = 0; i < e->nb; i++) {
+            if (strcmp(w->keys[k].name, e->bnames[i])) continue;
+            r->key[i] = malloc(w->keys[k].len ? w->keys[k].len : 1);
+            if (!r->key[i]) continue;
+            memcpy(r->key[i], w->keys[k].key, w->keys[k].len);
+            r->key_len[i] = w->keys[k].len;
+        }
+    r->next = p->rregions;
+    p->rregions = r;
+    return CX_OK;
+}
+
+/* ---------------------------------------------------------------- events */
+
+void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *reason)
+{
+    cx_event_t ev;
+    memset(&ev, 0, sizeof ev);
+    ev.type = t;
+    ev.peer = p->lid;
+    snprintf(ev.url, sizeof ev.url, "%s", p->url);
+    snprintf(ev.reason, sizeof ev.reason, "%s", reason ? reason : "");
+    ev.incarnation = p->incarnation;
+    ev.time_ns = cx_now_ns();
+    if (t == CX_EVENT_FAILED) e->st.peer_failures++;
+    if (t == CX_EVENT_JOINED) e->st.peer_joins++;
+    cx_log(t == CX_EVENT_FAILED ? CX_LOG_WARN : CX_LOG_INFO, "peer %s: %s%s%s", p->url, cx_event_name(t),
+           reason && *reason ? ": " : "", reason ? reason : "");
+    cx_evq_push(&e->evq, &ev);
+}
+
+/* ---------------------------------------------------------------- sending */
+
+static void send_hello(cx_engine_t *e, cx_conn_t *c, uint8_t type, const cx_lid_t *target)
+{
+    const uint8_t *addrs[CX_MAX_BACKENDS];
+    uint16_t lens[CX_MAX_BACKENDS];
+    size_t cap = 512 + CX_URL_MAX;
+    for (int i = 0; i < e->nb; i++) {
+        addrs[i] = e->be[i].addr;
+        lens[i] = (uint16_t)e->be[i].addr_len;
+        cap += 32 + e->be[i].addr_len;
+    }
+    pthread_rwlock_rdlock(&e->reg.lock);
+    for (size_t i = 0; i < e->reg.n; i++) {
+        cap += 64;
+        for (int b = 0; b < e->nb; b++) cap += 24 + e->reg.v[i]->key_len[b];
+    }
+    uint8_t *buf = malloc(cap);
+    if (!buf) {
+        pthread_rwlock_unlock(&e->reg.lock);
+        cx_error("out of memory building HELLO");
+        return;
+    }
+    cx_wr_t w;
+    cx_wr_init(&w, buf, cap);
+    cx_wire_put_hello_head(&w, e->incarnation, &e->lid, e->url, target, e->cfg.heartbeat_ms,
+                           e->cfg.heartbeat_timeout_ms, e->nb, e->bnames, addrs, lens, (uint32_t)e->reg.n);
+    for (size_t i = 0; i < e->reg.n; i++) cx_wire_put_region(&w, e->reg.v[i], e->bnames, e->nb);
+    pthread_rwlock_unlock(&e->reg.lock);
+    if (w.ok) cx_conn_send(e, c, type, buf, w.len);
+    else cx_error("HELLO does not fit its buffer (bug)");
+    free(buf);
+}
+
+void cx_peer_broadcast(cx_engine_t *e, uint8_t type, const void *body, size_t len)
+{
+    for (cx_peer_t *p = e->peers; p; p = p->next)
+        if (p->conn) cx_conn_send(e, p->conn, type, body, len);
+}
+
+void cx_peer_send_bye_all(cx_engine_t *e)
+{
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        if (!p->conn) continue;
+        cx_conn_send(e, p->conn, CX_CTL_BYE, NULL, 0);
+        /* BYE must reach the peer before our sockets close, or it would see a failure. */
+        for (int i = 0; i < 100 && p->conn->tx_len > p->conn->tx_off; i++) {
+            if (cx_conn_flush(e, p->conn)) break;
+            usleep(1000);
+        }
+        shutdown(p->conn->fd, SHUT_WR);
+    }
+}
+
+/* ---------------------------------------------------------------- state changes */
+
+void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status)
+{
+    if (!p->ep) return;
+    for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
+        if (op->stage == OPS_IN_BACKEND && !op->forced_status) op->forced_status = status;
+    cx_bep_t *ep = p->ep;
+    p->ep = NULL;
+    e->be[p->bidx].ops->disconnect(e->be[p->bidx].b, ep);
+}
+
+static void close_conns(cx_engine_t *e, cx_peer_t *p)
+{
+    if (p->conn) cx_conn_close(e, p->conn);
+    if (p->pending) cx_conn_close(e, p->pending);
+}
+
+void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason)
+{
+    int was_up = p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT;
+    /* A pending outgoing connection survives: it is how the peer gets back. */
+    if (p->conn) cx_conn_close(e, p->conn);
+    cx_peer_drop_ep(e, p, CX_EPEER);
+    cx_peer_ops_fail(e, p, CX_EPEER);
+    rregions_free(p);
+    if (was_up) {
+        p->state = CX_PEER_FAILED;
+        cx_event_emit(e, p, CX_EVENT_FAILED, reason);
+    } else if (p->state == CX_PEER_CONNECTING && !p->ever_up) {
+        p->state = CX_PEER_UNKNOWN;
+    } else if (p->state == CX_PEER_CONNECTING) {
+        p->state = CX_PEER_FAILED;
+    }
+    if (p->ever_up && p->state == CX_PEER_FAILED) {
+        /* Keep knocking: a process restarted on the same port rejoins even if it does not know
+         * us. Start fast (a restart takes milliseconds), back off to one attempt a second. */
+        p->reconnect = 1;
+        p->backoff_ms = 20;
+        p->next_reconnect_ns = cx_now_ns() + 20000000ull;
+    }
+}
+
+static void peer_left(cx_engine_t *e, cx_peer_t *p)
+{
+    close_conns(e, p);
+    cx_peer_drop_ep(e, p, CX_EPEER);
+    cx_peer_ops_fail(e, p, CX_EPEER);
+    rregions_free(p);
+    p->state = CX_PEER_LEFT;
+    p->reconnect = 0;
+    cx_event_emit(e, p, CX_EVENT_LEFT, "clean close (BYE)");
+}
+
+/* The first backend in our order that the peer advertised and that connects. */
+static int choose_backend(cx_engine_t *e, cx_peer_t *p)
+{
+    for (int i = 0; i < e->nb; i++) {
+        if (!p->adv[i]) continue;
+        int rc = e->be[i].ops->connect(e->be[i].b, p, p->adv[i], p->adv_len[i], &p->ep);
+        if (rc == CX_OK) {
+            p->bidx = i;
+            return CX_OK;
+        }
+        cx_warn("peer %s: backend %s does not connect (%s), trying the next", p->url, e->bnames[i], cx_strerror(rc));
+    }
+    p->ep = NULL;
+    cx_error("peer %s: no backend in common that connects (ours: %s)", p->url, e->backends_str);
+    return CX_EUNSUPPORTED;
+}
+
+/* (Re)creates the data endpoint after a timeout closed it. */
+int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);
+int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p)
+{
+    if (p->ep) return CX_OK;
+    if (p->bidx >= 0 && p->adv[p->bidx] &&
+        e->be[p->bidx].ops->connect(e->be[p->bidx].b, p, p->adv[p->bidx], p->adv_len[p->bidx], &p->ep) == CX_OK)
+        return CX_OK;
+    return choose_backend(e, p);
+}
+
+static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
+{
+    int new_inc = p->incarnation && p->incarnation != h->incarnation;
+    int was_up = p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT;
+    cx_event_type_t ev = CX_EVENT_UP;
+    const char *why = "connected";
+    if (new_inc && was_up) {
+        /* It restarted before we saw it die: everything for the old incarnation fails first. */
+        cx_peer_drop_ep(e, p, CX_EPEER);
+        cx_peer_ops_fail(e, p, CX_EPEER);
+        cx_event_emit(e, p, CX_EVENT_FAILED, "restarted (new incarnation)");
+    }
+    if (!p->ever_up) ev = CX_EVENT_UP;
+    else if (new_inc) { ev = CX_EVENT_JOINED; why = "new incarnation"; }
+    else if (!was_up) { ev = CX_EVENT_JOINED; why = "reconnected"; }
+    else if (p->state == CX_PEER_SUSPECT) { ev = CX_EVENT_UP; why = "recovered"; }
+    else ev = (cx_event_type_t)-1;
+
+    if (new_inc || !was_up) {
+        cx_peer_drop_ep(e, p, CX_EPEER);
+        rregions_free(p);
+        adv_free(p);
+    }
+    p->incarnation = h->incarnation;
+    cx_url_t u;
+    if (cx_url_parse(h->url, &u, NULL, 0) == CX_OK) set_url(p, &u);
+    for (int j = 0; j < h->nb; j++)
+        for (int i = 0; i < e->nb; i++) {
+            if (strcmp(h->b[j].name, e->bnames[i]) || p->adv[i]) continue;
+            p->adv[i] = malloc(h->b[j].addr_len ? h->b[j].addr_len : 1);
+            if (!p->adv[i]) continue;
+            memcpy(p->adv[i], h->b[j].addr, h->b[j].addr_len);
+            p->adv_len[i] = h->b[j].addr_len;
+        }
+    for (uint32_t k = 0; k < h->nregions; k++) {
+        cx_wire_region_t wr;
+        if (cx_wire_get_region(&h->regions, &wr)) {
+            cx_warn("peer %s: malformed region #%u in HELLO; ignored from there on", p->url, k);
+            break;
+        }
+        rregion_add(e, p, &wr);
+    }
+    p->ever_up = 1;
+    p->state = CX_PEER_UP;
+    p->bye = 0;
+    p->reconnect = 0;
+    p->suspect_reported = 0;
+    p->last_rx_ns = cx_now_ns();
+    if (!p->ep) choose_backend(e, p);
+    if ((int)ev >= 0) cx_event_emit(e, p, ev, why);
+    cx_peer_ops_ready(e, p);
+}
+
+/* ---------------------------------------------------------------- connections */
+
+void cx_peer_dial(cx_engine_t *e, cx_peer_t *p)
+{
+    if (p->pending || p->conn) return;
+    int inprog;
+    int fd = cx_sock_connect(&p->u, &inprog);
+    if (fd < 0) {
+        char why[CX_URL_MAX + 96];
+        snprintf(why, sizeof why, "connect to %s: %s", p->url, strerror(errno));
+        cx_debug("%s", why);
+        if (!p->ever_up || p->state == CX_PEER_CONNECTING) cx_peer_ops_fail(e, p, CX_EPEER);
+        if (p->state == CX_PEER_CONNECTING) p->state = p->ever_up ? CX_PEER_LEFT : CX_PEER_UNKNOWN;
+        return;
+    }
+    cx_conn_t *c = cx_conn_new(e, fd, 1, !inprog);
+    if (!c) return;
+    c->peer = p;
+    p->pending = c;
+    send_hello(e, c, CX_CTL_HELLO, &p->lid);
+}
+
+/* The pending outgoing connection failed before the handshake finished. */
+static void dial_failed(cx_engine_t *e, cx_peer_t *p, const char *reason, int fail_status)
+{
+    cx_debug("peer %s: %s", p->url, reason);
+    if (p->conn) return;   /* an inbound connection took over: nothing lost */
+    if (p->state == CX_PEER_CONNECTING || p->state == CX_PEER_UNKNOWN) {
+        /* Nobody listening: the ops fail now. A connection closed during the handshake (say, a
+         * simultaneous connect resolved the other way) is retried by the tick instead. */
+        if (fail_status) {
+            cx_peer_ops_fail(e, p, fail_status);
+            p->state = p->ever_up ? CX_PEER_LEFT : CX_PEER_UNKNOWN;
+        }
+    }
+    if (p->reconnect) {
+        p->backoff_ms = p->backoff_ms < 500 ? p->backoff_ms * 2 : 1000;
+        p->next_reconnect_ns = cx_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+    }
+}
+
+void cx_conn_lost(cx_engine_t *e, cx_conn_t *c, const char *reason)
+{
+    cx_peer_t *p = c->peer;
+    if (p && p->conn == c) {
+        cx_peer_fail(e, p, reason);   /* closes c */
+        return;
+    }
+    int refused = c->outgoing && !c->tcp_up;
+    cx_conn_close(e, c);
+    if (p && !p->conn) dial_failed(e, p, reason, refused ? CX_EPEER : 0);
+}
+
+void cx_conn_writable(cx_engine_t *e, cx_conn_t *c)
+{
+    if (!c->tcp_up) {
+        int err = 0;
+        socklen_t sl = sizeof err;
+        getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &sl);
+        if (err) {
+            char why[160];
+            snprintf(why, sizeof why, "connect: %s", strerror(err));
+            cx_conn_lost(e, c, why);
+            return;
+        }
+        c->tcp_up = 1;
+    }
+    if (cx_conn_flush(e, c)) cx_conn_lost(e, c, "send failed");
+}
+
+void cx_accept_all(cx_engine_t *e)
+{
+    for (int i = 0; i < 64; i++) {
+        int fd = accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+                cx_warn("accept: %s", strerror(errno));
+            return;
+        }
+        cx_conn_new(e, fd, 0, 1);
+    }
+}
+
+/* Says why, then closes once the words are out (the peer reads REFUSE before the EOF). */
+static void refuse(cx_engine_t *e, cx_conn_t *c, int status, const char *why)
+{
+    uint8_t body[300];
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u32(&w, (uint32_t)status);
+    cx_wr_str8(&w, why);
+    cx_conn_send(e, c, CX_CTL_REFUSE, body, w.len);
+    cx_conn_flush(e, c);
+    shutdown(c->fd, SHUT_WR);
+    cx_conn_close(e, c);
+}
+
+/* An inbound HELLO: accept it (and answer HELLO_ACK) or refuse it. Returns 1 if c was closed. */
+static int on_hello(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t len)
+{
+    cx_wire_hello_t h;
+    char err[200];
+    if (cx_wire_get_hello(body, len, &h, err, sizeof err)) {
+        cx_warn("control: refusing a connection: %s", err);
+        cx_conn_close(e, c);
+        return 1;
+    }
+    if (cx_lid_cmp(&h.target, &e->lid)) {
+        /* The dialler named another identity at our address: tell it, and touch nothing here
+         * (we may well have a live connection with that same dialler). */
+        char want[96];
+        cx_lid_format(&h.target, want, sizeof want);
+        cx_info("control: %s dialled %s at our address, but we are %s: refused", h.url, want, e->url);
+        refuse(e, c, CX_EINVAL, "identity mismatch");
+        return 1;
+    }
+    if (!cx_lid_cmp(&h.lid, &e->lid)) {
+        cx_warn("control: refusing a HELLO that carries our own LID %s (%s)",
+                h.incarnation == e->incarnation ? "(we dialled ourselves)" : "(identity conflict)", h.url);
+        refuse(e, c, CX_EINVAL, "the dialler carries the LID of the process it dialled");
+        return 1;
+    }
+    cx_url_t u;
+    cx_url_parse(h.url, &u, NULL, 0);
+    cx_peer_t *p = cx_peer_get_url(e, &u);
+    if (!p) { cx_conn_close(e, c); return 1; }
+    /* The process behind our connection restarted: the old incarnation failed. */
+    if (p->conn && p->incarnation != h.incarnation) cx_peer_fail(e, p, "restarted (new incarnation)");
+    /* Simultaneous connects: both sides keep the connection that the smaller LID initiated, so
+     * the one both keep is the same and no live connection is torn down by accident. */
+    int ours = p->pending || (p->conn && p->conn->outgoing);
+    if (ours && cx_lid_cmp(&e->lid, &h.lid) < 0) {
+        cx_debug("peer %s: simultaneous connect, keeping the one we initiated", p->url);
+        cx_conn_close(e, c);
+        return 1;
+    }
+    if (p->pending) cx_conn_close(e, p->pending);
+    if (p->conn) cx_conn_close(e, p->conn);
+    c->peer = p;
+    c->bound = 1;
+    p->conn = c;
+    send_hello(e, c, CX_CTL_HELLO_ACK, &h.lid);
+    peer_up(e, p, &h);
+    return 0;
+}
+
+static int on_hello_ack(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t len)
+{
+    cx_peer_t *p = c->peer;
+    cx_wire_hello_t h;
+    char err[200];
+    if (cx_wire_get_hello(body, len, &h, err, sizeof err)) {
+        cx_warn("peer %s: bad HELLO_ACK: %s", p->url, err);
+        cx_conn_close(e, c);
+        dial_failed(e, p, err, CX_EPEER);
+        return 1;
+    }
+    if (cx_lid_cmp(&h.lid, &p->lid)) {
+        cx_error("dialled %s but the process there is %s: identity mismatch", p->url, h.url);
+        cx_conn_close(e, c);
+        /* Not the peer the caller named: an error in the name, not a failure to retry. */
+        dial_failed(e, p, "identity mismatch", CX_EINVAL);
+        return 1;
+    }
+    p->pending = NULL;
+    if (p->conn) cx_conn_close(e, p->conn);
+    c->bound = 1;
+    p->conn = c;
+    peer_up(e, p, &h);
+    return 0;
+}
+
+static void on_reg_query(cx_engine_t *e, cx_peer_t *p, cx_rd_t *r)
+{
+    uint64_t qid = cx_rd_u64(r), addr = cx_rd_u64(r), len = cx_rd_u64(r);
+    if (!cx_rd_done(r)) { cx_warn("peer %s: malformed REG_QUERY", p->url); return; }
+    size_t cap = 64 + (size_t)e->nb * (CX_KEY_MAX + 24);
+    uint8_t *buf = malloc(cap);
+    if (!buf) return;
+    cx_wr_t w;
+    cx_wr_init(&w, buf, cap);
+    cx_wr_u64(&w, qid);
+    pthread_rwlock_rdlock(&e->reg.lock);
+    cx_region_t *reg = cx_registry_find_locked(&e->reg, addr, len);
+    cx_wr_u8(&w, reg != NULL);
+    if (reg) cx_wire_put_region(&w, reg, e->bnames, e->nb);
+    pthread_rwlock_unlock(&e->reg.lock);
+    if (!reg) {
+        cx_info("peer %s asked for [0x%llx, +%llu): not inside any region registered here", p->url,
+                (unsigned long long)addr, (unsigned long long)len);
+        e->st.rejected_requests++;
+    }
+    cx_conn_send(e, p->conn, CX_CTL_REG_REPLY, buf, w.len);
+    free(buf);
+}
+
+/* Handles one frame; returns 1 if the connection was closed. */
+static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *body, size_t len)
+{
+    if (!c->bound) {
+        if (!c->outgoing && type == CX_CTL_HELLO) return on_hello(e, c, body, len);
+        if (c->outgoing && type == CX_CTL_HELLO_ACK) return on_hello_ack(e, c, body, len);
+        if (c->outgoing && type == CX_CTL_REFUSE) {
+            cx_rd_t r;
+            cx_rd_init(&r, body, len);
+            int st = (int)cx_rd_u32(&r);
+            char why[256];
+            cx_rd_str8(&r, why, sizeof why);
+            if (!r.ok || st >= 0 || st < -64) { st = CX_EPEER; snprintf(why, sizeof why, "refused"); }
+            cx_peer_t *p = c->peer;
+            cx_error("peer %s refused the connection: %s", p->url, why);
+            cx_conn_close(e, c);
+            dial_failed(e, p, why, st);
+            return 1;
+        }
+        cx_warn("control: frame type %u before the handshake: closing the connection", type);
+        cx_conn_lost(e, c, "protocol error");
+        return 1;
+    }
+    cx_peer_t *p = c->peer;
+    p->last_rx_ns = cx_now_ns();
+    if (p->state == CX_PEER_SUSPECT) {
+        p->state = CX_PEER_UP;
+        p->suspect_reported = 0;
+        cx_event_emit(e, p, CX_EVENT_UP, "recovered");
+    }
+    cx_rd_t r;
+    cx_rd_init(&r, body, len);
+    switch (type) {
+    case CX_CTL_HB: return 0;
+    case CX_CTL_BYE: peer_left(e, p); return 1;
+    case CX_CTL_REG_ADD: {
+        cx_wire_region_t wr;
+        if (cx_wire_get_region(&r, &wr) == CX_OK) rregion_add(e, p, &wr);
+        else cx_warn("peer %s: malformed REG_ADD ignored", p->url);
+        return 0;
+    }
+    case CX_CTL_REG_DEL: {
+        uint64_t id = cx_rd_u64(&r);
+        if (cx_rd_done(&r)) rregion_del(e, p, id);
+        else cx_warn("peer %s: malformed REG_DEL ignored", p->url);
+        return 0;
+    }
+    case CX_CTL_REG_QUERY: on_reg_query(e, p, &r); return 0;
+    case CX_CTL_REG_REPLY: {
+        uint64_t qid = cx_rd_u64(&r);
+        int found = cx_rd_u8(&r);
+        cx_wire_region_t wr;
+        if (!r.ok || (found && cx_wire_get_region(&r, &wr))) {
+            cx_warn("peer %s: malformed REG_REPLY ignored", p->url);
+            return 0;
+        }
+        if (found) rregion_add(e, p, &wr);
+        cx_region_reply(e, p, qid, found);
+        return 0;
+    }
+    default:
+        cx_warn("peer %s: unexpected control frame %u after the handshake: closing", p->url, type);
+        cx_conn_lost(e, c, "protocol error");
+        return 1;
+    }
+}
+
+void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
+{
+    /* Bounded per wake-up so one chatty peer cannot starve the others. */
+    for (int round = 0; round < 16; round++) {
+        if (c->rx_cap - c->rx_len < 65536) {
+            size_t nc = c->rx_cap ? c->rx_cap * 2 : 65536;
+            while (nc - c->rx_len < 65536) nc *= 2;
+            uint8_t *nb = realloc(c->rx, nc);
+            if (!nb) { cx_conn_lost(e, c, "out of memory"); return; }
+            c->rx = nb;
+            c->rx_cap = nc;
+        }
+        ssize_t n = recv(c->fd, c->rx + c->rx_len, c->rx_cap - c->rx_len, 0);
+        if (n == 0) { cx_conn_lost(e, c, "connection closed by peer"); return; }
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+            char why[128];
+            snprintf(why, sizeof why, "control connection: %s", strerror(errno));
+            cx_conn_lost(e, c, why);
+            return;
+        }
+        c->rx_len += (size_t)n;
+        size_t off = 0;
+        while (c->rx_len - off >= CX_CTL_HDR) {
+            uint32_t blen;
+            uint8_t type;
+            if (cx_ctl_hdr_parse(c->rx + off, &blen, &type)) {
+                cx_warn("control: garbage on a connection%s%s: closing it", c->peer ? " from " : "",
+                        c->peer ? c->peer->url : "");
+                e->st.rejected_requests++;
+                cx_conn_lost(e, c, "garbage on the control connection");
+                return;
+            }
+            if (c->rx_len - off - CX_CTL_HDR < blen) break;
+            if (on_frame(e, c, type, c->rx + off + CX_CTL_HDR, blen)) return;
+            off += CX_CTL_HDR + blen;
+        }
+        memmove(c->rx, c->rx + off, c->rx_len - off);
+        c->rx_len -= off;
+        if (c->rx_cap > (1u << 20) && c->rx_len < 65536) {
+            uint8_t *nb = realloc(c->rx, 131072);
+            if (nb) { c->rx = nb; c->rx_cap = 131072; }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- timers */
+
+void cx_peers_tick(cx_engine_t *e, uint64_t now)
+{
+    uint64_t hb = (uint64_t)e->cfg.heartbeat_ms * 1000000ull;
+    uint64_t hbt = (uint64_t)e->cfg.heartbeat_timeout_ms * 1000000ull;
+    /* SUSPECT one heartbeat interval before FAILED, but not before half the timeout. */
+    uint64_t suspect = hbt - hb > hbt / 2 ? hbt - hb : hbt / 2;
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        if (p->conn && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
+            uint64_t quiet = now - p->last_rx_ns;
+            if (quiet >= hbt) {
+                char why[96];
+                snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)(quiet / 1000000));
+                cx_peer_fail(e, p, why);
+                continue;
+            }
+            if (quiet >= suspect && p->state == CX_PEER_UP) {
+                char why[96];
+                snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)(quiet / 1000000));
+                p->state = CX_PEER_SUSPECT;
+                cx_event_emit(e, p, CX_EVENT_SUSPECT, why);
+            }
+            if (now - p->last_tx_ns >= hb) cx_conn_send(e, p->conn, CX_CTL_HB, NULL, 0);
+        }
+        if (p->pending && now - p->pending->t_start_ns >= hbt) {
+            cx_conn_close(e, p->pending);
+            dial_failed(e, p, "handshake not answered", 0);
+        }
+        if (!p->conn && !p->pending) {
+            if (p->state == CX_PEER_FAILED && p->reconnect && now >= p->next_reconnect_ns) {
+                p->backoff_ms = p->backoff_ms < 500 ? p->backoff_ms * 2 : 1000;
+                p->next_reconnect_ns = now + (uint64_t)p->backoff_ms * 1000000ull;
+                cx_peer_dial(e, p);
+            } else if (p->state == CX_PEER_CONNECTING) {
+                cx_peer_dial(e, p);   /* a handshake that was cut: try again */
+            }
+        }
+    }
+    /* Inbound connections that never said HELLO (scanners, garbage) do not stay forever. */
+    for (cx_conn_t *c = e->conns, *n; c; c = n) {
+        n = c->next;
+        if (!c->bound && !c->outgoing && now - c->t_start_ns >= hbt) {
+            cx_info("control: closing a connection that sent no HELLO in %u ms", e->cfg.heartbeat_timeout_ms);
+            cx_conn_close(e, c);
+        }
+    }
+}

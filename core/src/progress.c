@@ -1,0 +1,119 @@
+/* The progress thread: one epoll loop over the listening socket, the control connections, the
+ * command eventfd, the tick timerfd and every backend's wake-up fd. Never sleep-and-poll: a
+ * one-sided read over TCP completes only when the target's progress thread runs. */
+#include "engine.h"
+
+#include "connex/log.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+int cx_watch_add(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w)
+{
+    struct epoll_event ev = { .events = events, .data.ptr = w };
+    if (epoll_ctl(e->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+        cx_error("epoll add fd %d: %s", fd, strerror(errno));
+        return CX_ERR;
+    }
+    return CX_OK;
+}
+
+int cx_watch_mod(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w)
+{
+    struct epoll_event ev = { .events = events, .data.ptr = w };
+    return epoll_ctl(e->epfd, EPOLL_CTL_MOD, fd, &ev) ? CX_ERR : CX_OK;
+}
+
+void cx_watch_del(cx_engine_t *e, int fd)
+{
+    epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
+}
+
+static void drain_commands(cx_engine_t *e)
+{
+    uint64_t v;
+    if (read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
+    for (;;) {
+        pthread_mutex_lock(&e->qmu);
+        cx_op_t *op = e->qhead;
+        e->qhead = e->qtail = NULL;
+        pthread_mutex_unlock(&e->qmu);
+        if (!op) return;
+        while (op) {
+            cx_op_t *n = op->next;
+            op->next = op->prev = NULL;
+            cx_op_start(e, op);
+            op = n;
+        }
+    }
+}
+
+static int progress_backends(cx_engine_t *e)
+{
+    int more = 0;
+    for (int i = 0; i < e->nb; i++) more |= e->be[i].ops->progress(e->be[i].b) > 0;
+    return more;
+}
+
+static void tick(cx_engine_t *e)
+{
+    uint64_t v;
+    if (read(e->timerfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("timerfd read: %s", strerror(errno));
+    uint64_t now = cx_now_ns();
+    cx_peers_tick(e, now);
+    cx_ops_tick(e, now);
+}
+
+static void fail_everything(cx_engine_t *e)
+{
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        cx_peer_drop_ep(e, p, CX_ECLOSED);
+        cx_peer_ops_fail(e, p, CX_ECLOSED);
+    }
+}
+
+void *cx_progress_main(void *arg)
+{
+    cx_engine_t *e = arg;
+    struct epoll_event evs[64];
+    int more = 0;
+    while (!atomic_load(&e->stop)) {
+        int n = epoll_wait(e->epfd, evs, 64, more ? 0 : 1000);
+        if (n < 0 && errno != EINTR) {
+            cx_error("epoll_wait: %s", strerror(errno));
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            cx_watch_t *w = evs[i].data.ptr;
+            switch (w->kind) {
+            case CX_W_LISTEN: cx_accept_all(e); break;
+            case CX_W_CMD: drain_commands(e); break;
+            case CX_W_TIMER: tick(e); break;
+            case CX_W_BACKEND: break;   /* progressed below, every iteration */
+            case CX_W_CONN: {
+                cx_conn_t *c = w->obj;
+                /* A connection closed by an earlier event of this batch is gone: skip stale ones. */
+                int alive = 0;
+                for (cx_conn_t *k = e->conns; k; k = k->next)
+                    if (k == c) { alive = 1; break; }
+                if (!alive) break;
+                if (evs[i].events & EPOLLOUT) cx_conn_writable(e, c);
+                alive = 0;
+                for (cx_conn_t *k = e->conns; k; k = k->next)
+                    if (k == c) { alive = 1; break; }
+                if (alive && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+                    cx_conn_readable(e, c);
+                break;
+            }
+            }
+        }
+        /* Backends such as ZeroMQ signal edge-style: events may be pending after our own sends,
+         * so every iteration gives each backend a turn. */
+        more = progress_backends(e);
+    }
+    fail_everything(e);
+    progress_backends(e);
+    return NULL;
+}

@@ -1,0 +1,56 @@
+/* Bounded queues from the progress thread to callers: received messages and peer events. */
+#ifndef CX_QUEUE_H
+#define CX_QUEUE_H
+
+#include "connex/connex.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct cx_msgq_item {
+    cx_lid_t from;
+    char from_url[CX_URL_MAX];
+    size_t len;
+    struct cx_msgq_item *next;
+    /* data follows */
+} cx_msgq_item_t;
+
+typedef struct cx_msgq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cx_msgq_item_t *head, *tail;
+    size_t n, bytes, max_n, max_bytes;
+    int closed;
+} cx_msgq_t;
+
+int cx_msgq_init(cx_msgq_t *q, size_t max_n, size_t max_bytes);
+void cx_msgq_fini(cx_msgq_t *q);
+/* CX_OK, CX_EAGAIN when full (the sender is told; nothing is dropped), CX_ENOMEM. */
+int cx_msgq_push(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, const void *data, size_t len);
+int cx_msgq_pop(cx_msgq_t *q, cx_msg_t *out, int timeout_ms);
+void cx_msgq_close(cx_msgq_t *q);  /* wakes waiters; pops then return CX_ECLOSED when empty */
+size_t cx_msgq_len(cx_msgq_t *q);
+
+#define CX_EVQ_CAP 4096
+typedef struct cx_evq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    cx_event_t *ring;
+    size_t head, n;
+    uint64_t dropped;
+    int closed;
+} cx_evq_t;
+
+int cx_evq_init(cx_evq_t *q);
+void cx_evq_fini(cx_evq_t *q);
+void cx_evq_push(cx_evq_t *q, const cx_event_t *ev);   /* full: drops the oldest, counted, logged */
+int cx_evq_pop(cx_evq_t *q, cx_event_t *out, int timeout_ms);
+void cx_evq_close(cx_evq_t *q);
+
+/* Deadline helpers for condition waits on CLOCK_MONOTONIC. */
+void cx_cond_init_mono(pthread_cond_t *cv);
+int cx_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, const struct timespec *deadline);
+void cx_deadline_ms(struct timespec *ts, int timeout_ms);
+
+#endif

@@ -1,0 +1,442 @@
+"""connex_c.Engine: the connex-rs engine surface over libconnex."""
+
+import collections
+import concurrent.futures
+import ctypes
+import ipaddress
+import logging
+import re
+import threading
+import time
+
+from . import _args
+from ._lib import (CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK, CX_OPK_NAMES, EVENT_NAMES,
+                   cx_config_t, cx_event_t, cx_msg_t, cx_stats_t, lib, strerror)
+
+# Blocking waits are cut into slices this long so that close() from another thread is noticed:
+# the engine is never destroyed under a thread still inside a C call.
+_SLICE_MS = 100
+
+_log = logging.getLogger("connex_c")
+_MODEL_RE = re.compile(r"[A-Za-z0-9._:/-]{1,63}")
+_PEER_STATES = ("unknown", "connecting", "up", "suspect", "failed", "left")
+
+Message = collections.namedtuple("Message", "peer data url")
+Message.__doc__ = """A received message: peer is the sender's LID tuple (model, stage, shard,
+replica), data the bytes, url the sender's full URL (usable as a peer argument)."""
+
+
+class ConnexError(RuntimeError):
+    """A libconnex call failed; .code is the CX_* code."""
+
+    def __init__(self, code, what):
+        self.code = code
+        super().__init__("%s: %s (%d)" % (what, strerror(code), code))
+
+
+class InvalidArgument(ConnexError, ValueError):
+    """libconnex refused an argument (CX_EINVAL); the log line on stderr says which."""
+
+
+class EngineClosed(ConnexError):
+    def __init__(self, what):
+        self.code = CX_ECLOSED
+        RuntimeError.__init__(self, "%s: the engine is closed" % what)
+
+
+def _raise(code, what):
+    if code == CX_EINVAL:
+        raise InvalidArgument(code, what)
+    raise ConnexError(code, what)
+
+
+def _u32(v, what):
+    return _args.check_int(v, what, 0, 0xFFFFFFFF)
+
+
+class PutSignal:
+    """The handle of one put_signal. wait() returns the op's status (0 or a negative code)."""
+
+    def __init__(self, engine, op, keep, status=None):
+        self._engine = engine
+        self._op = op            # c_void_p until cx_op_wait has freed it
+        self._keep = keep        # the source buffer stays pinned until completion
+        self._status = status
+        self._done = threading.Event()
+        self._claimed = status is not None
+        self._claim_lock = threading.Lock()
+        if status is not None:
+            self._done.set()
+
+    @property
+    def done(self):
+        return self._done.is_set()
+
+    def wait(self, timeout_ms=None):
+        """The op's status, or CX_ETIMEDOUT (-3) when timeout_ms passed first (wait again)."""
+        tmo = _args.timeout(timeout_ms)
+        if self._claim():
+            if tmo < 0 or tmo >= self._engine._op_bound_ms:
+                self._reap()         # the op completes within the op timeout anyway
+            else:
+                self._engine._reap_async(self)
+        if not self._done.wait(None if tmo < 0 else tmo / 1000.0):
+            return CX_ETIMEDOUT
+        return self._status
+
+    # cx_op_wait frees the op when it returns its status, and returns CX_ETIMEDOUT both for
+    # "the wait expired, op still valid" and "the op timed out, op freed". Only an unbounded
+    # cx_op_wait is unambiguous, so exactly one thread (the claimant, or a pooled reaper thread
+    # when the caller's timeout is shorter than the op timeout) makes that call; a bounded Python
+    # wait waits on an Event instead. The op itself is bounded by the engine's op timeout.
+    def _claim(self):
+        with self._claim_lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    def _reap(self):
+        rc = self._engine._lib.cx_op_wait(self._op, -1)
+        self._op = None
+        self._keep = None
+        self._status = rc
+        self._engine._ops.pop(id(self), None)
+        self._done.set()
+
+
+class Engine:
+    """One connex engine: a control port, a LID, registered memory, peers.
+
+    Methods that move data return 0 or a negative CX_* code (-2 peer failed, -3 timed out,
+    -4 invalid: unregistered or out-of-range memory). Wrong Python types raise TypeError,
+    impossible values ValueError; calling a closed engine raises EngineClosed."""
+
+    def __init__(self, model, stage=0, shard=0, replica=0, listen_ip="127.0.0.1", port=0,
+                 heartbeat_ms=0, heartbeat_timeout_ms=0, backend=None, op_timeout_ms=0,
+                 connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0):
+        if not isinstance(model, str):
+            raise TypeError("model must be str, not %s" % type(model).__name__)
+        if not _MODEL_RE.fullmatch(model):
+            raise ValueError("model %r: want 1-63 characters of [A-Za-z0-9._:/-]" % model)
+        cfg = cx_config_t()
+        cfg.model = model.encode()
+        cfg.stage = _u32(stage, "stage")
+        cfg.shard = _u32(shard, "shard")
+        cfg.replica = _u32(replica, "replica")
+        cfg.listen_ip = _args.text(listen_ip, "listen_ip")
+        if listen_ip is not None:
+            try:
+                ipaddress.ip_address(listen_ip)
+            except ValueError:
+                raise ValueError("listen_ip %r is not a numeric IPv4/IPv6 address"
+                                 % listen_ip) from None
+        cfg.port = _args.check_int(port, "port", 0, 65535)
+        cfg.backend = _args.text(backend, "backend")
+        cfg.heartbeat_ms = _u32(heartbeat_ms, "heartbeat_ms")
+        cfg.heartbeat_timeout_ms = _u32(heartbeat_timeout_ms, "heartbeat_timeout_ms")
+        cfg.op_timeout_ms = _u32(op_timeout_ms, "op_timeout_ms")
+        cfg.connect_timeout_ms = _u32(connect_timeout_ms, "connect_timeout_ms")
+        cfg.recv_queue_max = _u32(recv_queue_max, "recv_queue_max")
+        cfg.recv_queue_bytes = _args.check_int(recv_queue_bytes, "recv_queue_bytes")
+        self._lib = lib()
+        self._e = None
+        self._cond = threading.Condition()
+        self._active = 0
+        self._closing = False
+        self._regions = {}     # address -> what pins it (bytearray export, tensor)
+        self._ops = {}         # id(handle) -> handle, waited for in close()
+        self._reaper = None    # thread pool for PutSignal waits shorter than the op timeout
+        self._op_bound_ms = (op_timeout_ms or 30000) + 1000
+        out = ctypes.c_void_p()
+        rc = self._lib.cx_engine_create(ctypes.byref(cfg), ctypes.byref(out))
+        if rc != CX_OK:
+            _raise(rc, "cx_engine_create(%s|%d|%d|%d on %s:%d)"
+                   % (model, stage, shard, replica, listen_ip or "127.0.0.1", port))
+        self._e = out
+
+    # ---- lifetime ----
+
+    def _enter(self, what):
+        with self._cond:
+            if self._closing or self._e is None:
+                raise EngineClosed(what)
+            self._active += 1
+            return self._e
+
+    def _leave(self):
+        with self._cond:
+            self._active -= 1
+            if self._active == 0:
+                self._cond.notify_all()
+
+    def close(self):
+        """Wait for calls in other threads to return (blocking waits notice within 100 ms),
+        complete every put_signal not yet waited for, then BYE to peers and free everything."""
+        with self._cond:
+            if self._closing:
+                return
+            self._closing = True
+            while self._active:
+                self._cond.wait()
+            e, self._e = self._e, None
+        if e is None:
+            return
+        # Destroy first: it completes every op still in flight (CX_ECLOSED) after closing the
+        # data connections, so the handles below are reaped at once and no byte moves later.
+        self._lib.cx_engine_destroy(e)
+        pending = list(self._ops.values())
+        for h in pending:
+            if h._claim():
+                self._reap_async(h)
+        for h in pending:
+            if not h._done.wait(10.0):
+                _log.error("connex_c: a put_signal op did not complete after cx_engine_destroy")
+        if self._reaper is not None:
+            self._reaper.shutdown(wait=False)
+        self._regions.clear()
+
+    @property
+    def closed(self):
+        return self._e is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<connex_c.Engine %s>" % (self.local_url if self._e else "closed")
+
+    # ---- identity ----
+
+    def _str_call(self, fn, *args):
+        e = self._enter(fn.__name__)
+        try:
+            s = fn(e, *args)
+        finally:
+            self._leave()
+        return s.decode() if s else None
+
+    @property
+    def local_url(self):
+        return self._str_call(self._lib.cx_engine_local_url)
+
+    @property
+    def backends(self):
+        return self._str_call(self._lib.cx_engine_backends)
+
+    @property
+    def incarnation(self):
+        e = self._enter("incarnation")
+        try:
+            return self._lib.cx_engine_incarnation(e)
+        finally:
+            self._leave()
+
+    @property
+    def port(self):
+        return int(self.local_url.split("#", 1)[0].rsplit(":", 1)[1])
+
+    # ---- peers ----
+
+    def connect(self, peer_url, timeout_ms=5000):
+        p = _args.peer(peer_url)
+        tmo = _args.timeout(timeout_ms)
+        e = self._enter("connect")
+        try:
+            return self._lib.cx_connect(e, p, tmo)
+        finally:
+            self._leave()
+
+    def peer_backend(self, peer):
+        return self._str_call(self._lib.cx_peer_backend, _args.peer(peer))
+
+    def peer_state(self, peer):
+        p = _args.peer(peer)
+        e = self._enter("peer_state")
+        try:
+            st = self._lib.cx_peer_state(e, p)
+        finally:
+            self._leave()
+        return _PEER_STATES[st] if 0 <= st < len(_PEER_STATES) else "unknown"
+
+    # ---- memory ----
+
+    def register_memory(self, ptr, n=None):
+        """Register [ptr, ptr+n) (n defaults to the size of a buffer or tensor). A bytearray
+        stays pinned (cannot be resized) until unregister_memory or close."""
+        p = _args.pointer(ptr, writable=True, what="register_memory buffer")
+        if n is None:
+            if p.size is None:
+                raise TypeError("register_memory: give the length n for a raw address")
+            n = p.size
+        _args.length(n)
+        p.check_len(n, "register_memory")
+        e = self._enter("register_memory")
+        try:
+            rc = self._lib.cx_register_memory(e, p.address, n)
+        finally:
+            self._leave()
+        if rc == CX_OK:
+            self._regions[p.address] = p.keep
+        return rc
+
+    def unregister_memory(self, ptr):
+        p = _args.pointer(ptr, writable=False, what="unregister_memory buffer")
+        e = self._enter("unregister_memory")
+        try:
+            rc = self._lib.cx_unregister_memory(e, p.address)
+        finally:
+            self._leave()
+        if rc == CX_OK:
+            self._regions.pop(p.address, None)
+        return rc
+
+    # ---- one-sided ----
+
+    def transfer_sync_read(self, peer, dst, src, n):
+        """Read n bytes at the peer's address src into the local buffer dst."""
+        pe = _args.peer(peer)
+        p = _args.pointer(dst, writable=True, what="destination")
+        _args.remote_addr(src)
+        _args.length(n)
+        p.check_len(n, "transfer_sync_read")
+        e = self._enter("transfer_sync_read")
+        try:
+            return self._lib.cx_read(e, pe, p.address, src, n)
+        finally:
+            self._leave()
+
+    def transfer_sync_write(self, peer, src, dst, n):
+        """Write n bytes of the local buffer src to the peer's address dst."""
+        pe = _args.peer(peer)
+        p = _args.pointer(src, writable=False, what="source")
+        _args.remote_addr(dst)
+        _args.length(n)
+        p.check_len(n, "transfer_sync_write")
+        e = self._enter("transfer_sync_write")
+        try:
+            return self._lib.cx_write(e, pe, p.address, dst, n)
+        finally:
+            self._leave()
+
+    def put_signal(self, peer, src, dst, n, msg):
+        """Write n bytes from src to the peer's dst, then deliver msg, which the peer's
+        recv_msg returns only once the bytes are in place. Returns a PutSignal handle; a
+        submission error gives a handle that is already done with that status."""
+        pe = _args.peer(peer)
+        p = _args.pointer(src, writable=False, what="source")
+        _args.remote_addr(dst)
+        _args.length(n)
+        p.check_len(n, "put_signal")
+        m = _args.message(msg)
+        op = ctypes.c_void_p()
+        e = self._enter("put_signal")
+        try:
+            rc = self._lib.cx_put_signal(e, pe, p.address, dst, n, m, len(m), ctypes.byref(op))
+        finally:
+            self._leave()
+        if rc != CX_OK:
+            return PutSignal(self, None, None, status=rc)
+        h = PutSignal(self, op, (p, m))
+        self._ops[id(h)] = h
+        return h
+
+    def _reap_async(self, h):
+        with self._cond:
+            if self._reaper is None:
+                self._reaper = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=256, thread_name_prefix="connex-op-wait")
+            pool = self._reaper
+        pool.submit(h._reap)
+
+    # ---- messages ----
+
+    def send_msg(self, peer, data):
+        pe = _args.peer(peer)
+        m = _args.message(data)
+        e = self._enter("send_msg")
+        try:
+            return self._lib.cx_send_msg(e, pe, m, len(m))
+        finally:
+            self._leave()
+
+    def _sliced(self, what, timeout_ms, call):
+        """Run call(e, slice_ms) until it returns something other than CX_ETIMEDOUT or the
+        timeout passes; the GIL is free during each call (ctypes.CDLL)."""
+        tmo = _args.timeout(timeout_ms)
+        deadline = None if tmo < 0 else time.monotonic() + tmo / 1000.0
+        while True:
+            left = _SLICE_MS if deadline is None else \
+                int(max(0.0, deadline - time.monotonic()) * 1000)
+            e = self._enter(what)
+            try:
+                rc = call(e, min(left, _SLICE_MS))
+            finally:
+                self._leave()
+            if rc != CX_ETIMEDOUT:
+                return rc
+            if deadline is not None and time.monotonic() >= deadline:
+                return rc
+
+    def recv_msg(self, timeout_ms=None):
+        """The next message as Message(peer, data, url), or None when none came in time."""
+        m = cx_msg_t()
+        rc = self._sliced("recv_msg", timeout_ms,
+                          lambda e, t: self._lib.cx_recv_msg(e, ctypes.byref(m), t))
+        if rc == CX_ETIMEDOUT:
+            return None
+        if rc != CX_OK:
+            _raise(rc, "recv_msg")
+        try:
+            data = ctypes.string_at(m.data, m.len) if m.len else b""
+            return Message(m.from_.as_tuple(), data, m.from_url.decode())
+        finally:
+            self._lib.cx_msg_release(ctypes.byref(m))
+
+    def wait_event(self, timeout_ms=None):
+        """The next peer event as a dict, or None when none came in time:
+        {"type": "up"|"joined"|"failed"|"suspect"|"left", "peer": (model, stage, shard,
+        replica), "reason": str, "url": str, "incarnation": int, "time_ns": int}."""
+        ev = cx_event_t()
+        rc = self._sliced("wait_event", timeout_ms,
+                          lambda e, t: self._lib.cx_wait_event(e, ctypes.byref(ev), t))
+        if rc == CX_ETIMEDOUT:
+            return None
+        if rc != CX_OK:
+            _raise(rc, "wait_event")
+        t = ev.type
+        return {"type": EVENT_NAMES[t] if 0 <= t < len(EVENT_NAMES) else "unknown(%d)" % t,
+                "peer": ev.peer.as_tuple(),
+                "reason": ev.reason.decode("utf-8", "replace"),
+                "url": ev.url.decode("utf-8", "replace"),
+                "incarnation": ev.incarnation,
+                "time_ns": ev.time_ns}
+
+    # ---- counters ----
+
+    def stats(self):
+        st = cx_stats_t()
+        e = self._enter("stats")
+        try:
+            rc = self._lib.cx_stats(e, ctypes.byref(st))
+        finally:
+            self._leave()
+        if rc != CX_OK:
+            _raise(rc, "stats")
+        out = {}
+        for name, ctype in cx_stats_t._fields_:
+            v = getattr(st, name)
+            if hasattr(ctype, "_length_"):
+                v = dict(zip(CX_OPK_NAMES, list(v)))
+            out[name] = v
+        return out

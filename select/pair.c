@@ -1,0 +1,129 @@
+/* Per pair: which backend two engines use, from what each advertised. The order is a function of
+ * the unordered pair of advertisements, so both ends agree without negotiating. */
+#include "cx_select.h"
+#include "probe_int.h"
+#include "rates.h"
+#include "connex/connex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cx_choice_format(const cx_choice_t *c, char *buf, size_t len)
+{
+    if (!c || !buf) return CX_EINVAL;
+    int n = snprintf(buf, len, "%s/%s/0x%x", c->backend, c->variant, c->caps);
+    return (n < 0 || (size_t)n >= len) ? CX_EINVAL : CX_OK;
+}
+
+int cx_choice_parse(const char *s, cx_choice_t *c)
+{
+    if (!s || !c) return CX_EINVAL;
+    memset(c, 0, sizeof *c);
+    const char *a = strchr(s, '/');
+    const char *b = a ? strchr(a + 1, '/') : NULL;
+    if (!a || !b || a == s || (size_t)(a - s) >= sizeof c->backend ||
+        (size_t)(b - a - 1) >= sizeof c->variant || strncmp(b + 1, "0x", 2) || !b[3])
+        return CX_EINVAL;
+    char *end = NULL;
+    unsigned long caps = strtoul(b + 3, &end, 16);
+    if (*end || caps > 0xffffu) return CX_EINVAL;
+    memcpy(c->backend, s, (size_t)(a - s));
+    memcpy(c->variant, a + 1, (size_t)(b - a - 1));
+    c->caps = (unsigned)caps;
+    return CX_OK;
+}
+
+enum { PATH_NONE = 0, PATH_TCP = 1, PATH_RDMA = 2, PATH_SHM = 3 };
+
+/* libfabric endpoints of different providers cannot address each other: "tcp;ofi_rxm" and
+ * "tcp" share the core provider, "efa" and "tcp;ofi_rxm" do not. */
+static int same_core_provider(const char *a, const char *b)
+{
+    size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
+    return la == lb && !strncmp(a, b, la);
+}
+
+static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, unsigned *common)
+{
+    *common = 0;
+    if (strcmp(a->backend, b->backend)) return PATH_NONE;
+    if (!strcmp(a->backend, "libfabric") && !same_core_provider(a->variant, b->variant))
+        return PATH_NONE;
+    unsigned c = a->caps & b->caps;
+    *common = c;
+    if (same_host && (c & CX_CAP_SHM)) return PATH_SHM;
+    if (c & CX_CAP_RDMA) return PATH_RDMA;
+    if (c & CX_CAP_TCP) return PATH_TCP;
+    return PATH_NONE;
+}
+
+static double path_rate(const char *backend, int path)
+{
+    int ucx = !strcmp(backend, "ucx"), fab = !strcmp(backend, "libfabric");
+    switch (path) {
+    case PATH_SHM: return ucx ? CX_RATE_SHM_UCX : fab ? CX_RATE_SHM_LIBFABRIC : 0;
+    case PATH_RDMA: return ucx ? CX_RATE_RDMA_UCX : fab ? CX_RATE_RDMA_LIBFABRIC : 0;
+    case PATH_TCP: return ucx ? CX_RATE_TCP_UCX : fab ? CX_RATE_TCP_LIBFABRIC : CX_RATE_TCP_ZMQ;
+    }
+    return 0;
+}
+
+/* Fixed tie-break independent of either side's order: the build's preference. */
+static int name_rank(const char *b)
+{
+    return !strcmp(b, "ucx") ? 0 : !strcmp(b, "libfabric") ? 1 : !strcmp(b, "zmq") ? 2 : 3;
+}
+
+static const char *path_name(int path, unsigned common)
+{
+    switch (path) {
+    case PATH_SHM: return "shared memory";
+    case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB)
+                           ? "rdma (ib)" : "rdma (roce)";
+    case PATH_TCP: return "tcp";
+    }
+    return "none";
+}
+
+int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *theirs, int n_theirs,
+                   int same_host, int *order, char *why, size_t why_len)
+{
+    if (why && why_len) why[0] = 0;
+    if (!mine || !theirs || !order || n_mine < 0 || n_theirs < 0) return 0;
+    int path[CX_SEL_MAX_BE], n = 0;
+    unsigned common[CX_SEL_MAX_BE];
+    for (int i = 0; i < n_mine && i < CX_SEL_MAX_BE; i++) {
+        path[i] = PATH_NONE;
+        common[i] = 0;
+        for (int j = 0; j < n_theirs; j++) {
+            unsigned c;
+            int pth = pair_path(&mine[i], &theirs[j], same_host, &c);
+            if (pth > path[i]) { path[i] = pth; common[i] = c; }
+        }
+        if (path[i] != PATH_NONE) order[n++] = i;
+        else if (why)
+            cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend,
+                           !strcmp(mine[i].backend, "libfabric") ? " (or another provider)" : "");
+    }
+    /* insertion sort on (path class, measured rate, name rank): both sides sort the same keys */
+    for (int i = 1; i < n; i++) {
+        int x = order[i], j = i - 1;
+        while (j >= 0) {
+            int y = order[j];
+            double rx = path_rate(mine[x].backend, path[x]), ry = path_rate(mine[y].backend, path[y]);
+            int better = path[x] != path[y] ? path[x] > path[y]
+                         : rx != ry ? rx > ry
+                         : name_rank(mine[x].backend) < name_rank(mine[y].backend);
+            if (!better) break;
+            order[j + 1] = y;
+            j--;
+        }
+        order[j + 1] = x;
+    }
+    if (why)
+        for (int k = 0; k < n; k++)
+            cx_sel_appendf(why, why_len, "%s%s %s", k ? ", then " : "",
+                           mine[order[k]].backend, path_name(path[order[k]], common[order[k]]));
+    return n;
+}

@@ -1,0 +1,401 @@
+/* Conformance, data path: read, write and put_signal from 1 B to 64 MiB in both directions, the
+ * data checked byte for byte (locally with the pattern, remotely by hash); put_signal's message
+ * is checked against the target memory the moment it arrives; messages both ways; stats; a clean
+ * close gives LEFT. Backend: CONNEX_BACKEND (the test process and its peer both use it). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#include "cxt.h"
+
+#define RS ((size_t)(64u << 20) + (64u << 10))   /* 64 MiB plus room for odd offsets */
+#define TSEED 7
+#define PSEED 3
+
+static cx_engine_t *E;
+static uint8_t *R;
+static cxt_peer_t P;
+static char E_LID[CX_URL_MAX];
+static int fds_before[256], nfds_before;
+
+static const size_t sizes[] = { 1, 7, 4096, 65537, 1u << 20, (16u << 20) + 3, 64u << 20 };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+
+/* Odd offsets for odd sizes, so unaligned transfers are covered. */
+static size_t loff(size_t len) { return len & 1 ? 5 : 0; }
+static size_t roff(size_t len) { return len & 1 ? 4096 + 13 : 4096; }
+
+static int group_setup(void **state)
+{
+    (void)state;
+    nfds_before = cxt_list_fds(fds_before, 256);
+    if (cxt_engine(&E, "tester", 0, 0, 0, 60000)) return -1;
+    cx_url_t u;
+    if (cx_url_parse(cx_engine_local_url(E), &u, NULL, 0)) return -1;
+    cx_lid_format(&u.lid, E_LID, sizeof E_LID);
+    R = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (R == MAP_FAILED) return -1;
+    cxt_fill(R, RS, TSEED, 0);
+    if (cx_register_memory(E, R, RS)) return -1;
+    cxt_peer_opts_t o = { .replica = 1, .region = RS, .seed = PSEED };
+    if (cxt_peer_start(&P, &o, 10000)) return -1;
+    int rc = cx_connect(E, P.url, 5000);
+    if (rc) { fprintf(stderr, "connect %s: %s\n", P.url, cx_strerror(rc)); return -1; }
+    cx_event_t ev;
+    if (cxt_wait_event(E, P.lid, CX_EVENT_UP, 5000, &ev, NULL)) {
+        fprintf(stderr, "no UP event for %s\n", P.lid);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    cxt_peer_stop(&P);
+    if (E) {
+        cx_unregister_memory(E, R);
+        cx_engine_destroy(E);
+    }
+    if (R && R != MAP_FAILED) munmap(R, RS);
+    return 0;
+}
+
+static void test_connected(void **state)
+{
+    (void)state;
+    assert_int_equal(cx_peer_state(E, P.url), CX_PEER_UP);
+    assert_int_equal(cx_peer_state(E, P.lid), CX_PEER_UP);   /* bare LID once known */
+    const char *b = cx_peer_backend(E, P.url);
+    assert_non_null(b);
+    const char *want = getenv("CONNEX_BACKEND");
+    if (want && *want && strcmp(want, "auto") != 0) {
+        assert_string_equal(b, want);
+        assert_non_null(strstr(cx_engine_backends(E), want));
+    }
+    fprintf(stderr, "pair uses backend %s (engine opened %s)\n", b, cx_engine_backends(E));
+    assert_int_equal(cx_peer_state(E, "nobody|9|9|9"), CX_PEER_UNKNOWN);
+    assert_null(cx_peer_backend(E, "nobody|9|9|9"));
+}
+
+/* Every fd the engine opened is close-on-exec: peers this process forks must not inherit them
+ * (a child holding a copy of a control socket hides the parent's death from its peers). */
+static void test_fds_cloexec(void **state)
+{
+    (void)state;
+    assert_int_equal(cxt_fds_without_cloexec(fds_before, nfds_before), 0);
+}
+
+static void test_read_sizes(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i], lo = loff(n), ro = roff(n);
+        memset(R + lo, 0, n);
+        if (lo) R[lo - 1] = 0xA5;
+        R[lo + n] = 0x5A;
+        uint64_t t0 = cxt_now_ns();
+        int rc = cx_read(E, P.url, R + lo, P.base + ro, n);
+        double ms = cxt_ms_since(t0);
+        if (rc) fail_msg("read %zu B: %s", n, cx_strerror(rc));
+        long long bad = cxt_check(R + lo, n, PSEED, ro);
+        if (bad >= 0) fail_msg("read %zu B: byte %lld differs", n, bad);
+        if (lo) assert_int_equal(R[lo - 1], 0xA5);   /* nothing written outside the range */
+        assert_int_equal(R[lo + n], 0x5A);
+        fprintf(stderr, "read  %9zu B  %8.3f ms\n", n, ms);
+    }
+    cxt_fill(R, RS, TSEED, 0);
+}
+
+static void test_write_sizes(void **state)
+{
+    (void)state;
+    char rep[256];
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i], lo = loff(n), ro = roff(n);
+        assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED), 0);
+        uint64_t t0 = cxt_now_ns();
+        int rc = cx_write(E, P.url, R + lo, P.base + ro, n);
+        double ms = cxt_ms_since(t0);
+        if (rc) fail_msg("write %zu B: %s", n, cx_strerror(rc));
+        /* The write call returned: the data must be in place at the target now. */
+        assert_int_equal(cxt_peer_cmd(&P, 20000, rep, sizeof rep, "HASH %zu %zu", ro, n), 0);
+        char want[64];
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(R + lo, n));
+        if (strcmp(rep, want)) fail_msg("write %zu B: peer has '%s', expected '%s'", n, rep, want);
+        /* Guard bytes on both sides untouched. */
+        uint8_t g[2] = { cxt_pat(PSEED, ro - 1), cxt_pat(PSEED, ro + n) };
+        assert_int_equal(cxt_peer_cmd(&P, 5000, rep, sizeof rep, "HASH %zu 1", ro - 1), 0);
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(&g[0], 1));
+        assert_string_equal(rep, want);
+        assert_int_equal(cxt_peer_cmd(&P, 5000, rep, sizeof rep, "HASH %zu 1", ro + n), 0);
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(&g[1], 1));
+        assert_string_equal(rep, want);
+        fprintf(stderr, "write %9zu B  %8.3f ms\n", n, ms);
+    }
+}
+
+static void test_put_signal_sizes(void **state)
+{
+    (void)state;
+    char rep[256], line[512];
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i], lo = loff(n), ro = roff(n);
+        /* Fresh, different bytes at the target, so a signal that overtakes its data sees them. */
+        assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED + 100 + (unsigned)i), 0);
+        char msg[128];
+        snprintf(msg, sizeof msg, "CHK %" PRIx64 " %zu %" PRIx64, P.base + ro, n, cxt_hash(R + lo, n));
+        cx_op_t *op = NULL;
+        uint64_t t0 = cxt_now_ns();
+        int rc = cx_put_signal(E, P.url, R + lo, P.base + ro, n, msg, strlen(msg), &op);
+        if (rc) fail_msg("put_signal %zu B: %s", n, cx_strerror(rc));
+        assert_non_null(op);
+        rc = cx_op_wait(op, -1);
+        double ms = cxt_ms_since(t0);
+        if (rc) fail_msg("put_signal %zu B completed with %s", n, cx_strerror(rc));
+        if (cxt_peer_expect(&P, "MSG ", 20000, line, sizeof line))
+            fail_msg("put_signal %zu B: the peer got no message", n);
+        char want[256];
+        snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg),
+                 cxt_hash(msg, strlen(msg)));
+        if (strcmp(line, want)) fail_msg("put_signal %zu B: peer said '%s', expected '%s'", n, line, want);
+        fprintf(stderr, "put_signal %9zu B  %8.3f ms\n", n, ms);
+    }
+}
+
+static void test_peer_reads_from_us(void **state)
+{
+    (void)state;
+    char rep[256], want[64];
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i], lo = loff(n), ro = roff(n);
+        /* The peer names us by bare LID: it knows us from our HELLO. */
+        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu %zu", E_LID,
+                              (uintptr_t)(R + ro), n, lo);
+        if (rc) fail_msg("peer read %zu B: %s", n, rep);
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(R + ro, n));
+        if (strcmp(rep, want)) fail_msg("peer read %zu B: got '%s', expected '%s'", n, rep, want);
+    }
+}
+
+static void test_peer_writes_to_us(void **state)
+{
+    (void)state;
+    char rep[256];
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL 11"), 0);
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i], lo = loff(n), ro = roff(n);
+        memset(R + ro - 1, 0, n + 2);
+        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "WRITE %s 0x%" PRIxPTR " %zu %zu", E_LID,
+                              (uintptr_t)(R + ro), n, lo);
+        if (rc) fail_msg("peer write %zu B: %s", n, rep);
+        long long bad = cxt_check(R + ro, n, 11, lo);
+        if (bad >= 0) fail_msg("peer write %zu B: byte %lld differs", n, bad);
+        assert_int_equal(R[ro - 1], 0);
+        assert_int_equal(R[ro + n], 0);
+    }
+    cxt_fill(R, RS, TSEED, 0);
+}
+
+struct sig_rx { int rc; char verdict[256]; size_t len; char from[CX_URL_MAX]; };
+
+/* Checks the message against our memory the moment it arrives. */
+static void *sig_receiver(void *arg)
+{
+    struct sig_rx *s = arg;
+    cx_msg_t m;
+    s->rc = cx_recv_msg(E, &m, 60000);
+    if (s->rc) return NULL;
+    char txt[128];
+    size_t c = m.len < sizeof txt - 1 ? m.len : sizeof txt - 1;
+    memcpy(txt, m.data, c);
+    txt[c] = 0;
+    unsigned long long addr, len, h;
+    s->len = m.len;
+    cx_lid_format(&m.from, s->from, sizeof s->from);
+    if (sscanf(txt, "CHK %llx %llu %llx", &addr, &len, &h) != 3)
+        snprintf(s->verdict, sizeof s->verdict, "not a CHK message: '%s'", txt);
+    else if (addr < (uintptr_t)R || addr + len > (uintptr_t)R + RS)
+        snprintf(s->verdict, sizeof s->verdict, "outside our region");
+    else if (cxt_hash((void *)(uintptr_t)addr, len) != h)
+        snprintf(s->verdict, sizeof s->verdict, "data not in place when the signal arrived");
+    else
+        snprintf(s->verdict, sizeof s->verdict, "OK");
+    cx_msg_release(&m);
+    return NULL;
+}
+
+static void test_peer_put_signal_to_us(void **state)
+{
+    (void)state;
+    char rep[256];
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL 17"), 0);
+    for (size_t i = 0; i < NSIZES; i++) {
+        size_t n = sizes[i], lo = loff(n), ro = roff(n);
+        memset(R + ro, 0xEE, n);
+        struct sig_rx s;
+        memset(&s, 0, sizeof s);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, sig_receiver, &s), 0);
+        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "PUTSIG %s 0x%" PRIxPTR " %zu %zu", E_LID,
+                              (uintptr_t)(R + ro), n, lo);
+        pthread_join(th, NULL);   /* bounded: the receiver waits at most 60 s */
+        if (rc) fail_msg("peer put_signal %zu B: %s", n, rep);
+        if (s.rc) fail_msg("put_signal %zu B: no message (%s)", n, cx_strerror(s.rc));
+        if (strcmp(s.verdict, "OK")) fail_msg("put_signal %zu B: %s", n, s.verdict);
+        assert_string_equal(s.from, P.lid);
+        long long bad = cxt_check(R + ro, n, 17, lo);
+        if (bad >= 0) fail_msg("peer put_signal %zu B: byte %lld differs", n, bad);
+    }
+    cxt_fill(R, RS, TSEED, 0);
+}
+
+static const size_t msizes[] = { 0, 1, 4096, (1u << 20) + 1, 16u << 20, CX_MSG_MAX };
+
+static void test_messages_to_peer(void **state)
+{
+    (void)state;
+    char line[512], want[256];
+    uint8_t *buf = malloc(CX_MSG_MAX);
+    assert_non_null(buf);
+    for (size_t i = 0; i < sizeof msizes / sizeof msizes[0]; i++) {
+        size_t n = msizes[i];
+        cxt_fill(buf, n, 40 + (uint32_t)i, 0);
+        int rc = cx_send_msg(E, P.url, buf, n);
+        if (rc) fail_msg("send %zu B: %s", n, cx_strerror(rc));
+        if (cxt_peer_expect(&P, "MSG ", 30000, line, sizeof line)) fail_msg("send %zu B: not received", n);
+        snprintf(want, sizeof want, "MSG %s %zu %" PRIx64, E_LID, n, cxt_hash(buf, n));
+        if (strcmp(line, want)) fail_msg("send %zu B: peer said '%s', expected '%s'", n, line, want);
+    }
+    /* Order is kept between one sender and one receiver. */
+    for (int k = 0; k < 50; k++) {
+        uint8_t b[8];
+        cxt_fill(b, sizeof b, 1000 + (uint32_t)k, 0);
+        assert_int_equal(cx_send_msg(E, P.lid, b, sizeof b), CX_OK);
+    }
+    for (int k = 0; k < 50; k++) {
+        uint8_t b[8];
+        cxt_fill(b, sizeof b, 1000 + (uint32_t)k, 0);
+        if (cxt_peer_expect(&P, "MSG ", 10000, line, sizeof line)) fail_msg("message %d of 50 lost", k);
+        snprintf(want, sizeof want, "MSG %s 8 %" PRIx64, E_LID, cxt_hash(b, 8));
+        if (strcmp(line, want)) fail_msg("message %d out of order: '%s'", k, line);
+    }
+    free(buf);
+}
+
+static void test_messages_from_peer(void **state)
+{
+    (void)state;
+    char rep[256];
+    for (size_t i = 0; i < sizeof msizes / sizeof msizes[0]; i++) {
+        size_t n = msizes[i];
+        int rc = cxt_peer_cmd(&P, 30000, rep, sizeof rep, "SEND %s %zu %u", E_LID, n, 60 + (unsigned)i);
+        if (rc) fail_msg("peer send %zu B: %s", n, rep);
+        cx_msg_t m;
+        rc = cx_recv_msg(E, &m, 30000);
+        if (rc) fail_msg("recv %zu B: %s", n, cx_strerror(rc));
+        assert_int_equal(m.len, n);
+        char from[CX_URL_MAX];
+        cx_lid_format(&m.from, from, sizeof from);
+        assert_string_equal(from, P.lid);
+        assert_string_equal(m.from_url, P.url);
+        if (n) {
+            assert_non_null(m.data);
+            long long bad = cxt_check(m.data, n, 60 + (uint32_t)i, 0);
+            if (bad >= 0) fail_msg("message %zu B: byte %lld differs", n, bad);
+        }
+        cx_msg_release(&m);
+    }
+    cx_msg_t m;
+    assert_int_equal(cx_recv_msg(E, &m, 50), CX_ETIMEDOUT);   /* nothing else queued */
+}
+
+static void test_stats(void **state)
+{
+    (void)state;
+    cx_stats_t a, b;
+    assert_int_equal(cx_stats(E, &a), CX_OK);
+    assert_int_equal(a.regions, 1);
+    assert_int_equal(a.registered_bytes, RS);
+    assert_true(a.peers_up >= 1);
+    assert_int_equal(a.ops_in_flight, 0);
+    assert_int_equal(cx_read(E, P.lid, R, P.base, 4096), CX_OK);
+    assert_int_equal(cx_write(E, P.lid, R, P.base, 100), CX_OK);
+    assert_int_equal(cx_stats(E, &b), CX_OK);
+    assert_int_equal(b.ops[CX_OPK_READ], a.ops[CX_OPK_READ] + 1);
+    assert_int_equal(b.bytes[CX_OPK_READ], a.bytes[CX_OPK_READ] + 4096);
+    assert_int_equal(b.ops[CX_OPK_WRITE], a.ops[CX_OPK_WRITE] + 1);
+    assert_int_equal(b.bytes[CX_OPK_WRITE], a.bytes[CX_OPK_WRITE] + 100);
+    assert_int_equal(b.op_errors[CX_OPK_READ], a.op_errors[CX_OPK_READ]);
+    assert_int_equal(b.ops_in_flight, 0);
+    assert_int_equal(b.peer_failures, 0);
+    cxt_fill(R, 4096, TSEED, 0);
+}
+
+/* A second peer closes cleanly: LEFT, and ops to it fail with CX_EPEER, within bounds. */
+static void test_clean_close_left(void **state)
+{
+    (void)state;
+    cxt_peer_t q;
+    cxt_peer_opts_t o = { .replica = 2, .region = 4096, .seed = 5 };
+    assert_int_equal(cxt_peer_start(&q, &o, 10000), 0);
+    assert_int_equal(cx_connect(E, q.url, 5000), CX_OK);
+    assert_int_equal(cxt_wait_event(E, q.lid, CX_EVENT_UP, 5000, NULL, NULL), CX_OK);
+    assert_int_equal(cx_read(E, q.lid, R, q.base, 4096), CX_OK);
+    assert_int_equal(cxt_check(R, 4096, 5, 0), -1);
+    char rep[64];
+    assert_int_equal(cxt_peer_cmd(&q, 5000, rep, sizeof rep, "QUIT"), 0);
+    uint64_t t0 = cxt_now_ns();
+    cx_event_t ev;
+    unsigned seen = 0;
+    int rc = cxt_wait_event(E, q.lid, CX_EVENT_LEFT, 5000, &ev, &seen);
+    double ms = cxt_ms_since(t0);
+    assert_int_equal(cxt_peer_reap(&q, 5000), 0);
+    assert_true(WIFEXITED(q.status) && WEXITSTATUS(q.status) == 0);
+    cxt_peer_stop(&q);
+    if (rc) fail_msg("no LEFT event after a clean close (events seen: 0x%x)", seen);
+    if (seen & (1u << CX_EVENT_FAILED)) fail_msg("a clean close was reported as FAILED");
+    fprintf(stderr, "LEFT after %.1f ms\n", ms);
+    assert_int_equal(cx_peer_state(E, q.lid), CX_PEER_LEFT);
+    t0 = cxt_now_ns();
+    rc = cx_read(E, q.lid, R, q.base, 4096);
+    assert_int_equal(rc, CX_EPEER);
+    assert_true(cxt_ms_since(t0) < 6000);
+    cxt_fill(R, 4096, TSEED, 0);
+    /* The other peer is not disturbed. */
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    assert_int_equal(cx_read(E, P.lid, R, P.base, 4096), CX_OK);
+    assert_int_equal(cxt_check(R, 4096, PSEED, 0), -1);
+    cxt_fill(R, 4096, TSEED, 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_connected, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_fds_cloexec, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_read_sizes, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_write_sizes, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_put_signal_sizes, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_reads_from_us, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_writes_to_us, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_put_signal_to_us, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_messages_to_peer, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_messages_from_peer, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_stats, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_close_left, cxt_watchdog_setup, cxt_watchdog_teardown),
+    };
+    /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */
+    if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

@@ -1,0 +1,357 @@
+/* Conformance, failures: kill -9 of a peer in the middle of transfers, a hung peer (SIGSTOP),
+ * and a peer restarted under the same LID and port. Each case builds its own engine because each
+ * needs its own heartbeat and op timeout. Every wait is bounded. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cxt.h"
+
+#define RS ((size_t)8 << 20)
+#define CHUNK ((size_t)1 << 20)
+
+typedef struct fixture {
+    cx_engine_t *e;
+    uint8_t *r;
+    cxt_peer_t p;
+} fixture_t;
+
+static int make(fixture_t *f, uint32_t hb, uint32_t hbt, uint32_t opt)
+{
+    memset(f, 0, sizeof *f);
+    f->p.pid = -1;
+    f->p.in_fd = f->p.out_fd = -1;
+    if (cxt_engine(&f->e, "survivor", 0, hb, hbt, opt)) return -1;
+    f->r = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (f->r == MAP_FAILED) return -1;
+    cxt_fill(f->r, RS, 9, 0);
+    return cx_register_memory(f->e, f->r, RS) ? -1 : 0;
+}
+
+static void unmake(fixture_t *f)
+{
+    cxt_peer_crash(&f->p);
+    if (f->e) {
+        cx_unregister_memory(f->e, f->r);
+        cx_engine_destroy(f->e);
+    }
+    if (f->r && f->r != MAP_FAILED) munmap(f->r, RS);
+}
+
+static int start_peer(fixture_t *f, uint16_t port, uint32_t seed, uint32_t hb, uint32_t hbt,
+                      const char *connect)
+{
+    cxt_peer_opts_t o = { .replica = 1, .port = port, .region = RS, .seed = seed, .hb_ms = hb,
+                          .hb_timeout_ms = hbt, .connect = connect };
+    return cxt_peer_start(&f->p, &o, 10000);
+}
+
+static void connect_up(fixture_t *f, cx_event_t *ev)
+{
+    int rc = cx_connect(f->e, f->p.url, 5000);
+    if (rc) fail_msg("connect %s: %s", f->p.url, cx_strerror(rc));
+    if (cxt_wait_event(f->e, f->p.lid, CX_EVENT_UP, 5000, ev, NULL)) fail_msg("no UP for %s", f->p.lid);
+}
+
+/* ---- kill -9 during transfers ---- */
+
+typedef struct worker {
+    fixture_t *f;
+    int kind;                 /* CX_OPK_READ / WRITE / PUT_SIGNAL / MSG */
+    int idx;
+    atomic_int ok;
+    atomic_int done;
+    int last_rc;
+    double last_ms;           /* how long the failing op took */
+} worker_t;
+
+static atomic_int g_abort;
+
+static void *work(void *arg)
+{
+    worker_t *w = arg;
+    fixture_t *f = w->f;
+    uint8_t *loc = w->f->r + (size_t)w->idx * CHUNK;
+    uint64_t rem = f->p.base + (size_t)w->idx * CHUNK;
+    char msg[64];
+    /* At most 100000 ops or until g_abort: a broken engine ends the loop, it cannot hang it. */
+    for (int i = 0; i < 100000 && !atomic_load(&g_abort); i++) {
+        uint64_t t0 = cxt_now_ns();
+        int rc;
+        if (w->kind == CX_OPK_READ) {
+            rc = cx_read(f->e, f->p.lid, loc, rem, CHUNK);
+        } else if (w->kind == CX_OPK_WRITE) {
+            rc = cx_write(f->e, f->p.lid, loc, rem, CHUNK);
+        } else if (w->kind == CX_OPK_PUT_SIGNAL) {
+            cx_op_t *op = NULL;
+            snprintf(msg, sizeof msg, "sig %d", i);
+            rc = cx_put_signal(f->e, f->p.lid, loc, rem, CHUNK, msg, strlen(msg), &op);
+            if (rc == CX_OK) rc = cx_op_wait(op, -1);
+        } else {
+            rc = cx_send_msg(f->e, f->p.lid, loc, 64 << 10);
+            if (rc == CX_EAGAIN) { usleep(1000); continue; }   /* receiver queue full: allowed */
+        }
+        if (rc != CX_OK) {
+            w->last_rc = rc;
+            w->last_ms = cxt_ms_since(t0);
+            break;
+        }
+        atomic_fetch_add(&w->ok, 1);
+    }
+    atomic_store(&w->done, 1);
+    return NULL;
+}
+
+static void test_kill9_during_transfers(void **state)
+{
+    (void)state;
+    fixture_t f;
+    /* Default heartbeat (1 s / 3 s): detection within 1 s must come from the dead connection. */
+    assert_int_equal(make(&f, 0, 0, 20000), 0);
+    assert_int_equal(start_peer(&f, 0, 4, 0, 0, NULL), 0);
+    cx_event_t ev;
+    connect_up(&f, &ev);
+    enum { NW = 4 };
+    static const int kinds[NW] = { CX_OPK_READ, CX_OPK_WRITE, CX_OPK_PUT_SIGNAL, CX_OPK_MSG };
+    worker_t w[NW];
+    pthread_t th[NW];
+    atomic_store(&g_abort, 0);
+    for (int i = 0; i < NW; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].f = &f;
+        w[i].kind = kinds[i];
+        w[i].idx = i;
+        assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
+    }
+    /* Let every kind of op get going. */
+    uint64_t t0 = cxt_now_ns();
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < NW; i++) all &= atomic_load(&w[i].ok) >= 3 || atomic_load(&w[i].done);
+        if (all || cxt_ms_since(t0) > 10000) break;
+        cxt_peer_drain(&f.p, 5);
+    }
+    int early = 0;
+    for (int i = 0; i < NW; i++) early |= atomic_load(&w[i].done);
+    uint64_t tk = cxt_now_ns();
+    cxt_peer_signal(&f.p, SIGKILL);
+    unsigned seen = 0;
+    int rc = cxt_wait_event(f.e, f.p.lid, CX_EVENT_FAILED, 5000, &ev, &seen);
+    double fail_ms = cxt_ms_since(tk);
+    /* Every worker must come back on its own; g_abort only rescues a broken engine. */
+    uint64_t tj = cxt_now_ns();
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < NW; i++) all &= atomic_load(&w[i].done);
+        if (all || cxt_ms_since(tj) > 10000) break;
+        usleep(5000);
+    }
+    int hung = 0;
+    for (int i = 0; i < NW; i++) hung |= !atomic_load(&w[i].done);
+    atomic_store(&g_abort, 1);
+    for (int i = 0; i < NW; i++) {
+        if (!atomic_load(&w[i].done)) {
+            /* A stuck op: cannot join safely; give the op timeout a chance, then report. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 25;
+            if (pthread_timedjoin_np(th[i], NULL, &ts)) fail_msg("worker %d hangs in an op", i);
+        } else {
+            pthread_join(th[i], NULL);
+        }
+    }
+    cxt_peer_reap(&f.p, 5000);
+    if (early) fail_msg("a worker failed before the kill");
+    if (rc) fail_msg("no FAILED event within 5 s of kill -9 (seen 0x%x)", seen);
+    fprintf(stderr, "FAILED %.2f ms after kill -9, reason '%s'\n", fail_ms, ev.reason);
+    assert_true(ev.reason[0] != 0);
+    if (fail_ms > 1000) fail_msg("FAILED took %.1f ms (> 1000 ms)", fail_ms);
+    if (hung) fail_msg("an op was still running 10 s after the peer died");
+    for (int i = 0; i < NW; i++) {
+        fprintf(stderr, "worker %d: %d ok, then %s after %.2f ms\n", i, atomic_load(&w[i].ok),
+                cx_strerror(w[i].last_rc), w[i].last_ms);
+        assert_true(atomic_load(&w[i].ok) >= 3);
+        if (w[i].last_rc != CX_EPEER) fail_msg("worker %d ended with %s, expected CX_EPEER", i, cx_strerror(w[i].last_rc));
+    }
+    /* A failed peer: ops fail at once. */
+    uint64_t t1 = cxt_now_ns();
+    assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, 4096), CX_EPEER);
+    assert_int_equal(cx_write(f.e, f.p.lid, f.r, f.p.base, 4096), CX_EPEER);
+    assert_int_equal(cx_send_msg(f.e, f.p.lid, "x", 1), CX_EPEER);
+    cx_op_t *op = NULL;
+    rc = cx_put_signal(f.e, f.p.lid, f.r, f.p.base, 4096, "x", 1, &op);
+    if (rc == CX_OK) rc = cx_op_wait(op, 5000);
+    assert_int_equal(rc, CX_EPEER);
+    double imm = cxt_ms_since(t1);
+    if (imm > 500) fail_msg("ops to a failed peer took %.1f ms to fail", imm);
+    assert_int_equal(cx_peer_state(f.e, f.p.lid), CX_PEER_FAILED);
+    cx_stats_t st;
+    assert_int_equal(cx_stats(f.e, &st), CX_OK);
+    assert_int_equal(st.ops_in_flight, 0);
+    assert_true(st.peer_failures >= 1);
+    assert_true(st.peers_failed >= 1);
+    assert_int_equal(st.peers_up, 0);
+    unmake(&f);
+}
+
+/* ---- SIGSTOP: a hung peer ---- */
+
+static void test_sigstop_suspect_failed_timeout(void **state)
+{
+    (void)state;
+    fixture_t f;
+    const uint32_t hb = 100, hbt = 1000, opt = 400;
+    /* The op timeout is shorter than the heartbeat timeout, so an op to the hung peer times out
+     * before the peer is declared failed. */
+    assert_int_equal(make(&f, hb, hbt, opt), 0);
+    assert_int_equal(start_peer(&f, 0, 4, hb, hbt, NULL), 0);
+    cx_event_t ev;
+    connect_up(&f, &ev);
+    assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK), CX_OK);
+    assert_int_equal(cxt_check(f.r, CHUNK, 4, 0), -1);
+    memset(f.r, 0, CHUNK);
+
+    uint64_t ts = cxt_now_ns();
+    cxt_peer_signal(&f.p, SIGSTOP);
+    int rc = cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK);
+    double op_ms = cxt_ms_since(ts);
+    fprintf(stderr, "read to a stopped peer: %s after %.1f ms\n", cx_strerror(rc), op_ms);
+    if (rc != CX_ETIMEDOUT && rc != CX_EPEER)
+        fail_msg("read to a stopped peer returned %s, expected CX_ETIMEDOUT or CX_EPEER", cx_strerror(rc));
+    if (op_ms > opt + 1500) fail_msg("read to a stopped peer took %.1f ms (op timeout %u ms)", op_ms, opt);
+    if (rc == CX_ETIMEDOUT && op_ms < opt * 0.8) fail_msg("timed out early: %.1f ms < %u ms", op_ms, opt);
+
+    unsigned seen = 0;
+    rc = cxt_wait_event(f.e, f.p.lid, CX_EVENT_FAILED, 5000, &ev, &seen);
+    double fail_ms = cxt_ms_since(ts);
+    if (rc) {
+        cxt_peer_signal(&f.p, SIGCONT);
+        fail_msg("no FAILED within 5 s of SIGSTOP (seen 0x%x)", seen);
+    }
+    fprintf(stderr, "FAILED %.1f ms after SIGSTOP (heartbeat %u/%u ms), reason '%s'\n", fail_ms, hb, hbt,
+            ev.reason);
+    if (!(seen & (1u << CX_EVENT_SUSPECT))) {
+        cxt_peer_signal(&f.p, SIGCONT);
+        fail_msg("no SUSPECT before FAILED (seen 0x%x)", seen);
+    }
+    if (fail_ms < hbt * 0.5 || fail_ms > hbt + 2000.0) {
+        cxt_peer_signal(&f.p, SIGCONT);
+        fail_msg("FAILED after %.1f ms with a %u ms heartbeat timeout", fail_ms, hbt);
+    }
+    /* The late reply must not have landed in our buffer after the timeout. */
+    cxt_peer_signal(&f.p, SIGCONT);
+    usleep(300 * 1000);
+    for (size_t i = 0; i < CHUNK; i++)
+        if (f.r[i] != 0) fail_msg("byte %zu of a timed-out read changed after the op returned", i);
+
+    /* Resumed, the peer comes back (the survivor keeps reconnecting): JOINED, data flows. */
+    rc = cxt_wait_event(f.e, f.p.lid, CX_EVENT_JOINED, 8000, &ev, NULL);
+    if (rc) fail_msg("a resumed peer did not rejoin within 8 s");
+    assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK), CX_OK);
+    assert_int_equal(cxt_check(f.r, CHUNK, 4, 0), -1);
+    cx_stats_t st;
+    assert_int_equal(cx_stats(f.e, &st), CX_OK);
+    assert_true(st.op_timeouts >= 1 || st.op_errors[CX_OPK_READ] >= 1);
+    assert_int_equal(st.ops_in_flight, 0);
+    unmake(&f);
+}
+
+/* ---- restart under the same identity ---- */
+
+static void restart_cycle(fixture_t *f, int peer_connects, int clean, uint32_t seed)
+{
+    cx_event_t ev;
+    uint64_t inc_old = 0;
+    const char *eurl = cx_engine_local_url(f->e);
+    char url[CX_URL_MAX], lid[CX_URL_MAX];
+    snprintf(url, sizeof url, "%s", f->p.url);
+    snprintf(lid, sizeof lid, "%s", f->p.lid);
+    uint16_t port = f->p.port;
+    if (clean) {
+        char rep[64];
+        assert_int_equal(cxt_peer_cmd(&f->p, 5000, rep, sizeof rep, "QUIT"), 0);
+        assert_int_equal(cxt_wait_event(f->e, lid, CX_EVENT_LEFT, 5000, &ev, NULL), CX_OK);
+        cxt_peer_stop(&f->p);
+    } else {
+        cxt_peer_crash(&f->p);
+        assert_int_equal(cxt_wait_event(f->e, lid, CX_EVENT_FAILED, 5000, &ev, NULL), CX_OK);
+    }
+    inc_old = ev.incarnation;
+    uint64_t t0 = cxt_now_ns();
+    if (start_peer(f, port, seed, 0, 0, peer_connects ? eurl : NULL))
+        fail_msg("restart on port %u failed (is the port reusable at once?)", port);
+    assert_string_equal(f->p.url, url);
+    unsigned seen = 0;
+    int rc = cxt_wait_event(f->e, lid, CX_EVENT_JOINED, 8000, &ev, &seen);
+    double ms = cxt_ms_since(t0);
+    if (rc) fail_msg("no JOINED within 8 s of the restart (%s, peer %s; seen 0x%x)",
+                     clean ? "after LEFT" : "after kill -9", peer_connects ? "connects" : "passive", seen);
+    fprintf(stderr, "JOINED %.1f ms after restart (%s, peer %s)\n", ms, clean ? "after LEFT" : "after kill -9",
+            peer_connects ? "connects" : "passive");
+    assert_string_equal(ev.url, url);
+    if (inc_old) assert_true(ev.incarnation != inc_old);
+    assert_int_equal(cx_peer_state(f->e, lid), CX_PEER_UP);
+    /* The new process's bytes, under the old name. */
+    memset(f->r, 0, CHUNK);
+    assert_int_equal(cx_read(f->e, lid, f->r, f->p.base + 4096, CHUNK), CX_OK);
+    assert_int_equal(cxt_check(f->r, CHUNK, seed, 4096), -1);
+    cxt_fill(f->r, CHUNK, 9, 0);
+    assert_int_equal(cx_write(f->e, url, f->r, f->p.base, CHUNK), CX_OK);
+    char rep[128], want[64];
+    assert_int_equal(cxt_peer_cmd(&f->p, 5000, rep, sizeof rep, "HASH 0 %zu", CHUNK), 0);
+    snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(f->r, CHUNK));
+    assert_string_equal(rep, want);
+    /* And the peer can use us again. */
+    assert_int_equal(cxt_peer_cmd(&f->p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", eurl,
+                                  (uintptr_t)f->r), 0);
+}
+
+static void test_restart_same_identity(void **state)
+{
+    (void)state;
+    fixture_t f;
+    assert_int_equal(make(&f, 0, 0, 10000), 0);
+    uint64_t inc = cx_engine_incarnation(f.e);
+    cx_engine_t *survivor = f.e;
+    assert_int_equal(start_peer(&f, 0, 4, 0, 0, NULL), 0);
+    cx_event_t ev;
+    connect_up(&f, &ev);
+    assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK), CX_OK);
+    restart_cycle(&f, 0, 0, 21);   /* kill -9, passive restart: the survivor reconnects */
+    restart_cycle(&f, 1, 0, 22);   /* kill -9, the restarted peer connects itself */
+    restart_cycle(&f, 1, 1, 23);   /* clean close, the restarted peer connects itself */
+    assert_ptr_equal(f.e, survivor);
+    assert_int_equal(cx_engine_incarnation(f.e), inc);   /* the survivor never restarted */
+    cx_stats_t st;
+    assert_int_equal(cx_stats(f.e, &st), CX_OK);
+    assert_true(st.peer_joins >= 3);
+    assert_int_equal(st.peers_up, 1);
+    assert_int_equal(st.ops_in_flight, 0);
+    unmake(&f);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_kill9_during_transfers, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_sigstop_suspect_failed_timeout, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_same_identity, cxt_watchdog_setup, cxt_watchdog_teardown),
+    };
+    /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */
+    if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

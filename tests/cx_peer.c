@@ -1,0 +1,261 @@
+/* cx_peer: the other process of the conformance tests.
+ *
+ * Creates one engine, registers one region filled with cxt_pat(seed, i), prints
+ *   READY <url> <region addr, hex> <region len>
+ * and then obeys one command per stdin line, answering each with one "OK ..." or "ERR <rc> ..."
+ * line. Events and messages are printed as they happen, by their own threads:
+ *   EVENT <name> <lid> <incarnation hex> <reason>
+ *   MSG <from lid> <len> <hash hex> [CHK OK | CHK BAD <why>]
+ * A message "CHK <addr> <len> <hash>" (what put_signal senders put in it) is checked against the
+ * region the moment it is received: that is how a test sees a signal overtaking its data.
+ *
+ * Commands (addresses may be hex with 0x, offsets are into this peer's region):
+ *   READ <peer> <raddr> <len> <loff>     OK <hash of the bytes read>
+ *   WRITE <peer> <raddr> <len> <loff>    OK
+ *   PUTSIG <peer> <raddr> <len> <loff>   OK   (message: CHK <raddr> <len> <hash>)
+ *   SEND <peer> <len> <seed>             OK   (message bytes: cxt_pat(seed, i))
+ *   FILL <seed>                          OK   (refill the region)
+ *   HASH <off> <len>                     OK <hash>
+ *   CONNECT <url> <timeout ms>           OK
+ *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=..
+ *   QUIT                                 OK, then a clean close (BYE) and exit 0
+ * End of stdin also closes cleanly, so a test that dies leaves no peer behind. */
+#include "cxt.h"
+
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static cx_engine_t *g_e;
+static uint8_t *g_reg;
+static size_t g_len;
+static atomic_int g_stop;
+static pthread_mutex_t g_out = PTHREAD_MUTEX_INITIALIZER;
+
+static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void out(const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&g_out);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    putchar('\n');
+    fflush(stdout);
+    pthread_mutex_unlock(&g_out);
+}
+
+static void *event_thread(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_stop)) {
+        cx_event_t ev;
+        if (cx_wait_event(g_e, &ev, 100) != CX_OK) continue;
+        char l[CX_URL_MAX];
+        cx_lid_format(&ev.peer, l, sizeof l);
+        out("EVENT %s %s %" PRIx64 " %s", cx_event_name(ev.type), l, ev.incarnation,
+            ev.reason[0] ? ev.reason : "-");
+    }
+    return NULL;
+}
+
+/* Checks "CHK <addr> <len> <hash>" against the region right now. */
+static void check_signal(const cx_msg_t *m, char *res, size_t n)
+{
+    char txt[128];
+    size_t c = m->len < sizeof txt - 1 ? m->len : sizeof txt - 1;
+    memcpy(txt, m->data, c);
+    txt[c] = 0;
+    unsigned long long addr, len, h;
+    if (sscanf(txt, "CHK %llx %llu %llx", &addr, &len, &h) != 3) { res[0] = 0; return; }
+    uint64_t base = (uint64_t)(uintptr_t)g_reg;
+    if (addr < base || len > g_len || addr - base > g_len - len) {
+        snprintf(res, n, " CHK BAD outside-region");
+        return;
+    }
+    uint64_t got = cxt_hash(g_reg + (addr - base), len);
+    if (got == h) snprintf(res, n, " CHK OK");
+    else snprintf(res, n, " CHK BAD hash %" PRIx64 " expected %llx", got, h);
+}
+
+static void *msg_thread(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&g_stop)) {
+        cx_msg_t m;
+        if (cx_recv_msg(g_e, &m, 100) != CX_OK) continue;
+        char chk[160];
+        check_signal(&m, chk, sizeof chk);
+        char l[CX_URL_MAX];
+        cx_lid_format(&m.from, l, sizeof l);
+        out("MSG %s %zu %" PRIx64 "%s", l, m.len, cxt_hash(m.data, m.len), chk);
+        cx_msg_release(&m);
+    }
+    return NULL;
+}
+
+static int in_region(uint64_t off, uint64_t len) { return off <= g_len && len <= g_len - off; }
+
+static void reply(int rc, const char *okfmt, ...) __attribute__((format(printf, 2, 3)));
+static void reply(int rc, const char *okfmt, ...)
+{
+    if (rc) { out("ERR %d %s", rc, cx_strerror(rc)); return; }
+    char b[512];
+    va_list ap;
+    va_start(ap, okfmt);
+    vsnprintf(b, sizeof b, okfmt, ap);
+    va_end(ap);
+    out("OK%s%s", b[0] ? " " : "", b);
+}
+
+static int num(const char *t, unsigned long long *v)
+{
+    char *end;
+    if (!t || !*t) return -1;
+    *v = strtoull(t, &end, 0);
+    return *end ? -1 : 0;
+}
+
+static void command(char *line)
+{
+    char *tok[8] = { 0 };
+    int nt = 0;
+    for (char *sp, *t = strtok_r(line, " ", &sp); t && nt < 8; t = strtok_r(NULL, " ", &sp)) tok[nt++] = t;
+    if (nt == 0) return;
+    const char *cmd = tok[0], *peer = tok[1];
+    unsigned long long a = 0, b = 0, c = 0;
+    if (!strcmp(cmd, "READ") || !strcmp(cmd, "WRITE") || !strcmp(cmd, "PUTSIG")) {
+        if (nt != 5 || num(tok[2], &a) || num(tok[3], &b) || num(tok[4], &c) || !in_region(c, b)) {
+            out("ERR %d usage: %s <peer> <raddr> <len> <loff inside the region>", CX_EINVAL, cmd);
+            return;
+        }
+        uint8_t *loc = g_reg + c;
+        int rc;
+        if (cmd[0] == 'R') {
+            rc = cx_read(g_e, peer, loc, a, b);
+            reply(rc, "%" PRIx64, rc ? 0 : cxt_hash(loc, b));
+        } else if (cmd[0] == 'W') {
+            reply(cx_write(g_e, peer, loc, a, b), "%s", "");
+        } else {
+            char msg[128];
+            snprintf(msg, sizeof msg, "CHK %llx %llu %" PRIx64, a, b, cxt_hash(loc, b));
+            cx_op_t *op = NULL;
+            rc = cx_put_signal(g_e, peer, loc, a, b, msg, strlen(msg), &op);
+            if (rc == CX_OK) rc = cx_op_wait(op, -1);
+            reply(rc, "%s", "");
+        }
+    } else if (!strcmp(cmd, "SEND")) {
+        if (nt != 4 || num(tok[2], &a) || num(tok[3], &b) || a > CX_MSG_MAX + 1ull) {
+            out("ERR %d usage: SEND <peer> <len> <seed>", CX_EINVAL);
+            return;
+        }
+        uint8_t *m = malloc(a ? a : 1);
+        if (!m) { reply(CX_ENOMEM, "%s", ""); return; }
+        cxt_fill(m, a, (uint32_t)b, 0);
+        reply(cx_send_msg(g_e, peer, m, a), "%s", "");
+        free(m);
+    } else if (!strcmp(cmd, "FILL")) {
+        if (nt != 2 || num(tok[1], &a)) { out("ERR %d usage: FILL <seed>", CX_EINVAL); return; }
+        cxt_fill(g_reg, g_len, (uint32_t)a, 0);
+        reply(0, "%s", "");
+    } else if (!strcmp(cmd, "HASH")) {
+        if (nt != 3 || num(tok[1], &a) || num(tok[2], &b) || !in_region(a, b)) {
+            out("ERR %d usage: HASH <off> <len> inside the region", CX_EINVAL);
+            return;
+        }
+        reply(0, "%" PRIx64, cxt_hash(g_reg + a, b));
+    } else if (!strcmp(cmd, "CONNECT")) {
+        if (nt != 3 || num(tok[2], &a)) { out("ERR %d usage: CONNECT <url> <ms>", CX_EINVAL); return; }
+        reply(cx_connect(g_e, peer, (int)a), "%s", "");
+    } else if (!strcmp(cmd, "STATS")) {
+        cx_stats_t st;
+        int rc = cx_stats(g_e, &st);
+        reply(rc, "regions=%" PRIu64 " peers_up=%u failed=%u left=%u inflight=%" PRIu64 " rejected=%" PRIu64,
+              st.regions, st.peers_up, st.peers_failed, st.peers_left, st.ops_in_flight,
+              st.rejected_requests);
+    } else {
+        out("ERR %d unknown command '%s'", CX_EINVAL, cmd);
+    }
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
+                    "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n");
+    exit(2);
+}
+
+int main(int argc, char **argv)
+{
+    cx_config_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.model = "peer";
+    size_t region = 1 << 20;
+    uint32_t seed = 1;
+    const char *connect_url = NULL;
+    static const struct option opts[] = {
+        { "model", 1, 0, 'm' }, { "stage", 1, 0, 's' }, { "shard", 1, 0, 'd' },
+        { "replica", 1, 0, 'r' }, { "port", 1, 0, 'p' }, { "hb", 1, 0, 'h' },
+        { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' }, { "region", 1, 0, 'g' },
+        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { 0, 0, 0, 0 }
+    };
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        unsigned long v = optarg ? strtoul(optarg, NULL, 0) : 0;
+        switch (ch) {
+        case 'm': cfg.model = optarg; break;
+        case 's': cfg.stage = (uint32_t)v; break;
+        case 'd': cfg.shard = (uint32_t)v; break;
+        case 'r': cfg.replica = (uint32_t)v; break;
+        case 'p': cfg.port = (uint16_t)v; break;
+        case 'h': cfg.heartbeat_ms = (uint32_t)v; break;
+        case 't': cfg.heartbeat_timeout_ms = (uint32_t)v; break;
+        case 'o': cfg.op_timeout_ms = (uint32_t)v; break;
+        case 'g': region = v; break;
+        case 'x': seed = (uint32_t)v; break;
+        case 'c': connect_url = optarg; break;
+        default: usage();
+        }
+    }
+    if (region == 0) usage();
+    int rc = cx_engine_create(&cfg, &g_e);
+    if (rc) {
+        fprintf(stderr, "cx_peer: cx_engine_create: %s\n", cx_strerror(rc));
+        printf("FAIL create %d\n", rc);
+        return 1;
+    }
+    g_reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g_reg == MAP_FAILED) { perror("cx_peer: mmap"); return 1; }
+    g_len = region;
+    cxt_fill(g_reg, g_len, seed, 0);
+    if ((rc = cx_register_memory(g_e, g_reg, g_len))) {
+        fprintf(stderr, "cx_peer: register: %s\n", cx_strerror(rc));
+        return 1;
+    }
+    pthread_t te, tm;
+    pthread_create(&te, NULL, event_thread, NULL);
+    pthread_create(&tm, NULL, msg_thread, NULL);
+    if (connect_url && (rc = cx_connect(g_e, connect_url, 5000)))
+        fprintf(stderr, "cx_peer: connect %s: %s (continuing)\n", connect_url, cx_strerror(rc));
+    out("READY %s %" PRIxPTR " %zu", cx_engine_local_url(g_e), (uintptr_t)g_reg, g_len);
+
+    char line[1024];
+    while (fgets(line, sizeof line, stdin)) {
+        line[strcspn(line, "\r\n")] = 0;
+        if (!strcmp(line, "QUIT")) { out("OK"); break; }
+        command(line);
+    }
+    atomic_store(&g_stop, 1);
+    pthread_join(te, NULL);
+    pthread_join(tm, NULL);
+    cx_engine_destroy(g_e);
+    munmap(g_reg, g_len);
+    return 0;
+}

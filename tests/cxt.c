@@ -1,0 +1,413 @@
+#include "cxt.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef CX_PEER_PATH
+#define CX_PEER_PATH "./cx_peer"
+#endif
+
+void cxt_fill(void *buf, size_t len, uint32_t seed, uint64_t start)
+{
+    uint8_t *b = buf;
+    for (size_t i = 0; i < len; i++) b[i] = cxt_pat(seed, start + i);
+}
+
+long long cxt_check(const void *buf, size_t len, uint32_t seed, uint64_t start)
+{
+    const uint8_t *b = buf;
+    for (size_t i = 0; i < len; i++)
+        if (b[i] != cxt_pat(seed, start + i)) return (long long)i;
+    return -1;
+}
+
+uint64_t cxt_hash(const void *buf, size_t len)
+{
+    const uint8_t *b = buf;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < len; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+uint64_t cxt_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+int cxt_list_fds(int *out, int max)
+{
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int self = dirfd(d), n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        int fd = atoi(de->d_name);
+        if (fd == self) continue;
+        if (out && n < max) out[n] = fd;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+int cxt_count_fds(void) { return cxt_list_fds(NULL, 0); }
+
+int cxt_fds_without_cloexec(const int *known, int nknown)
+{
+    int fds[1024];
+    int n = cxt_list_fds(fds, 1024), bad = 0;
+    if (n > 1024) n = 1024;
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 3) continue;
+        int old = 0;
+        for (int k = 0; k < nknown; k++) old |= known[k] == fds[i];
+        if (old) continue;
+        int fl = fcntl(fds[i], F_GETFD);
+        if (fl >= 0 && !(fl & FD_CLOEXEC)) {
+            char path[64], tgt[256] = "";
+            snprintf(path, sizeof path, "/proc/self/fd/%d", fds[i]);
+            ssize_t r = readlink(path, tgt, sizeof tgt - 1);
+            if (r > 0) tgt[r] = 0;
+            fprintf(stderr, "cxt: fd %d (%s) is not close-on-exec\n", fds[i], tgt);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+long cxt_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return -1;
+    long size = 0, res = 0;
+    int ok = fscanf(f, "%ld %ld", &size, &res) == 2;
+    fclose(f);
+    return ok ? res * (sysconf(_SC_PAGESIZE) / 1024) : -1;
+}
+
+uint16_t cxt_free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) return 0;
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    uint16_t port = 0;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &al) == 0)
+        port = ntohs(a.sin_port);
+    close(s);
+    return port;
+}
+
+/* ---- events ---- */
+
+int cxt_wait_event(cx_engine_t *e, const char *lid, cx_event_type_t type, int timeout_ms,
+                   cx_event_t *out, unsigned *seen)
+{
+    uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    for (;;) {
+        uint64_t now = cxt_now_ns();
+        if (now >= deadline) return CX_ETIMEDOUT;
+        int left = (int)((deadline - now + 999999) / 1000000);
+        cx_event_t ev;
+        int rc = cx_wait_event(e, &ev, left);
+        if (rc == CX_ETIMEDOUT) return CX_ETIMEDOUT;
+        if (rc != CX_OK) {
+            fprintf(stderr, "cxt: cx_wait_event returned %d (%s)\n", rc, cx_strerror(rc));
+            return rc;
+        }
+        char l[CX_URL_MAX];
+        cx_lid_format(&ev.peer, l, sizeof l);
+        fprintf(stderr, "cxt: event %s %s inc=%llx reason='%s'\n", cx_event_name(ev.type), l,
+                (unsigned long long)ev.incarnation, ev.reason);
+        int mine = !lid || strcmp(lid, l) == 0;
+        if (mine && seen) *seen |= 1u << ev.type;
+        if (mine && ev.type == type) {
+            if (out) *out = ev;
+            return CX_OK;
+        }
+    }
+}
+
+void cxt_drain_events(cx_engine_t *e)
+{
+    cx_event_t ev;
+    for (int i = 0; i < 10000 && cx_wait_event(e, &ev, 0) == CX_OK; i++) {}
+}
+
+/* ---- peers ---- */
+
+int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
+{
+    memset(p, 0, sizeof *p);
+    p->pid = -1;
+    int in[2], out[2];
+    if (pipe2(in, O_CLOEXEC)) return -1;
+    if (pipe2(out, O_CLOEXEC)) { close(in[0]); close(in[1]); return -1; }
+    char a[12][32];
+    snprintf(a[0], 32, "%u", o->stage);
+    snprintf(a[1], 32, "%u", o->shard);
+    snprintf(a[2], 32, "%u", o->replica);
+    snprintf(a[3], 32, "%u", o->port);
+    snprintf(a[4], 32, "%u", o->hb_ms);
+    snprintf(a[5], 32, "%u", o->hb_timeout_ms);
+    snprintf(a[6], 32, "%u", o->op_timeout_ms);
+    snprintf(a[7], 32, "%zu", o->region ? o->region : (size_t)1 << 20);
+    snprintf(a[8], 32, "%u", o->seed);
+    const char *argv[32] = { CX_PEER_PATH, "--model", o->model ? o->model : "peer", "--stage", a[0],
+                             "--shard", a[1], "--replica", a[2], "--port", a[3], "--hb", a[4],
+                             "--hb-timeout", a[5], "--op-timeout", a[6], "--region", a[7],
+                             "--seed", a[8] };
+    int ac = 21;
+    if (o->connect) { argv[ac++] = "--connect"; argv[ac++] = o->connect; }
+    argv[ac] = NULL;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        /* A test that dies must not leave peers behind holding ports. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        execv(CX_PEER_PATH, (char *const *)argv);
+        static const char m[] = "cxt: exec " CX_PEER_PATH " failed\n";
+        if (write(2, m, sizeof m - 1) < 0) _exit(126);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    p->pid = pid;
+    p->in_fd = in[1];
+    p->out_fd = out[0];
+    p->seed = o->seed;
+    char line[512];
+    if (cxt_peer_expect(p, "READY ", timeout_ms, line, sizeof line)) {
+        fprintf(stderr, "cxt: peer %d sent no READY within %d ms\n", (int)pid, timeout_ms);
+        cxt_peer_crash(p);
+        return -1;
+    }
+    unsigned long long base = 0;
+    size_t len = 0;
+    if (sscanf(line, "READY %159s %llx %zu", p->url, &base, &len) != 3) {
+        fprintf(stderr, "cxt: bad READY line '%s'\n", line);
+        cxt_peer_crash(p);
+        return -1;
+    }
+    p->base = base;
+    p->len = len;
+    cx_url_t u;
+    if (cx_url_parse(p->url, &u, NULL, 0) == CX_OK) {
+        p->port = u.port;
+        cx_lid_format(&u.lid, p->lid, sizeof p->lid);
+    }
+    return 0;
+}
+
+/* Reads one line into line (without '\n') before the deadline. 0, or -1 on timeout/EOF. */
+static int read_line(cxt_peer_t *p, uint64_t deadline, char *line, size_t n)
+{
+    for (;;) {
+        char *nl = memchr(p->rbuf, '\n', p->rlen);
+        if (nl) {
+            size_t l = (size_t)(nl - p->rbuf);
+            size_t c = l < n - 1 ? l : n - 1;
+            memcpy(line, p->rbuf, c);
+            line[c] = 0;
+            memmove(p->rbuf, nl + 1, p->rlen - l - 1);
+            p->rlen -= l + 1;
+            return 0;
+        }
+        if (p->rlen == sizeof p->rbuf) p->rlen = 0;   /* absurd line: drop it */
+        uint64_t now = cxt_now_ns();
+        if (now >= deadline || p->out_fd < 0) return -1;
+        struct pollfd pf = { .fd = p->out_fd, .events = POLLIN };
+        int r = poll(&pf, 1, (int)((deadline - now + 999999) / 1000000));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        ssize_t k = read(p->out_fd, p->rbuf + p->rlen, sizeof p->rbuf - p->rlen);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { close(p->out_fd); p->out_fd = -1; return -1; }
+        p->rlen += (size_t)k;
+    }
+}
+
+static void stash(cxt_peer_t *p, const char *line)
+{
+    if (p->nstash == CXT_STASH) {   /* keep the newest: drop the oldest */
+        free(p->stash[0]);
+        memmove(p->stash, p->stash + 1, (CXT_STASH - 1) * sizeof p->stash[0]);
+        p->nstash--;
+    }
+    p->stash[p->nstash++] = strdup(line);
+}
+
+int cxt_peer_expect(cxt_peer_t *p, const char *prefix, int timeout_ms, char *line, size_t n)
+{
+    size_t pl = strlen(prefix);
+    for (int i = 0; i < p->nstash; i++) {
+        if (strncmp(p->stash[i], prefix, pl) == 0) {
+            snprintf(line, n, "%s", p->stash[i]);
+            free(p->stash[i]);
+            memmove(p->stash + i, p->stash + i + 1, (size_t)(p->nstash - i - 1) * sizeof p->stash[0]);
+            p->nstash--;
+            return 0;
+        }
+    }
+    uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char buf[1024];
+    while (read_line(p, deadline, buf, sizeof buf) == 0) {
+        if (strncmp(buf, prefix, pl) == 0) {
+            snprintf(line, n, "%s", buf);
+            return 0;
+        }
+        stash(p, buf);
+    }
+    return CX_ETIMEDOUT;
+}
+
+int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int l = vsnprintf(cmd, sizeof cmd - 1, fmt, ap);
+    va_end(ap);
+    if (l < 0 || (size_t)l >= sizeof cmd - 1) return CX_EINVAL;
+    cmd[l++] = '\n';
+    if (p->in_fd < 0 || write(p->in_fd, cmd, (size_t)l) != l) return CX_ERR;
+    uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    char buf[1024];
+    while (read_line(p, deadline, buf, sizeof buf) == 0) {
+        if (strncmp(buf, "OK", 2) == 0 || strncmp(buf, "ERR", 3) == 0) {
+            if (reply) snprintf(reply, n, "%s", buf);
+            if (buf[0] == 'O') return 0;
+            int rc = CX_ERR;
+            sscanf(buf, "ERR %d", &rc);
+            return rc ? rc : CX_ERR;
+        }
+        stash(p, buf);
+    }
+    fprintf(stderr, "cxt: no reply from peer %d to '%.*s' within %d ms\n", (int)p->pid, l - 1, cmd,
+            timeout_ms);
+    return CX_ETIMEDOUT;
+}
+
+void cxt_peer_drain(cxt_peer_t *p, int ms)
+{
+    uint64_t deadline = cxt_now_ns() + (uint64_t)ms * 1000000ull;
+    char buf[1024];
+    while (read_line(p, deadline, buf, sizeof buf) == 0) {}
+}
+
+void cxt_peer_signal(cxt_peer_t *p, int sig)
+{
+    if (p->pid > 0) kill(p->pid, sig);
+}
+
+int cxt_peer_reap(cxt_peer_t *p, int timeout_ms)
+{
+    if (p->pid <= 0) return 0;
+    uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+    int st = 0, clean = 1;
+    for (;;) {
+        pid_t r = waitpid(p->pid, &st, WNOHANG);
+        if (r == p->pid || (r < 0 && errno != EINTR)) break;
+        if (cxt_now_ns() >= deadline) {
+            fprintf(stderr, "cxt: peer %d did not exit within %d ms, killing it\n", (int)p->pid, timeout_ms);
+            kill(p->pid, SIGKILL);
+            clean = 0;
+            waitpid(p->pid, &st, 0);
+            break;
+        }
+        usleep(2000);
+    }
+    p->status = st;
+    p->pid = -1;
+    return clean ? 0 : -1;
+}
+
+static void close_fds(cxt_peer_t *p)
+{
+    if (p->in_fd >= 0) close(p->in_fd);
+    if (p->out_fd >= 0) close(p->out_fd);
+    p->in_fd = p->out_fd = -1;
+    for (int i = 0; i < p->nstash; i++) free(p->stash[i]);
+    p->nstash = 0;
+    p->rlen = 0;
+}
+
+void cxt_peer_stop(cxt_peer_t *p)
+{
+    if (p->in_fd >= 0) { close(p->in_fd); p->in_fd = -1; }
+    cxt_peer_reap(p, 5000);
+    close_fds(p);
+}
+
+void cxt_peer_crash(cxt_peer_t *p)
+{
+    if (p->pid > 0) {
+        kill(p->pid, SIGCONT);   /* a stopped process dies on SIGKILL too, but be explicit */
+        kill(p->pid, SIGKILL);
+    }
+    cxt_peer_reap(p, 5000);
+    close_fds(p);
+}
+
+static void watchdog_fired(int sig)
+{
+    (void)sig;
+    static const char m[] = "\ncxt: WATCHDOG: this test is still running after its time limit: "
+                            "an engine call is hung (see the [ RUN ] line above)\n";
+    if (write(2, m, sizeof m - 1) < 0) _exit(3);
+    _exit(3);
+}
+
+int cxt_watchdog_setup(void **state)
+{
+    (void)state;
+    const char *s = getenv("CXT_WATCHDOG_S");
+    unsigned sec = s && atoi(s) > 0 ? (unsigned)atoi(s) : 120;
+    signal(SIGALRM, watchdog_fired);
+    alarm(sec);
+    return 0;
+}
+
+int cxt_watchdog_teardown(void **state)
+{
+    (void)state;
+    alarm(0);
+    return 0;
+}
+
+int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms,
+               uint32_t hb_timeout_ms, uint32_t op_timeout_ms)
+{
+    cx_config_t c;
+    memset(&c, 0, sizeof c);
+    c.model = model;
+    c.replica = replica;
+    c.heartbeat_ms = hb_ms;
+    c.heartbeat_timeout_ms = hb_timeout_ms;
+    c.op_timeout_ms = op_timeout_ms;
+    int rc = cx_engine_create(&c, e);
+    if (rc) fprintf(stderr, "cxt: cx_engine_create: %d (%s)\n", rc, cx_strerror(rc));
+    else fprintf(stderr, "cxt: engine %s backends %s\n", cx_engine_local_url(*e), cx_engine_backends(*e));
+    return rc;
+}

@@ -1,0 +1,106 @@
+/* Test helpers shared by the conformance executables and cx_peer: data patterns and hashes,
+ * bounded waits for events, peer processes driven over a line protocol, fd/RSS probes.
+ * Every wait here takes a timeout: a broken engine makes a test fail, never hang. */
+#ifndef CXT_H
+#define CXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "connex/connex.h"
+
+/* ---- data ---- */
+
+/* Byte i of the pattern with this seed. Not periodic in i, so a transfer landing at a wrong
+ * offset (even a multiple of 256) is caught. */
+static inline uint8_t cxt_pat(uint32_t seed, uint64_t i)
+{
+    return (uint8_t)(((i ^ ((uint64_t)seed << 40)) * 0x9E3779B97F4A7C15ULL) >> 56);
+}
+void cxt_fill(void *buf, size_t len, uint32_t seed, uint64_t start);
+/* Index of the first byte differing from the pattern, or -1 when all match. */
+long long cxt_check(const void *buf, size_t len, uint32_t seed, uint64_t start);
+uint64_t cxt_hash(const void *buf, size_t len);     /* FNV-1a 64 */
+
+/* ---- time ---- */
+uint64_t cxt_now_ns(void);
+static inline double cxt_ms_since(uint64_t t0) { return (double)(cxt_now_ns() - t0) / 1e6; }
+
+/* ---- process probes ---- */
+int cxt_count_fds(void);
+long cxt_rss_kib(void);
+/* Number of open fds >= 3 without FD_CLOEXEC and not in the `known` list (fds open before). */
+int cxt_fds_without_cloexec(const int *known, int nknown);
+int cxt_list_fds(int *out, int max);
+
+/* A free TCP port on 127.0.0.1 (bound to 0, read back, closed). */
+uint16_t cxt_free_port(void);
+
+/* ---- events ---- */
+
+/* Waits up to timeout_ms for an event of `type` about `lid` (bare LID string; NULL: any peer).
+ * Other events are consumed; for the same peer their types are ORed into *seen (bit 1<<type)
+ * when seen is not NULL. Returns 0 with *out filled, or CX_ETIMEDOUT. */
+int cxt_wait_event(cx_engine_t *e, const char *lid, cx_event_type_t type, int timeout_ms,
+                   cx_event_t *out, unsigned *seen);
+void cxt_drain_events(cx_engine_t *e);
+
+/* ---- peer processes (tests/cx_peer) ---- */
+
+typedef struct cxt_peer_opts {
+    const char *model;        /* default "peer" */
+    uint32_t stage, shard, replica;
+    uint16_t port;            /* 0: ephemeral */
+    uint32_t hb_ms, hb_timeout_ms, op_timeout_ms;   /* 0: engine defaults */
+    size_t region;            /* bytes; default 1 MiB */
+    uint32_t seed;
+    const char *connect;      /* URL to connect to at start (NULL: none) */
+} cxt_peer_opts_t;
+
+#define CXT_STASH 256
+typedef struct cxt_peer {
+    pid_t pid;
+    int in_fd, out_fd;
+    char rbuf[8192];
+    size_t rlen;
+    char *stash[CXT_STASH];   /* async lines (EVENT, MSG) read while waiting for something else */
+    int nstash;
+    char url[CX_URL_MAX];
+    char lid[CX_URL_MAX];
+    uint16_t port;
+    uint64_t base;            /* the peer's region address */
+    size_t len;
+    uint32_t seed;
+    int status;               /* wait status once reaped */
+} cxt_peer_t;
+
+/* Starts tests/cx_peer and waits for its READY line. Returns 0 or -1 (message on stderr). */
+int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms);
+/* Sends one command line and waits for its "OK ..." or "ERR ..." reply (copied to reply).
+ * Returns 0 for OK, the connex code after ERR, or CX_ETIMEDOUT / CX_ERR when no reply came. */
+int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Waits for an async line starting with prefix (stashed ones first). 0 or CX_ETIMEDOUT. */
+int cxt_peer_expect(cxt_peer_t *p, const char *prefix, int timeout_ms, char *line, size_t n);
+/* Reads and discards the peer's output for ms (keeps its stdout pipe from filling up). */
+void cxt_peer_drain(cxt_peer_t *p, int ms);
+void cxt_peer_signal(cxt_peer_t *p, int sig);
+/* Reaps the process, SIGKILLing it after timeout_ms. Returns 0 when it exited by itself. */
+int cxt_peer_reap(cxt_peer_t *p, int timeout_ms);
+/* Closes stdin (the peer exits cleanly), reaps it (SIGKILL after 5 s) and frees the stash. */
+void cxt_peer_stop(cxt_peer_t *p);
+/* kill -9 and reap: the way a crashed process goes. */
+void cxt_peer_crash(cxt_peer_t *p);
+
+/* cmocka setup function arming a watchdog: a test still running after CXT_WATCHDOG_S seconds
+ * (default 120) is hung in the engine; the process says so and exits, instead of sitting until
+ * ctest's TIMEOUT. Use it as the per-test setup. */
+int cxt_watchdog_setup(void **state);
+int cxt_watchdog_teardown(void **state);
+
+/* Engine for the test process, backend and logging from the environment. */
+int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms,
+               uint32_t hb_timeout_ms, uint32_t op_timeout_ms);
+
+#endif
