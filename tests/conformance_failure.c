@@ -229,7 +229,14 @@ static void test_sigstop_suspect_failed_timeout(void **state)
     int rc = cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK);
     double op_ms = cxt_ms_since(ts);
     fprintf(stderr, "read to a stopped peer: %s after %.1f ms\n", cx_strerror(rc), op_ms);
-    if (rc != CX_ETIMEDOUT && rc != CX_EPEER)
+    /* A truly one-sided transport (shared memory) serves a read without the target running:
+     * then the read must simply be right. */
+    int one_sided = rc == CX_OK;
+    if (one_sided) {
+        fprintf(stderr, "the backend served a read from a stopped process (one-sided)\n");
+        assert_int_equal(cxt_check(f.r, CHUNK, 4, 0), -1);
+        memset(f.r, 0, CHUNK);
+    } else if (rc != CX_ETIMEDOUT && rc != CX_EPEER)
         fail_msg("read to a stopped peer returned %s, expected CX_ETIMEDOUT or CX_EPEER", cx_strerror(rc));
     if (op_ms > opt + 1500) fail_msg("read to a stopped peer took %.1f ms (op timeout %u ms)", op_ms, opt);
     if (rc == CX_ETIMEDOUT && op_ms < opt * 0.8) fail_msg("timed out early: %.1f ms < %u ms", op_ms, opt);
@@ -264,7 +271,7 @@ static void test_sigstop_suspect_failed_timeout(void **state)
     assert_int_equal(cxt_check(f.r, CHUNK, 4, 0), -1);
     cx_stats_t st;
     assert_int_equal(cx_stats(f.e, &st), CX_OK);
-    assert_true(st.op_timeouts >= 1 || st.op_errors[CX_OPK_READ] >= 1);
+    if (!one_sided) assert_true(st.op_timeouts >= 1 || st.op_errors[CX_OPK_READ] >= 1);
     assert_int_equal(st.ops_in_flight, 0);
     unmake(&f);
 }

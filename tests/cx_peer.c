@@ -188,7 +188,8 @@ static void command(char *line)
 static void usage(void)
 {
     fprintf(stderr, "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
-                    "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n");
+                    "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n"
+                    "       [--listen IP]\n");
     exit(2);
 }
 
@@ -204,7 +205,7 @@ int main(int argc, char **argv)
         { "model", 1, 0, 'm' }, { "stage", 1, 0, 's' }, { "shard", 1, 0, 'd' },
         { "replica", 1, 0, 'r' }, { "port", 1, 0, 'p' }, { "hb", 1, 0, 'h' },
         { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' }, { "region", 1, 0, 'g' },
-        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { 0, 0, 0, 0 }
+        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { 0, 0, 0, 0 }
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -221,10 +222,12 @@ int main(int argc, char **argv)
         case 'g': region = v; break;
         case 'x': seed = (uint32_t)v; break;
         case 'c': connect_url = optarg; break;
+        case 'l': cfg.listen_ip = optarg; break;
         default: usage();
         }
     }
     if (region == 0) usage();
+    cxt_apply_test_env(&cfg);
     int rc = cx_engine_create(&cfg, &g_e);
     if (rc) {
         fprintf(stderr, "cx_peer: cx_engine_create: %s\n", cx_strerror(rc));

@@ -92,6 +92,60 @@ int cxt_fds_without_cloexec(const int *known, int nknown)
     return bad;
 }
 
+/* Socket inodes of the TCP sockets (v4 and v6) with a local or remote port in ports[]. */
+static int cxt_port_inodes(const uint16_t *ports, int nports, unsigned long *out, int max)
+{
+    static const char *const files[] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
+    int n = 0;
+    for (int f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "r");
+        if (!fp) continue;
+        char line[512];
+        if (!fgets(line, sizeof line, fp)) { fclose(fp); continue; }   /* header */
+        while (fgets(line, sizeof line, fp)) {
+            char la[64], ra[64];
+            unsigned long inode = 0;
+            if (sscanf(line, "%*d: %63s %63s %*x %*s %*s %*s %*d %*d %lu", la, ra, &inode) != 3) continue;
+            const char *lp = strrchr(la, ':'), *rp = strrchr(ra, ':');
+            if (!lp || !rp || !inode) continue;
+            unsigned lport = (unsigned)strtoul(lp + 1, NULL, 16), rport = (unsigned)strtoul(rp + 1, NULL, 16);
+            for (int i = 0; i < nports; i++)
+                if ((lport == ports[i] || rport == ports[i]) && n < max) { out[n++] = inode; break; }
+        }
+        fclose(fp);
+    }
+    return n;
+}
+
+int cxt_sockets_without_cloexec(const uint16_t *ports, int nports, int *checked)
+{
+    unsigned long inodes[256];
+    int ni = cxt_port_inodes(ports, nports, inodes, 256), bad = 0;
+    int fds[1024];
+    int n = cxt_list_fds(fds, 1024);
+    if (n > 1024) n = 1024;
+    *checked = 0;
+    for (int i = 0; i < n; i++) {
+        char path[64], tgt[256] = "";
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fds[i]);
+        ssize_t r = readlink(path, tgt, sizeof tgt - 1);
+        if (r <= 0) continue;
+        tgt[r] = 0;
+        unsigned long inode;
+        if (sscanf(tgt, "socket:[%lu]", &inode) != 1) continue;
+        int mine = 0;
+        for (int k = 0; k < ni; k++) mine |= inodes[k] == inode;
+        if (!mine) continue;
+        (*checked)++;
+        int fl = fcntl(fds[i], F_GETFD);
+        if (fl >= 0 && !(fl & FD_CLOEXEC)) {
+            fprintf(stderr, "cxt: control socket fd %d (%s) is not close-on-exec\n", fds[i], tgt);
+            bad++;
+        }
+    }
+    return bad;
+}
+
 long cxt_rss_kib(void)
 {
     FILE *f = fopen("/proc/self/statm", "r");
@@ -176,6 +230,7 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
                              "--seed", a[8] };
     int ac = 21;
     if (o->connect) { argv[ac++] = "--connect"; argv[ac++] = o->connect; }
+    if (o->listen_ip) { argv[ac++] = "--listen"; argv[ac++] = o->listen_ip; }
     argv[ac] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -396,6 +451,14 @@ int cxt_watchdog_teardown(void **state)
     return 0;
 }
 
+void cxt_apply_test_env(cx_config_t *c)
+{
+    const char *tls = getenv("CONNEX_TEST_TLS"), *ip = getenv("CONNEX_TEST_IP");
+    /* before the engine opens UCX; peers started later inherit it */
+    if (tls && *tls) setenv("UCX_TLS", tls, 1);
+    if (ip && *ip && !c->listen_ip) c->listen_ip = ip;
+}
+
 int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms,
                uint32_t hb_timeout_ms, uint32_t op_timeout_ms)
 {
@@ -406,6 +469,7 @@ int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb
     c.heartbeat_ms = hb_ms;
     c.heartbeat_timeout_ms = hb_timeout_ms;
     c.op_timeout_ms = op_timeout_ms;
+    cxt_apply_test_env(&c);
     int rc = cx_engine_create(&c, e);
     if (rc) fprintf(stderr, "cxt: cx_engine_create: %d (%s)\n", rc, cx_strerror(rc));
     else fprintf(stderr, "cxt: engine %s backends %s\n", cx_engine_local_url(*e), cx_engine_backends(*e));

@@ -33,6 +33,9 @@ long cxt_rss_kib(void);
 /* Number of open fds >= 3 without FD_CLOEXEC and not in the `known` list (fds open before). */
 int cxt_fds_without_cloexec(const int *known, int nknown);
 int cxt_list_fds(int *out, int max);
+/* Number of this process's TCP sockets with a local or remote port in ports[] (the engines'
+ * control ports) that lack FD_CLOEXEC; *checked: how many such sockets there are. */
+int cxt_sockets_without_cloexec(const uint16_t *ports, int nports, int *checked);
 
 /* A free TCP port on 127.0.0.1 (bound to 0, read back, closed). */
 uint16_t cxt_free_port(void);
@@ -56,6 +59,7 @@ typedef struct cxt_peer_opts {
     size_t region;            /* bytes; default 1 MiB */
     uint32_t seed;
     const char *connect;      /* URL to connect to at start (NULL: none) */
+    const char *listen_ip;    /* NULL: the engine's default (127.0.0.1) */
 } cxt_peer_opts_t;
 
 #define CXT_STASH 256
@@ -99,6 +103,9 @@ void cxt_peer_crash(cxt_peer_t *p);
 int cxt_watchdog_setup(void **state);
 int cxt_watchdog_teardown(void **state);
 
+/* Cluster runs: CONNEX_TEST_TLS replaces UCX_TLS, CONNEX_TEST_IP is the listen address (unless
+ * the test chose one). Applied by cxt_engine and by cx_peer. */
+void cxt_apply_test_env(cx_config_t *c);
 /* Engine for the test process, backend and logging from the environment. */
 int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms,
                uint32_t hb_timeout_ms, uint32_t op_timeout_ms);

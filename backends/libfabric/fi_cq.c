@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CX_FI_CQ_BATCH 32
@@ -315,9 +316,31 @@ static int cx_fi_drain(cx_backend_t *b)
     return -1;
 }
 
+static uint64_t cx_fi_now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* Connections accepted from peers appear inside fi_cq_read: sweep now and then. */
+static void cx_fi_maybe_sweep(cx_backend_t *b)
+{
+    if (b->cq_fd < 0)
+        return;
+    uint64_t now = cx_fi_now_ns();
+    if (!b->sweep_now && now < b->next_sweep_ns)
+        return;
+    b->sweep_now = 0;
+    b->next_sweep_ns = now + 200000000ull;
+    cx_fi_fd_sweep(b);
+}
+
 int cx_fi_progress(cx_backend_t *b)
 {
     uint64_t v;
+    cx_fi_maybe_sweep(b);
+    cx_fi_report_dead(b);
     if (read(b->evfd, &v, sizeof v) < 0) {
         /* EAGAIN: nobody asked for another round */
     }

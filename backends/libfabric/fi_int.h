@@ -22,7 +22,8 @@
 #define CX_FI_BUF 65536u        /* eager buffer: messages up to this (with header) go inline */
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
-#define CX_FI_ACK_BUCKETS 256   /* ops waiting for the target's ack, hashed by sequence */
+#define CX_FI_ACK_BUCKETS 256
+#define CX_FI_ADDR_VERSION 2    /* address blob: provider, format, name, pid */   /* ops waiting for the target's ack, hashed by sequence */
 
 enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2 };
 
@@ -76,6 +77,9 @@ struct cx_bep {
     struct cx_backend *b;
     void *peer;
     fi_addr_t fa;
+    int used;                   /* an op was posted: rxm has (or is making) a connection */
+    int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
+    int dead;                   /* shm: seen dead at a post; reported at the next progress */
     cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
 };
@@ -122,6 +126,8 @@ struct cx_backend {
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
     int closing;
+    int sweep_now;              /* a connection may have been made: sweep descriptors */
+    uint64_t next_sweep_ns;
 };
 
 /* fi_mr.c */
@@ -150,6 +156,14 @@ cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer);
 void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);
+
+/* fi_fd.c */
+int *cx_fi_fd_list(size_t *n);
+void cx_fi_fd_cloexec_new(const int *before, size_t nbefore);
+void cx_fi_fd_sweep(cx_backend_t *b);
+
+int cx_fi_peer_dead(struct cx_bep *ep);
+void cx_fi_report_dead(cx_backend_t *b);
 
 /* fi_cq.c */
 int cx_fi_progress(cx_backend_t *b);

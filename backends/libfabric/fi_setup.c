@@ -154,10 +154,11 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     /* The blob names the provider so that a peer on another fabric refuses it at connect. */
     cx_wr_t w;
     cx_wr_init(&w, b->addr, sizeof b->addr);
-    cx_wr_u8(&w, 1);
+    cx_wr_u8(&w, CX_FI_ADDR_VERSION);
     cx_wr_str8(&w, b->prov);
     cx_wr_u32(&w, in->addr_format);
     cx_wr_blob16(&w, name, nlen);
+    cx_wr_u32(&w, (uint32_t)getpid());
     if (!w.ok)
         return -FI_ETOOSMALL;
     b->addr_len = w.len;
@@ -211,18 +212,28 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     return 0;
 }
 
+/* libfabric reads its parameters once, at its first call in the process, and the selection
+ * probe may make that call before any backend opens: defaults go in at load time. A value the
+ * user set always wins (setenv without overwrite).
+ * - FI_AV_REMOVE_CLEANUP=1: fi_av_remove closes rxm's hidden connection to the peer; without it
+ *   the answer to a read completed with an error (disconnect, op timeout) can still land in the
+ *   caller's buffer later (measured with a SIGSTOPped peer).
+ * - FI_HMEM=system on hosts without an NVIDIA device node: libfabric then never loads CUDA
+ *   (1.18+ reads FI_HMEM; Debian's 1.17 is built without CUDA support anyway). */
+__attribute__((constructor)) static void cx_fi_env_defaults(void)
+{
+    setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
+    if (access("/dev/nvidiactl", F_OK) != 0)
+        setenv("FI_HMEM", "system", 0);
+}
+
 static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
 {
     *out = NULL;
     /* Without GPU registration, libfabric need not initialise CUDA (a context costs hundreds of
-     * MiB): FI_HMEM=system (libfabric >= 1.18 reads it; 1.17 as built by Debian has no CUDA
-     * support at all). A value the user set wins. */
+     * MiB). Effective only when nothing in the process initialised libfabric before. */
     if (!p->gpu_direct)
         setenv("FI_HMEM", "system", 0);
-    /* fi_av_remove must close rxm's hidden connection to the peer: otherwise the answer to a
-     * read that was completed with an error (disconnect, op timeout) can still land in the
-     * caller's buffer later. Read once, when libfabric initialises. */
-    setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
 
     const char *want = getenv("CONNEX_FI_PROVIDER");
     const char *order1[2] = { want, NULL };
@@ -233,6 +244,8 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     else if (getenv("FI_PROVIDER"))
         order = any;    /* libfabric filters by FI_PROVIDER itself: take its first match */
 
+    size_t nfd0;
+    int *fd0 = cx_fi_fd_list(&nfd0);
     struct fi_info *info = NULL;
     int r = -FI_ENODATA;
     int n = (order == any) ? 1 : 0;
@@ -248,11 +261,14 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     if (r) {
         cx_warn("libfabric: no usable RDM provider (%s%s): %s", want ? "CONNEX_FI_PROVIDER=" : "",
                 want ? want : "tried efa, verbs;ofi_rxm, tcp;ofi_rxm", fi_strerror(-r));
+        cx_fi_fd_cloexec_new(fd0, nfd0);
+        free(fd0);
         return CX_EUNSUPPORTED;
     }
     cx_backend_t *b = calloc(1, sizeof *b);
     if (!b) {
         fi_freeinfo(info);
+        free(fd0);
         return CX_ENOMEM;
     }
     b->core = p->core;
@@ -261,7 +277,11 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->cq_fd = b->efd = b->evfd = b->tfd = -1;
     b->next_key = 1;
     b->next_seq = 1;
-    if ((r = cx_fi_setup(b, p))) {
+    r = cx_fi_setup(b, p);
+    /* Everything libfabric opened meanwhile (listener, socketpairs, epoll sets): close-on-exec. */
+    cx_fi_fd_cloexec_new(fd0, nfd0);
+    free(fd0);
+    if (r) {
         cx_warn("libfabric: %s unusable: %s", b->prov, fi_strerror(-r));
         cx_fi_free(b);
         return CX_EUNSUPPORTED;

@@ -5,8 +5,10 @@
 #include "connex/log.h"
 #include "connex/wire.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 void cx_fi_kick(cx_backend_t *b)
@@ -235,11 +237,40 @@ static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
     return cx_fi_key_decode(x->rkey, x->rkey_len, x->remote, raddr, rkey);
 }
 
+int cx_fi_peer_dead(cx_bep_t *ep)
+{
+    if (ep->dead)
+        return 1;
+    if (ep->pidfd < 0)
+        return 0;
+    struct pollfd p = { .fd = ep->pidfd, .events = POLLIN };
+    if (poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP))) {
+        ep->dead = 1;
+        cx_fi_kick(ep->b);
+        return 1;
+    }
+    return 0;
+}
+
+/* Peers found dead at a post are reported from progress, never from inside submit. */
+void cx_fi_report_dead(cx_backend_t *b)
+{
+    for (cx_bep_t *ep = b->eps; ep; ep = ep->next) {
+        if (ep->dead == 1) {
+            ep->dead = 2;
+            cx_core_peer_error(b->core, ep->peer, "libfabric shm: peer process exited");
+            return;     /* the core may have disconnected endpoints: the list changed */
+        }
+    }
+}
+
 int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
 {
     cx_xfer_t *x = op->x;
     uint64_t raddr, rkey;
     ssize_t r;
+    if (cx_fi_peer_dead(op->ep))
+        return -FI_ENOTCONN;
     switch (op->kind) {
     case CX_FOP_READ:
     case CX_FOP_WRITE:
@@ -280,8 +311,13 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     default:
         return -FI_EINVAL;
     }
-    if (r == 0)
+    if (r == 0) {
         op->posted = 1;
+        if (!op->ep->used) {
+            op->ep->used = 1;
+            b->sweep_now = 1;   /* rxm connects on the first op to a peer */
+        }
+    }
     return (int)r;
 }
 
@@ -339,6 +375,11 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
         cx_fi_ack_add(b, op);
     x->bp[0] = op;
     int r = cx_fi_start(b, op);
+    if (r == -FI_ENOTCONN) {
+        cx_fi_op_finish(b, op, CX_EPEER);
+        cx_fi_op_free(b, op);
+        return CX_OK;
+    }
     if (r) {
         cx_warn("libfabric: %s: submit: %s", b->prov, fi_strerror(-r));
         x->bp[0] = NULL;
@@ -361,7 +402,8 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     cx_rd_str8(&r, prov, sizeof prov);
     uint32_t fmt = cx_rd_u32(&r);
     const uint8_t *name = cx_rd_blob16(&r, &nlen);
-    if (!cx_rd_done(&r) || ver != 1 || !nlen) {
+    uint32_t pid = cx_rd_u32(&r);
+    if (!cx_rd_done(&r) || ver != CX_FI_ADDR_VERSION || !nlen) {
         cx_warn("libfabric: connect: malformed address blob (%zu bytes)", addr_len);
         return CX_EINVAL;
     }
@@ -381,6 +423,12 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     }
     ep->b = b;
     ep->peer = peer;
+    ep->pidfd = -1;
+    /* shm takes a spinlock inside the peer's shared region to queue a command; a peer killed
+     * while holding it makes every later post spin forever (libfabric 1.17). A pidfd tells us
+     * the peer is gone before we post, long before the control channel's verdict arrives. */
+    if (!strcmp(b->prov, "shm") && pid)
+        ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
     ep->next = b->eps;
     if (b->eps)
         b->eps->prev = ep;
@@ -410,6 +458,8 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep)
         if (!op->posted && !op->in_backlog)
             cx_fi_op_free(b, op);
     }
+    if (ep->pidfd >= 0)
+        close(ep->pidfd);
     if (ep->prev)
         ep->prev->next = ep->next;
     else

@@ -72,20 +72,17 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     b->eps.next = b->eps.prev = &b->eps;
     b->done.next = b->done.prev = &b->done;
 
-    cx_ucx_fd_baseline(b);
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
         cx_error("ucx: ucp_config_read failed (check the UCX_* variables): %s",
                  ucs_status_string(st));
-        free(b->fd_base);
         free(b);
         return CX_EUNSUPPORTED;
     }
     int rc = cx_ucx_config(cfg);
     if (rc != CX_OK) {
         ucp_config_release(cfg);
-        free(b->fd_base);
         free(b);
         return rc;
     }
@@ -98,7 +95,6 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     ucp_config_release(cfg);
     if (st != UCS_OK) {
         cx_warn("ucx: ucp_init failed: %s", ucs_status_string(st));
-        free(b->fd_base);
         free(b);
         return CX_EUNSUPPORTED;
     }
@@ -112,7 +108,6 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     if (st != UCS_OK) {
         cx_warn("ucx: ucp_worker_create failed: %s", ucs_status_string(st));
         ucp_cleanup(b->ctx);
-        free(b->fd_base);
         free(b);
         return CX_EUNSUPPORTED;
     }
@@ -139,7 +134,6 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         return CX_EUNSUPPORTED;
     }
     b->addr_len = w.len;
-    cx_ucx_fd_cloexec(b);
     cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(), wal);
     *out = (cx_backend_t *)b;
     return CX_OK;
@@ -159,7 +153,6 @@ static void cx_ucx_close(cx_backend_t *bb)
     if (b->epfd >= 0) close(b->epfd);
     if (b->sigfd >= 0) close(b->sigfd);
     if (b->tfd >= 0) close(b->tfd);
-    free(b->fd_base);
     free(b);
 }
 
@@ -210,12 +203,6 @@ static int cx_ucx_progress(cx_backend_t *bb)
             cx_warn("ucx: eventfd read: %s", strerror(errno));
     }
     if (b->timer_armed && read(b->tfd, &v, sizeof v) == (ssize_t)sizeof v) b->timer_armed = 0;
-    uint64_t now = cx_ucx_now_ns();
-    uint64_t every = now < b->fd_hot_until_ns ? (uint64_t)CX_UCX_FD_HOT_SCAN_US * 1000ull
-                                              : (uint64_t)CX_UCX_FD_SCAN_MS * 1000000ull;
-    if (now - b->fd_scan_ns > every) cx_ucx_fd_cloexec(b);
-    /* UCX's own thread accepts connections: come back for them even when no event wakes us */
-    if (now < b->fd_hot_until_ns) cx_ucx_arm_timer(b, CX_UCX_FD_HOT_SCAN_US / 1000);
     for (int round = 0; round < CX_UCX_PROGRESS_ROUNDS; round++) {
         for (int i = 0; i < 1024 && ucp_worker_progress(b->w); i++) {
         }

@@ -85,8 +85,6 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
     b->eps.prev->next = ep;
     b->eps.prev = ep;
     *out = ep;
-    cx_ucx_fd_cloexec(b);
-    b->fd_hot_until_ns = cx_ucx_now_ns() + (uint64_t)CX_UCX_FD_HOT_MS * 1000000ull;
     return CX_OK;
 }
 
@@ -107,14 +105,14 @@ static void cx_ucx_force_close(cx_ucx_t *b, cx_bep_t *ep)
     /* UCX allows a forced close only with peer error handling. Without it (shm-only UCX_TLS)
      * the lanes are cma (synchronous: nothing lands later) and mm (messages sent from copies
      * we own), so the flush close may finish in the background. */
-    p.flags = ep->peer_mode ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    p.flags = (ep->peer_mode || getenv("CXEXP_FORCE")) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep->ep, &p);
     if (r == NULL) return;
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: ucp_ep_close_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
         return;
     }
-    if (!ep->peer_mode) {
+    if (!ep->peer_mode && !getenv("CXEXP_WAIT")) {
         ucp_request_free(r);
         return;
     }
@@ -126,6 +124,7 @@ static void cx_ucx_force_close(cx_ucx_t *b, cx_bep_t *ep)
         }
         ucp_worker_progress(b->w);
     }
+    if (getenv("CXEXP_WAIT")) cx_warn("close took %.3f ms st=%s", (cx_ucx_now_ns() - deadline + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull)/1e6, ucs_status_string(ucp_request_check_status(r)));
     ucp_request_free(r);
 }
 

@@ -107,9 +107,6 @@ struct cx_ucx {
     int no_peer_mode;            /* UCX_TLS leaves no transport with peer error handling */
     int depth;                   /* inline completions nested in submit */
     int closing_ep;              /* inside disconnect: hold messages back */
-    uint8_t *fd_base;            /* fds open before ucp_init (see ucx_fd.c) */
-    int fd_base_n;
-    uint64_t fd_scan_ns, fd_hot_until_ns;  /* scan often for a while after a connect */
     cx_ucx_op_t *free_ops;       /* small cache: ops are allocated per xfer */
     int nfree;
 };
@@ -117,13 +114,6 @@ struct cx_ucx {
 /* ucx_env.c */
 int cx_ucx_config(ucp_config_t *cfg);
 int cx_ucx_rdma_usable(void);
-
-/* ucx_fd.c */
-#define CX_UCX_FD_SCAN_MS 100
-#define CX_UCX_FD_HOT_MS 2000     /* after a connect UCX opens sockets for a while: */
-#define CX_UCX_FD_HOT_SCAN_US 2000 /* scan this often then */
-void cx_ucx_fd_baseline(cx_ucx_t *b);
-void cx_ucx_fd_cloexec(cx_ucx_t *b);
 
 /* ucx_backend.c */
 void cx_ucx_signal(cx_ucx_t *b);                 /* make the wait fd readable */

@@ -72,7 +72,8 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
     switch (r.kind) {
     case CX_XFER_READ: {
         zmq_msg_t out;
-        if (r.len >= CX_ZMQ_ZEROCOPY_MIN) {
+        /* Device memory is copied out by the core (libzmq would read it on its I/O thread). */
+        if (r.len >= CX_ZMQ_ZEROCOPY_MIN && cx_core_region_kind(b->core, r.addr, r.len) == CX_MEM_HOST) {
             /* Zero copy: the region stays pinned (unregister waits) until libzmq has sent it. */
             if (zmq_msg_init_data(&out, where, r.len, unpin_cb, pin)) {
                 cx_core_region_unpin(pin);
@@ -80,7 +81,7 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
             }
         } else {
             if (zmq_msg_init_size(&out, r.len)) st = CX_ENOMEM;
-            else memcpy(zmq_msg_data(&out), where, r.len);
+            else if ((st = cx_core_mem_copy(b->core, zmq_msg_data(&out), where, r.len))) zmq_msg_close(&out);
             cx_core_region_unpin(pin);
         }
         cx_core_count_served(b->core, r.kind, r.len, st == CX_OK);
@@ -89,9 +90,9 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
     }
     case CX_XFER_WRITE:
     case CX_XFER_PUT_SIGNAL:
-        memcpy(where, zmq_msg_data(data), r.len);
-        /* put_signal: the data is in place before the message is queued. */
-        if (r.kind == CX_XFER_PUT_SIGNAL) st = cx_core_deliver_msg(b->core, peer, zmq_msg_data(msg), zmq_msg_size(msg));
+        st = cx_core_mem_copy(b->core, where, zmq_msg_data(data), r.len);
+        /* put_signal: the data is in place (device copies included) before the message is queued. */
+        if (st == CX_OK && r.kind == CX_XFER_PUT_SIGNAL) st = cx_core_deliver_msg(b->core, peer, zmq_msg_data(msg), zmq_msg_size(msg));
         break;
     case CX_XFER_MSG:
         st = cx_core_deliver_msg(b->core, peer, zmq_msg_data(msg), zmq_msg_size(msg));

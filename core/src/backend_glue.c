@@ -1,16 +1,20 @@
 /* Backend ordering and GPU hooks (see gpu_hook.h). */
 #include "gpu_hook.h"
 
+#include "cx_gpu.h"
+#include "staging.h"
+
 int cx_gpu_hook_mem_kind(const void *addr, size_t len)
 {
-    (void)addr;
-    (void)len;
-    return CX_MEM_HOST;
+    return cx_gpu_mem_kind(addr, len);
 }
 
 int cx_gpu_hook_gdr(void) { return 0; }
 
-void cx_gpu_hook_stats(cx_stats_t *st) { (void)st; }
+void cx_gpu_hook_stats(cx_stats_t *st)
+{
+    (void)st;   /* staging counters are added by cx_staging_stats (staging.c) */
+}
 
 #ifdef CONNEX_HAVE_SELECT
 #include "cx_select.h"

@@ -21,7 +21,7 @@ int cx_ctl_hdr_parse(const uint8_t *hdr, uint32_t *blen, uint8_t *type)
     *type = cx_rd_u8(&r);
     uint8_t ver = cx_rd_u8(&r);
     (void)cx_rd_u16(&r);
-    if (ver != CX_CTL_VERSION || *blen > CX_CTL_MAX_BODY || *type < CX_CTL_HELLO || *type > CX_CTL_REFUSE)
+    if (ver != CX_CTL_VERSION || *blen > CX_CTL_MAX_BODY || *type < CX_CTL_HELLO || *type > CX_CTL_AUTH)
         return CX_EINVAL;
     return CX_OK;
 }

@@ -26,7 +26,8 @@ enum {
     CX_CTL_REG_REPLY = 6,
     CX_CTL_HB = 7,        /* heartbeat */
     CX_CTL_BYE = 8,       /* clean close */
-    CX_CTL_REFUSE = 9     /* handshake refused: i32 status, str8 reason; then the acceptor closes */
+    CX_CTL_REFUSE = 9,    /* handshake refused: i32 status, str8 reason; then the acceptor closes */
+    CX_CTL_AUTH = 10      /* before HELLO when a token is set: the exchange in auth.h */
 };
 
 typedef struct cx_wire_backend {

@@ -4,6 +4,7 @@
 
 #include "connex/log.h"
 #include "gpu_hook.h"
+#include "staging.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -190,6 +191,7 @@ static void engine_free(cx_engine_t *e)
     cx_msgq_fini(&e->msgq);
     cx_evq_fini(&e->evq);
     pthread_mutex_destroy(&e->qmu);
+    cx_auth_free(e->auth);
     free(e);
 }
 
@@ -204,6 +206,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     pthread_mutex_init(&e->qmu, NULL);
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
+    if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);
     if (!rc) rc = cx_msgq_init(&e->msgq, e->cfg.recv_queue_max, e->cfg.recv_queue_bytes);
     else cx_msgq_init(&e->msgq, 1, 1);
     if (cx_evq_init(&e->evq) && !rc) rc = CX_ENOMEM;
@@ -292,10 +295,11 @@ void cx_engine_destroy(cx_engine_t *e)
         cx_op_complete(op, CX_ECLOSED);
         op = n;
     }
-    cx_peer_free_all(e);
     while (e->conns) cx_conn_close(e, e->conns);
+    cx_peer_free_all(e);
     cx_msgq_close(&e->msgq);
     cx_evq_close(&e->evq);
+    cx_staging_fini(e);
     /* Regions still registered: deregister from the backends before closing them. */
     for (size_t i = 0; i < e->reg.n; i++)
         for (int b = 0; b < e->nb; b++)
@@ -387,6 +391,7 @@ static void reg_fn(cx_engine_t *e, void *arg)
 {
     struct reg_arg *a = arg;
     int kind = cx_gpu_hook_mem_kind(a->addr, a->len);
+    if (kind < 0) { a->rc = kind; return; }
     cx_region_t *r;
     a->rc = cx_registry_add(&e->reg, a->addr, a->len, kind, &r);
     if (a->rc) return;
@@ -599,7 +604,7 @@ static void stats_fn(cx_engine_t *e, void *arg)
         case CX_PEER_LEFT: st->peers_left++; break;
         default: break;
         }
-        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight++;
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight += op->kind != CX_OPK_SUB;
     }
     pthread_rwlock_rdlock(&e->reg.lock);
     st->regions = e->reg.n;
@@ -610,6 +615,7 @@ static void stats_fn(cx_engine_t *e, void *arg)
     st->events_dropped = e->evq.dropped;
     pthread_mutex_unlock(&e->evq.mu);
     cx_gpu_hook_stats(st);
+    cx_staging_stats(e, st);
 }
 
 int cx_stats(cx_engine_t *e, cx_stats_t *st)

@@ -5,6 +5,7 @@
 #define CX_ENGINE_H
 
 #include "connex/backend.h"
+#include "auth.h"
 #include "connex/connex.h"
 #include "ctl_wire.h"
 #include "queue.h"
@@ -17,7 +18,7 @@
 typedef struct cx_peer cx_peer_t;
 typedef struct cx_conn cx_conn_t;
 
-enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND };
+enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE };
 typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
 
 struct cx_conn {
@@ -31,6 +32,7 @@ struct cx_conn {
     uint8_t *rx; size_t rx_len, rx_cap;
     uint8_t *tx; size_t tx_off, tx_len, tx_cap;
     uint64_t t_start_ns;      /* for the HELLO timeout */
+    cx_auth_conn_t au;        /* the AUTH exchange (auth.h), when a token is set */
     cx_conn_t *next;
 };
 
@@ -67,7 +69,9 @@ struct cx_op {
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
-enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE };
+#define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
+/* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
+enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING };
 
 struct cx_peer {
     cx_lid_t lid;
@@ -111,6 +115,7 @@ struct cx_engine {
     cx_lid_t lid;
     char url[CX_URL_MAX];
     uint64_t incarnation;
+    cx_auth_t *auth;          /* NULL: no token, connections are not authenticated */
 
     int epfd, lfd, cmdfd, timerfd;
     cx_watch_t lw, cw, tw;
@@ -140,6 +145,8 @@ struct cx_engine {
 
     /* counters: written by the progress thread, read by cx_stats through an exec */
     cx_stats_t st;
+
+    struct cx_staging *stg;   /* staging.c: GPU staging rings and jobs, NULL until first use */
 };
 
 struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */

@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include "connex/log.h"
+#include "staging.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,7 @@ static void unlink_op(cx_op_t *op)
 void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 {
     unlink_op(op);
+    if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
     op->stage = OPS_DONE;
     if (op->kind < CX_OPK_COUNT) {
         if (status == CX_OK) {
@@ -78,6 +80,10 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         x->remote_base = rr->addr;
         x->rkey = rr->key[p->bidx];
         x->rkey_len = rr->key_len[p->bidx];
+        if (cx_staging_needed(e, p->bidx, x->local_mem)) {
+            cx_staging_submit(e, op, rr);
+            return;
+        }
     }
     op->stage = OPS_IN_BACKEND;
     op->forced_status = 0;

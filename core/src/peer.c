@@ -355,7 +355,9 @@ void cx_peer_dial(cx_engine_t *e, cx_peer_t *p)
     if (!c) return;
     c->peer = p;
     p->pending = c;
-    send_hello(e, c, CX_CTL_HELLO, &p->lid);
+    /* With a token, HELLO (our regions and keys) waits until the acceptor proved it (auth.h). */
+    if (e->auth) cx_auth_dial_start(e, c);
+    else send_hello(e, c, CX_CTL_HELLO, &p->lid);
 }
 
 /* The pending outgoing connection failed before the handshake finished. */
@@ -433,11 +435,32 @@ static void refuse(cx_engine_t *e, cx_conn_t *c, int status, const char *why)
     cx_conn_close(e, c);
 }
 
+/* An authentication failure: counted, logged, and the handshake ends with CX_EAUTH on both
+ * sides (the acceptor says so in a REFUSE). Returns 1: c is closed. */
+static int auth_failed(cx_engine_t *e, cx_conn_t *c, const char *why)
+{
+    e->st.auth_refused++;
+    if (!c->outgoing) {
+        char who[80];
+        cx_auth_peer_name(c->fd, who, sizeof who);
+        cx_warn("control: refusing %s: authentication failed: %s", who, why);
+        refuse(e, c, CX_EAUTH, why);
+        return 1;
+    }
+    cx_peer_t *p = c->peer;
+    cx_error("peer %s: authentication failed: %s", p->url, why);
+    cx_conn_close(e, c);
+    dial_failed(e, p, why, CX_EAUTH);
+    return 1;
+}
+
 /* An inbound HELLO: accept it (and answer HELLO_ACK) or refuse it. Returns 1 if c was closed. */
 static int on_hello(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t len)
 {
     cx_wire_hello_t h;
     char err[200];
+    /* Not even parsed: nothing a stranger sends reaches the peer table or the region cache. */
+    if (e->auth && !c->au.ok) return auth_failed(e, c, "HELLO without authentication (token required)");
     if (cx_wire_get_hello(body, len, &h, err, sizeof err)) {
         cx_warn("control: refusing a connection: %s", err);
         cx_conn_close(e, c);
@@ -487,6 +510,7 @@ static int on_hello_ack(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_
     cx_peer_t *p = c->peer;
     cx_wire_hello_t h;
     char err[200];
+    if (e->auth && !c->au.ok) return auth_failed(e, c, "HELLO_ACK from an acceptor that did not authenticate");
     if (cx_wire_get_hello(body, len, &h, err, sizeof err)) {
         cx_warn("peer %s: bad HELLO_ACK: %s", p->url, err);
         cx_conn_close(e, c);
@@ -538,6 +562,12 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
     if (!c->bound) {
         if (!c->outgoing && type == CX_CTL_HELLO) return on_hello(e, c, body, len);
         if (c->outgoing && type == CX_CTL_HELLO_ACK) return on_hello_ack(e, c, body, len);
+        if (type == CX_CTL_AUTH) {
+            char why[160];
+            int rc = cx_auth_on_frame(e, c, body, len, why, sizeof why);
+            if (rc == CX_AUTH_SEND_HELLO) send_hello(e, c, CX_CTL_HELLO, &c->peer->lid);
+            return rc < 0 ? auth_failed(e, c, why) : 0;
+        }
         if (c->outgoing && type == CX_CTL_REFUSE) {
             cx_rd_t r;
             cx_rd_init(&r, body, len);
@@ -545,6 +575,7 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
             char why[256];
             cx_rd_str8(&r, why, sizeof why);
             if (!r.ok || st >= 0 || st < -64) { st = CX_EPEER; snprintf(why, sizeof why, "refused"); }
+            if (st == CX_EAUTH) e->st.auth_refused++;
             cx_peer_t *p = c->peer;
             cx_error("peer %s refused the connection: %s", p->url, why);
             cx_conn_close(e, c);
@@ -631,6 +662,12 @@ void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
                         c->peer ? c->peer->url : "");
                 e->st.rejected_requests++;
                 cx_conn_lost(e, c, "garbage on the control connection");
+                return;
+            }
+            /* Before the token is proven only small frames (AUTH, REFUSE) are buffered. */
+            if (e->auth && !c->bound && !c->au.ok && blen > CX_AUTH_PRE_MAX) {
+                auth_failed(e, c, type == CX_CTL_HELLO ? "HELLO without authentication (token required)"
+                                                       : "oversized frame before authentication");
                 return;
             }
             if (c->rx_len - off - CX_CTL_HDR < blen) break;

@@ -4,6 +4,7 @@
 #include "engine.h"
 
 #include "connex/log.h"
+#include "staging.h"
 
 #include <errno.h>
 #include <string.h>
@@ -66,6 +67,20 @@ static void tick(cx_engine_t *e)
     cx_ops_tick(e, now);
 }
 
+static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
+{
+    for (int i = 0; i < e->nb; i++)
+        if (w == &e->be[i].w) return 1;   /* progressed below, every iteration */
+    return 0;
+}
+
+static cx_conn_t *conn_of(cx_engine_t *e, const cx_watch_t *w)
+{
+    for (cx_conn_t *k = e->conns; k; k = k->next)
+        if (&k->w == w) return k;
+    return NULL;
+}
+
 static void fail_everything(cx_engine_t *e)
 {
     for (cx_peer_t *p = e->peers; p; p = p->next) {
@@ -87,31 +102,23 @@ void *cx_progress_main(void *arg)
         }
         for (int i = 0; i < n; i++) {
             cx_watch_t *w = evs[i].data.ptr;
-            switch (w->kind) {
-            case CX_W_LISTEN: cx_accept_all(e); break;
-            case CX_W_CMD: drain_commands(e); break;
-            case CX_W_TIMER: tick(e); break;
-            case CX_W_BACKEND: break;   /* progressed below, every iteration */
-            case CX_W_CONN: {
-                cx_conn_t *c = w->obj;
-                /* A connection closed by an earlier event of this batch is gone: skip stale ones. */
-                int alive = 0;
-                for (cx_conn_t *k = e->conns; k; k = k->next)
-                    if (k == c) { alive = 1; break; }
-                if (!alive) break;
+            if (w == &e->lw) cx_accept_all(e);
+            else if (w == &e->cw) drain_commands(e);
+            else if (w == &e->tw) tick(e);
+            else if (!is_backend_watch(e, w)) {
+                /* A control connection. One closed by an earlier event of this batch is freed:
+                 * find it by address before touching it. */
+                cx_conn_t *c = conn_of(e, w);
+                if (!c) continue;
                 if (evs[i].events & EPOLLOUT) cx_conn_writable(e, c);
-                alive = 0;
-                for (cx_conn_t *k = e->conns; k; k = k->next)
-                    if (k == c) { alive = 1; break; }
-                if (alive && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+                if ((evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && conn_of(e, w))
                     cx_conn_readable(e, c);
-                break;
-            }
             }
         }
         /* Backends such as ZeroMQ signal edge-style: events may be pending after our own sends,
          * so every iteration gives each backend a turn. */
         more = progress_backends(e);
+        cx_staging_progress(e);   /* after the backends: their completions free staging slots */
     }
     fail_everything(e);
     progress_backends(e);

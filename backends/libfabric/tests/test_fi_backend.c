@@ -170,8 +170,8 @@ static void test_many_in_flight(void **state)
 static void test_messages(void **state)
 {
     (void)state;
-    const size_t sizes[] = { 0, 1, 100, 65536 - 20, 65536, 1u << 20 };
-    unsigned char *m = malloc(1u << 20);
+    const size_t sizes[] = { 0, 1, 100, 65536 - 20, 65536, 1u << 20, CX_MSG_MAX };
+    unsigned char *m = malloc(CX_MSG_MAX);
     assert_non_null(m);
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         for (size_t i = 0; i < sizes[s]; i++)
@@ -263,8 +263,9 @@ static void test_bad_input(void **state)
     cx_bep_t *ep = NULL;
     unsigned char junk[8] = { 9, 9, 9 };
     assert_int_equal(ops->connect(ba, &cookie_b, junk, sizeof junk, &ep), CX_EINVAL);
-    unsigned char foreign[64] = { 1, 3, 'x', 'y', 'z', 1, 0, 0, 0, 1, 0, 7 };
-    assert_int_equal(ops->connect(ba, &cookie_b, foreign, 12, &ep), CX_EUNSUPPORTED);
+    /* version 2: provider "xyz", format 1, a 1-byte name, pid 0 */
+    unsigned char foreign[64] = { 2, 3, 'x', 'y', 'z', 1, 0, 0, 0, 1, 0, 7, 0, 0, 0, 0 };
+    assert_int_equal(ops->connect(ba, &cookie_b, foreign, 16, &ep), CX_EUNSUPPORTED);
     assert_null(ep);
     /* GPU memory without FI_HMEM */
     void *mh;

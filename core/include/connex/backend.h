@@ -93,6 +93,12 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation);
  * against unregistration until cx_core_region_unpin(*pin) (callable from any thread). */
 int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin);
 void cx_core_region_unpin(void *pin);
+/* Target side: copy between a request's bytes and a registered region, whatever memory the region
+ * is (host, GPU, simulated device: a device-aware copy, done when it returns). CX_OK or an error
+ * (logged). cx_core_region_kind: CX_MEM_* of the region holding [addr, addr+len), or CX_EINVAL;
+ * a backend must not hand device memory to its network library (zero-copy sends) itself. */
+int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len);
+int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len);
 
 /* Deliver a message (plain or put_signal's) from a peer. The core copies it. Returns CX_OK, or
  * CX_EAGAIN when the receive queue is full (tell the sender), CX_EINVAL for an unknown sender. */

@@ -69,6 +69,8 @@ typedef struct cx_config {        /* zero-initialised = defaults */
     uint32_t connect_timeout_ms;  /* first connect to a peer; default 5000 */
     uint32_t recv_queue_max;      /* bounded message queue, messages; default 4096 */
     uint64_t recv_queue_bytes;    /* bounded message queue, bytes; default 256 MiB */
+    const char *auth_token;       /* shared secret peers must prove (docs/security.md); NULL: env
+                                     CONNEX_AUTH_TOKEN, else the file CONNEX_AUTH_TOKEN_FILE, else none */
 } cx_config_t;
 
 typedef struct cx_engine cx_engine_t;

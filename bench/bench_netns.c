@@ -1,0 +1,101 @@
+/* Network namespaces for the link-down fault: ns_a (the survivor, 10.211.0.1) and ns_b (the
+ * peer, 10.211.0.2) joined by a veth pair. Taking the peer's end down cuts it off without a
+ * reset, which is what a pulled cable or a partition looks like. The addresses exist only inside
+ * these namespaces. Cleanup runs from atexit and from the SIGINT/SIGTERM handler, so it uses
+ * only fork/execve/waitpid. */
+#include "bench_netns.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char ip_path[64];
+static char del_a[32], del_b[32];
+static volatile sig_atomic_t armed;
+
+static int run(const char *const argv[])
+{
+    pid_t p = fork();
+    if (p < 0) return -1;
+    if (p == 0) {
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) { dup2(dn, 1); dup2(dn, 2); }
+        static char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
+        execve(argv[0], (char *const *)argv, envp);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(p, &st, 0) < 0) {}
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+#define IP(...) run((const char *const[]){ ip_path, __VA_ARGS__, NULL })
+
+void cx_bench_netns_cleanup(void)
+{
+    if (!armed) return;
+    armed = 0;
+    IP("netns", "del", del_a);   /* takes the veth pair with it */
+    IP("netns", "del", del_b);
+}
+
+static void on_signal(int sig)
+{
+    cx_bench_netns_cleanup();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+int cx_bench_netns_setup(cx_bench_netns_t *n, char *why, size_t len)
+{
+    if (geteuid() != 0) { snprintf(why, len, "skipped: needs root (network namespaces)"); return -1; }
+    static const char *cands[] = { "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip" };
+    ip_path[0] = 0;
+    for (int i = 0; i < 4 && !ip_path[0]; i++)
+        if (access(cands[i], X_OK) == 0) snprintf(ip_path, sizeof ip_path, "%s", cands[i]);
+    if (!ip_path[0]) { snprintf(why, len, "skipped: no ip(8) (Debian: iproute2)"); return -1; }
+    int pid = (int)getpid();
+    char va[16];
+    snprintf(n->ns_a, sizeof n->ns_a, "cxb-a-%d", pid);
+    snprintf(n->ns_b, sizeof n->ns_b, "cxb-b-%d", pid);
+    snprintf(va, sizeof va, "cxba%d", pid % 10000000);
+    snprintf(n->veth_b, sizeof n->veth_b, "cxbb%d", pid % 10000000);
+    snprintf(del_a, sizeof del_a, "%s", n->ns_a);
+    snprintf(del_b, sizeof del_b, "%s", n->ns_b);
+    armed = 1;
+    atexit(cx_bench_netns_cleanup);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (IP("netns", "add", n->ns_a) || IP("netns", "add", n->ns_b) ||
+        IP("-n", n->ns_a, "link", "add", va, "type", "veth", "peer", "name", n->veth_b, "netns", n->ns_b) ||
+        IP("-n", n->ns_a, "addr", "add", CX_BENCH_NS_IP_A "/24", "dev", va) ||
+        IP("-n", n->ns_b, "addr", "add", CX_BENCH_NS_IP_B "/24", "dev", n->veth_b) ||
+        IP("-n", n->ns_a, "link", "set", va, "up") || IP("-n", n->ns_b, "link", "set", n->veth_b, "up") ||
+        IP("-n", n->ns_a, "link", "set", "lo", "up") || IP("-n", n->ns_b, "link", "set", "lo", "up")) {
+        cx_bench_netns_cleanup();
+        snprintf(why, len, "skipped: creating namespaces / veth failed (ip netns add ...)");
+        return -1;
+    }
+    return 0;
+}
+
+int cx_bench_netns_enter(const cx_bench_netns_t *n)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/run/netns/%s", n->ns_a);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = setns(fd, CLONE_NEWNET);
+    close(fd);
+    return rc;
+}
+
+int cx_bench_netns_link(const cx_bench_netns_t *n, int up)
+{
+    return IP("-n", n->ns_b, "link", "set", n->veth_b, up ? "up" : "down");
+}

@@ -1,0 +1,322 @@
+/* connex-bench results: kept in memory while the run goes on, then printed as aligned tables,
+ * written as JSON and plotted with gnuplot (bandwidth and p50 latency against size, one line per
+ * backend, one panel per op). */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ROWS 2048
+#define MAX_FO 64
+#define MAX_SOAK 16
+
+static cx_bench_row_t rows[MAX_ROWS];
+static int nrows;
+static cx_bench_fo_row_t fos[MAX_FO];
+static int nfos;
+static cx_bench_soak_t soaks[MAX_SOAK];
+static int nsoaks;
+
+void cx_bench_add_row(const cx_bench_row_t *r)
+{
+    if (nrows < MAX_ROWS) rows[nrows++] = *r;
+}
+int cx_bench_nrows(void) { return nrows; }
+const cx_bench_row_t *cx_bench_rows(void) { return rows; }
+void cx_bench_add_fo(const cx_bench_fo_row_t *r)
+{
+    if (nfos < MAX_FO) fos[nfos++] = *r;
+}
+void cx_bench_add_soak(const cx_bench_soak_t *s)
+{
+    if (nsoaks < MAX_SOAK) soaks[nsoaks++] = *s;
+}
+
+static const char *op_order[] = { "read", "write", "put_signal", "copy", "-" };
+
+static int op_rank(const char *op)
+{
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(op, op_order[i])) return i;
+    return 5;
+}
+
+/* Grouped by op and size so every backend and baseline for one quantity sit together; within a
+ * group, connex rows first in run order, then baselines. */
+static int cmp_rows(const void *a, const void *b)
+{
+    const cx_bench_row_t *x = *(cx_bench_row_t *const *)a, *y = *(cx_bench_row_t *const *)b;
+    int d = op_rank(x->op) - op_rank(y->op);
+    if (d) return d;
+    if (x->size != y->size) return x->size < y->size ? -1 : 1;
+    if (x->baseline != y->baseline) return x->baseline - y->baseline;
+    return x < y ? -1 : x > y;
+}
+
+static const char *us(double v, char *b, size_t n)
+{
+    if (v <= 0) snprintf(b, n, "-");
+    else if (v >= 10000) snprintf(b, n, "%.1f ms", v / 1e3);
+    else snprintf(b, n, "%.1f us", v);
+    return b;
+}
+
+void cx_bench_print_transfer(void)
+{
+    const cx_bench_row_t **s = malloc(sizeof *s * (size_t)(nrows ? nrows : 1));
+    if (!s) return;
+    for (int i = 0; i < nrows; i++) s[i] = &rows[i];
+    qsort(s, (size_t)nrows, sizeof *s, cmp_rows);
+    printf("\n%-10s %8s  %-26s %-5s %6s %11s %11s %11s %9s  %s\n", "op", "size", "backend", "pair", "iters",
+           "p50", "p99", "max", "GB/s", "result");
+    printf("%-10s %8s  %-26s %-5s %6s %11s %11s %11s %9s  %s\n", "----------", "--------",
+           "--------------------------", "-----", "------", "-----------", "-----------", "-----------", "---------",
+           "------------------------");
+    const char *prev_op = "";
+    for (int i = 0; i < nrows; i++) {
+        const cx_bench_row_t *r = s[i];
+        if (*prev_op && strcmp(prev_op, r->op)) putchar('\n');
+        prev_op = r->op;
+        char sz[32] = "-", a[32], b[32], c[32], bw[32] = "-";
+        if (r->size) cx_bench_human(r->size, sz, sizeof sz);
+        if (r->gbps > 0) snprintf(bw, sizeof bw, "%.3f", r->gbps);
+        printf("%-10s %8s  %-26s %-5s %6d %11s %11s %11s %9s  %s\n", r->op, sz, r->backend,
+               r->baseline ? "-" : r->pair, r->iters, us(r->p50_us, a, sizeof a), us(r->p99_us, b, sizeof b),
+               us(r->max_us, c, sizeof c), bw, r->note);
+    }
+    free(s);
+}
+
+static const char *ms3(const cx_bench_dist_t *d, char *b, size_t n)
+{
+    if (d->n <= 0) snprintf(b, n, "-");
+    else snprintf(b, n, "%.1f/%.1f/%.1f", d->p50 / 1e3, d->p99 / 1e3, d->max / 1e3);
+    return b;
+}
+
+void cx_bench_print_failover(void)
+{
+    printf("\ntimes in ms, p50/p99/max over the runs\n");
+    printf("%-14s %-9s %5s %-22s %-22s %-22s %-22s %-22s  %s\n", "backend", "fault", "ok", "fault->first event",
+           "fault->FAILED", "fault->in-flight op", "start->1st transfer", "engine up->1st xfer", "notes");
+    for (int i = 0; i < nfos; i++) {
+        const cx_bench_fo_row_t *f = &fos[i];
+        char a[64], b[64], c[64], d[64], e[64], ok[16];
+        snprintf(ok, sizeof ok, "%d/%d", f->ok, f->runs);
+        printf("%-14s %-9s %5s %-22s %-22s %-22s %-22s %-22s  %s\n", f->backend, f->fault, ok,
+               ms3(&f->to_event, a, sizeof a), ms3(&f->to_failed, b, sizeof b), ms3(&f->to_ops, c, sizeof c),
+               ms3(&f->to_rejoin, d, sizeof d), ms3(&f->up_rejoin, e, sizeof e), f->note);
+    }
+}
+
+void cx_bench_print_targets(uint32_t hb_ms, uint32_t hb_to_ms)
+{
+    /* The issue's targets, checked against what was measured; a verdict, not an exit status
+     * (the numbers depend on the host and its load). */
+    printf("\ntargets (this host, loopback):\n");
+    for (int i = 0; i < nfos; i++) {
+        const cx_bench_fo_row_t *f = &fos[i];
+        if (f->to_failed.n <= 0) continue;
+        if (!strcmp(f->fault, "sigkill"))
+            printf("  %-14s SIGKILL -> FAILED p99 %.1f ms (target < 5 ms): %s\n", f->backend, f->to_failed.p99 / 1e3,
+                   f->to_failed.p99 < 5000 ? "met" : "MISSED");
+        else if (!strcmp(f->fault, "sigstop"))
+            printf("  %-14s SIGSTOP -> FAILED %.0f..%.0f ms, SUSPECT p50 %.0f ms (timeout %u, interval %u: FAILED "
+                   "expected in [%u, %u]): %s\n", f->backend, f->to_failed.p50 / 1e3, f->to_failed.max / 1e3,
+                   f->to_event.p50 / 1e3, hb_to_ms, hb_ms, hb_to_ms - hb_ms, hb_to_ms + hb_ms,
+                   f->to_failed.max / 1e3 <= hb_to_ms + hb_ms && f->to_failed.p50 / 1e3 >= hb_to_ms - hb_ms ? "met"
+                                                                                                    : "MISSED");
+        if (f->up_rejoin.n > 0)
+            printf("  %-14s %-8s rejoin: engine up -> first transfer p99 %.1f ms (target < 50 ms): %s; "
+                   "process start -> first transfer p99 %.1f ms\n", f->backend, f->fault, f->up_rejoin.p99 / 1e3,
+                   f->up_rejoin.p99 < 50000 ? "met" : "MISSED", f->to_rejoin.p99 / 1e3);
+    }
+}
+
+void cx_bench_print_soak(void)
+{
+    printf("\n%-14s %7s %-16s %-22s %-14s %-24s %-16s %-16s %s\n", "backend", "cycles", "fds f/l/max",
+           "RSS KiB f/l/max", "regions f/l/m", "reg. bytes f/l/max", "kill->FAILED ms", "start->xfer ms",
+           "verdict");
+    for (int i = 0; i < nsoaks; i++) {
+        const cx_bench_soak_t *s = &soaks[i];
+        char a[48], b[48], c[48], d[48], e[64], f[64], cy[24];
+        snprintf(cy, sizeof cy, "%d/%d", s->done, s->cycles);
+        snprintf(a, sizeof a, "%ld/%ld/%ld", s->fds_first, s->fds_last, s->fds_max);
+        snprintf(b, sizeof b, "%ld/%ld/%ld", s->rss_first, s->rss_last, s->rss_max);
+        snprintf(c, sizeof c, "%ld/%ld/%ld", s->regions_first, s->regions_last, s->regions_max);
+        snprintf(d, sizeof d, "%ld/%ld/%ld", s->rbytes_first, s->rbytes_last, s->rbytes_max);
+        printf("%-14s %7s %-16s %-22s %-14s %-24s %-16s %-16s %s\n", s->backend, cy, a, b, c, d,
+               ms3(&s->to_failed, e, sizeof e), ms3(&s->to_rejoin, f, sizeof f), s->verdict);
+    }
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static void jstr(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void jdist(FILE *f, const char *name, const cx_bench_dist_t *d)
+{
+    fprintf(f, "\"%s\": {\"n\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f}", name, d->n,
+            d->p50 / 1e3, d->p99 / 1e3, d->max / 1e3);
+}
+
+int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) { perror(path); return -1; }
+    struct utsname u;
+    uname(&u);
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    time_t now = time(NULL);
+    char ts[64];
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fprintf(f, "{\n  \"tool\": \"connex-bench\", \"date\": \"%s\", \"host\": ", ts);
+    jstr(f, host);
+    fprintf(f, ", \"kernel\": ");
+    jstr(f, u.release);
+    fprintf(f, ", \"cpus\": %ld,\n  \"command\": ", sysconf(_SC_NPROCESSORS_ONLN));
+    jstr(f, o->cmdline);
+    fprintf(f, ",\n  \"transfer\": [");
+    for (int i = 0; i < nrows; i++) {
+        const cx_bench_row_t *r = &rows[i];
+        fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
+        jstr(f, r->backend);
+        fprintf(f, ", \"pair\": ");
+        jstr(f, r->pair);
+        fprintf(f, ", \"baseline\": %s, \"op\": ", r->baseline ? "true" : "false");
+        jstr(f, r->op);
+        fprintf(f, ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
+                "\"gbps\": %.4f, \"result\": ", r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps);
+        jstr(f, r->note);
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ],\n  \"failover\": [");
+    for (int i = 0; i < nfos; i++) {
+        const cx_bench_fo_row_t *r = &fos[i];
+        fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
+        jstr(f, r->backend);
+        fprintf(f, ", \"fault\": ");
+        jstr(f, r->fault);
+        fprintf(f, ", \"runs\": %d, \"ok\": %d, ", r->runs, r->ok);
+        jdist(f, "fault_to_first_event", &r->to_event);
+        fputs(", ", f);
+        jdist(f, "fault_to_failed", &r->to_failed);
+        fputs(", ", f);
+        jdist(f, "fault_to_inflight_return", &r->to_ops);
+        fputs(", ", f);
+        jdist(f, "start_to_first_transfer", &r->to_rejoin);
+        fputs(", ", f);
+        jdist(f, "engine_up_to_first_transfer", &r->up_rejoin);
+        fprintf(f, ", \"note\": ");
+        jstr(f, r->note);
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ],\n  \"soak\": [");
+    for (int i = 0; i < nsoaks; i++) {
+        const cx_bench_soak_t *s = &soaks[i];
+        fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
+        jstr(f, s->backend);
+        fprintf(f, ", \"cycles\": %d, \"done\": %d, \"seconds\": %.1f, "
+                "\"fds\": [%ld, %ld, %ld], \"rss_kib\": [%ld, %ld, %ld], \"regions\": [%ld, %ld, %ld], "
+                "\"registered_bytes\": [%ld, %ld, %ld], ", s->cycles, s->done, s->seconds,
+                s->fds_first, s->fds_last, s->fds_max, s->rss_first, s->rss_last, s->rss_max,
+                s->regions_first, s->regions_last, s->regions_max, s->rbytes_first, s->rbytes_last, s->rbytes_max);
+        jdist(f, "kill_to_failed", &s->to_failed);
+        fputs(", ", f);
+        jdist(f, "start_to_first_transfer", &s->to_rejoin);
+        fprintf(f, ", \"verdict\": ");
+        jstr(f, s->verdict);
+        fputc('}', f);
+    }
+    fprintf(f, "\n  ]\n}\n");
+    int bad = ferror(f);
+    if (fclose(f) || bad) { fprintf(stderr, "connex-bench: writing %s failed\n", path); return -1; }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ gnuplot */
+
+/* One data file per (op, backend) in a private temporary directory; memcpy ("copy") is drawn
+ * in every panel as the host's limit. */
+int cx_bench_plot(const char *png)
+{
+    char dir[] = "/tmp/connex-bench-plot.XXXXXX";
+    if (!mkdtemp(dir)) { perror("connex-bench: mkdtemp"); return -1; }
+    char script[256];
+    snprintf(script, sizeof script, "%s/plot.gp", dir);
+    FILE *g = fopen(script, "w");
+    if (!g) { perror(script); return -1; }
+    fprintf(g, "set terminal pngcairo size 1800,1000 noenhanced font ',9'\nset output '%s'\n", png);
+    fprintf(g, "set multiplot layout 2,3 title 'connex-bench transfer (p50)'\nset logscale x 2\n"
+               "set key top left font ',8'\nset grid\nset format x '%%.0s%%cB'\n");
+    static const char *ops[] = { "read", "write", "put_signal" };
+    int files = 0;
+    for (int row = 0; row < 2; row++) {
+        for (int oi = 0; oi < 3; oi++) {
+            fprintf(g, "set title '%s: %s'\nset xlabel 'bytes'\n", ops[oi], row ? "p50 latency" : "bandwidth at p50");
+            if (row) fprintf(g, "set ylabel 'microseconds'\nset logscale y 10\n");
+            else fprintf(g, "set ylabel 'GB/s'\nunset logscale y\n");
+            /* Distinct backends of this op (plus memcpy). */
+            char names[64][40];
+            int nn = 0;
+            for (int i = 0; i < nrows && nn < 64; i++) {
+                const cx_bench_row_t *r = &rows[i];
+                if ((strcmp(r->op, ops[oi]) && strcmp(r->op, "copy")) || r->p50_us <= 0) continue;
+                int seen = 0;
+                for (int k = 0; k < nn; k++) seen |= !strcmp(names[k], r->backend);
+                if (!seen) snprintf(names[nn++], sizeof names[0], "%s", r->backend);
+            }
+            if (!nn) { fprintf(g, "set label 1 'no data' at graph 0.5,0.5\nplot NaN notitle\nunset label 1\n"); continue; }
+            fprintf(g, "plot ");
+            for (int k = 0; k < nn; k++) {
+                char dat[300];
+                snprintf(dat, sizeof dat, "%s/%d_%d_%d.dat", dir, row, oi, k);
+                FILE *d = fopen(dat, "w");
+                if (!d) continue;
+                for (int i = 0; i < nrows; i++) {
+                    const cx_bench_row_t *r = &rows[i];
+                    if (strcmp(r->backend, names[k]) || (strcmp(r->op, ops[oi]) && strcmp(r->op, "copy")) ||
+                        r->p50_us <= 0)
+                        continue;
+                    fprintf(d, "%zu %.6f %.3f\n", r->size, r->gbps, r->p50_us);
+                }
+                fclose(d);
+                files++;
+                fprintf(g, "%s'%s' using 1:%d with linespoints title '%s'", k ? ", " : "", dat, row ? 3 : 2,
+                        names[k]);
+            }
+            fprintf(g, "\n");
+        }
+    }
+    fprintf(g, "unset multiplot\n");
+    fclose(g);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "gnuplot '%s' 2>&1", script);
+    int rc = system(cmd);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {}
+    struct stat st;
+    if (rc || stat(png, &st) || st.st_size == 0) {
+        fprintf(stderr, "connex-bench: gnuplot failed (status %d; is gnuplot installed? Debian: gnuplot-nox)\n", rc);
+        return -1;
+    }
+    fprintf(stderr, "connex-bench: plot written to %s (%d series)\n", png, files);
+    return 0;
+}

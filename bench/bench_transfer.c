@@ -1,0 +1,229 @@
+/* connex-bench transfer: every backend variant, one after the other in one run, against a peer
+ * process: warm-up, then per op and size a timed loop (bounded in iterations and time), then a
+ * check of the bytes outside the timed part. The raw baselines run in the same invocation. */
+#include "bench.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+enum { OP_READ, OP_WRITE, OP_PUTSIG };
+static const char *op_names[] = { "read", "write", "put_signal" };
+
+typedef struct target {
+    const char *url;
+    uint64_t base;
+    size_t len;
+    uint32_t seed;
+} target_t;
+
+static int one_op(cx_engine_t *e, const target_t *t, uint8_t *loc, int op, size_t size)
+{
+    if (op == OP_READ) return cx_read(e, t->url, loc, t->base, size);
+    if (op == OP_WRITE) return cx_write(e, t->url, loc, t->base, size);
+    cx_op_t *h = NULL;
+    int rc = cx_put_signal(e, t->url, loc, t->base, size, "PS", 2, &h);
+    return rc ? rc : cx_op_wait(h, -1);
+}
+
+/* A message round trip to the peer: "INFO" or "COUNT". */
+static int ask(cx_engine_t *e, const char *url, const char *q, char *ans, size_t n)
+{
+    int rc = cx_send_msg(e, url, q, strlen(q));
+    if (rc) return rc;
+    uint64_t deadline = cx_bench_now_ns() + 10000000000ull;
+    while (cx_bench_now_ns() < deadline) {
+        cx_msg_t m;
+        if (cx_recv_msg(e, &m, 200)) continue;
+        int hit = m.len > strlen(q) && !memcmp(m.data, q, strlen(q));
+        if (hit) snprintf(ans, n, "%.*s", (int)(m.len < n ? m.len : n - 1), (const char *)m.data);
+        cx_msg_release(&m);
+        if (hit) return 0;
+    }
+    return CX_ETIMEDOUT;
+}
+
+static uint64_t peer_count(cx_engine_t *e, const char *url)
+{
+    char a[64];
+    unsigned long long v = 0;
+    if (ask(e, url, "COUNT", a, sizeof a) || sscanf(a, "COUNT %llu", &v) != 1) return UINT64_MAX;
+    return v;
+}
+
+static void point(const cx_bench_opts_t *o, cx_engine_t *e, const target_t *t, uint8_t *loc, uint8_t *scratch,
+                  const char *vname, const char *pair, int op, size_t size, uint64_t *samples, int *pdone, int ptotal)
+{
+    cx_bench_row_t r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.backend, sizeof r.backend, "%s", vname);
+    snprintf(r.pair, sizeof r.pair, "%s", pair);
+    snprintf(r.op, sizeof r.op, "%s", op_names[op]);
+    r.size = size;
+    char hs[32];
+    cx_bench_progress(o, "[%3d/%3d] %-14s %-10s %8s", ++*pdone, ptotal, vname, op_names[op],
+                      cx_bench_human(size, hs, sizeof hs));
+    if (size > t->len) {
+        snprintf(r.note, sizeof r.note, "skipped: peer region is %zu bytes", t->len);
+        cx_bench_add_row(&r);
+        return;
+    }
+    uint64_t before = op == OP_PUTSIG ? peer_count(e, t->url) : 0;
+    /* Warm-up: connections, registration caches, page faults; bounded like the loop. */
+    int rc = 0, warm = o->iters / 10 < 2 ? 2 : o->iters / 10 > 20 ? 20 : o->iters / 10;
+    uint64_t t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 250000ull;
+    for (int i = 0; i < warm && !rc && (i < 1 || cx_bench_now_ns() < t_end); i++) rc = one_op(e, t, loc, op, size);
+    int n = 0;
+    t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 1000000ull;
+    while (!rc && n < o->iters && (n < 3 || cx_bench_now_ns() < t_end)) {
+        uint64_t t0 = cx_bench_now_ns();
+        rc = one_op(e, t, loc, op, size);
+        samples[n++] = cx_bench_now_ns() - t0;
+    }
+    if (rc) {
+        snprintf(r.note, sizeof r.note, "FAIL: %s", cx_strerror(rc));
+        cx_bench_add_row(&r);
+        return;
+    }
+    cx_bench_row_fill(&r, samples, n);
+    /* The checks run outside the timed loop: a fast wrong answer is not a result. */
+    if (op == OP_READ) {
+        snprintf(r.note, sizeof r.note, "%s", cx_bench_check(loc, size, t->seed, 0) ? "ok (verified)"
+                                                                                   : "FAIL: data differs");
+    } else if (op == OP_WRITE) {
+        rc = cx_read(e, t->url, scratch, t->base, size);
+        snprintf(r.note, sizeof r.note, "%s", rc ? "FAIL: read-back failed"
+                 : memcmp(scratch, loc, size) ? "FAIL: written data differs" : "ok (read back)");
+    } else {
+        uint64_t after = peer_count(e, t->url);
+        uint64_t want = (uint64_t)n + (uint64_t)warm;
+        if (before == UINT64_MAX || after == UINT64_MAX) snprintf(r.note, sizeof r.note, "FAIL: no COUNT reply");
+        else if (after - before != want)
+            snprintf(r.note, sizeof r.note, "FAIL: %" PRIu64 " signals of %" PRIu64, after - before, want);
+        else snprintf(r.note, sizeof r.note, "ok (%" PRIu64 " signals)", want);
+    }
+    cx_bench_add_row(&r);
+}
+
+static int ops_mask(const char *ops)
+{
+    int m = 0;
+    for (int i = 0; i < 3; i++)
+        if (cx_bench_list_has(ops, op_names[i])) m |= 1 << i;
+    return m;
+}
+
+/* One variant (or the remote peer): an engine, a peer, every op and size. */
+static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, int ptotal)
+{
+    size_t maxsz = 0;
+    for (int i = 0; i < o->nsizes; i++)
+        if (o->sizes[i] > maxsz) maxsz = o->sizes[i];
+    cx_bench_row_t skip;
+    memset(&skip, 0, sizeof skip);
+    snprintf(skip.backend, sizeof skip.backend, "%s", vname);
+    snprintf(skip.op, sizeof skip.op, "-");
+    cx_engine_t *e;
+    int rc = cx_bench_engine(&e, NULL, o->hb_ms, o->hb_timeout_ms, 30000);
+    if (rc) {
+        snprintf(skip.note, sizeof skip.note, "skipped: engine: %s", cx_strerror(rc));
+        cx_bench_add_row(&skip);
+        return 0;
+    }
+    uint8_t *loc = mmap(NULL, 2 * maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint64_t *samples = calloc((size_t)o->iters + 1, sizeof *samples);
+    int failed = 0;
+    cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
+    target_t t = { 0 };
+    char info[128];
+    if (loc == MAP_FAILED || !samples) { fprintf(stderr, "connex-bench: out of memory\n"); failed = 1; goto out; }
+    cx_bench_fill(loc, maxsz, 99);
+    memset(loc + maxsz, 0, maxsz);
+    if ((rc = cx_register_memory(e, loc, 2 * maxsz))) {
+        snprintf(skip.note, sizeof skip.note, "FAIL: register: %s", cx_strerror(rc));
+        cx_bench_add_row(&skip);
+        failed = 1;
+        goto out;
+    }
+    if (o->peer) {
+        t.url = o->peer;
+        unsigned long long b, l;
+        unsigned s;
+        if ((rc = cx_connect(e, o->peer, 10000)) || (rc = ask(e, o->peer, "INFO", info, sizeof info)) ||
+            sscanf(info, "INFO %llx %llu %u", &b, &l, &s) != 3) {
+            snprintf(skip.note, sizeof skip.note, "FAIL: peer %s: %s", o->peer, cx_strerror(rc ? rc : CX_ERR));
+            cx_bench_add_row(&skip);
+            failed = 1;
+            goto out;
+        }
+        t.base = b;
+        t.len = (size_t)l;
+        t.seed = s;
+    } else {
+        cx_bench_child_opts_t co = { .region = maxsz, .seed = 7, .connect = cx_engine_local_url(e),
+                                     .hb_ms = o->hb_ms, .hb_timeout_ms = o->hb_timeout_ms };
+        if (cx_bench_spawn(o, &ch, &co)) {
+            snprintf(skip.note, sizeof skip.note, "FAIL: peer process did not start");
+            cx_bench_add_row(&skip);
+            failed = 1;
+            goto out;
+        }
+        if ((rc = cx_connect(e, ch.url, 10000))) {
+            snprintf(skip.note, sizeof skip.note, "FAIL: connect: %s", cx_strerror(rc));
+            cx_bench_add_row(&skip);
+            failed = 1;
+            goto out;
+        }
+        t.url = ch.url;
+        t.base = ch.base;
+        t.len = ch.len;
+        t.seed = 7;
+    }
+    const char *pair = cx_peer_backend(e, t.url);
+    char pairb[16];
+    snprintf(pairb, sizeof pairb, "%s", pair ? pair : "?");
+    int mask = ops_mask(o->ops);
+    /* Reads first: they check the peer's pattern, which writes overwrite. */
+    for (int op = 0; op < 3; op++) {
+        if (!(mask & (1 << op))) continue;
+        for (int s = 0; s < o->nsizes; s++)
+            point(o, e, &t, loc, loc + maxsz, vname, pairb, op, o->sizes[s], samples, pdone, ptotal);
+    }
+out:
+    if (ch.pid > 0) cx_bench_stop(&ch);
+    if (loc != MAP_FAILED) cx_unregister_memory(e, loc);
+    cx_engine_destroy(e);
+    if (loc != MAP_FAILED) munmap(loc, 2 * maxsz);
+    free(samples);
+    return failed;
+}
+
+int cx_bench_transfer(const cx_bench_opts_t *o)
+{
+    const cx_bench_variant_t *vs[16];
+    int nv = 0;
+    if (!o->peer && (nv = cx_bench_variants(o->backend, vs, 16)) < 0) return 2;
+    int mask = ops_mask(o->ops), nops = 0;
+    for (int i = 0; i < 3; i++) nops += (mask >> i) & 1;
+    if (!nops) { fprintf(stderr, "connex-bench: --ops: none of read,write,put_signal\n"); return 2; }
+    int total = (o->peer ? 1 : nv) * nops * o->nsizes, done = 0, failed = 0;
+    if (o->peer) {
+        failed |= run_variant(o, "remote", &done, total);
+    } else {
+        for (int i = 0; i < nv; i++) {
+            cx_bench_variant_env(vs[i], 1);
+            failed |= run_variant(o, vs[i]->name, &done, total);
+            cx_bench_variant_env(vs[i], 0);
+        }
+    }
+    if (!o->peer) cx_bench_baselines(o, vs, nv);
+    cx_bench_progress_done(o);
+    cx_bench_print_transfer();
+    for (int i = 0; i < cx_bench_nrows(); i++)
+        if (!strncmp(cx_bench_rows()[i].note, "FAIL", 4)) failed = 1;
+    if (o->json && cx_bench_write_json(o, o->json)) failed = 1;
+    if (o->plot && cx_bench_plot(o->plot)) failed = 1;
+    return failed;
+}

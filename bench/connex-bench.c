@@ -1,0 +1,106 @@
+/* connex-bench: every backend side by side against raw baselines (transfer), peer failure and
+ * rejoin times (failover), and kill/rejoin cycles with resource accounting (soak).
+ * Usage: see usage() below and bench/README.md. */
+#include "bench.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: connex-bench transfer [--backend all|LIST] [--sizes 4K,64K,1M,16M,64M] [--iters N]\n"
+        "                             [--budget-ms MS] [--ops read,write,put_signal]\n"
+        "                             [--baselines all|none|memcpy,tcp,zmq,ucx_raw,fi_raw,perftest]\n"
+        "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
+        "       connex-bench failover [--backend ...] [--runs N] [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
+        "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
+        "       connex-bench serve    [--listen IP] [--port P] [--region SIZE]   (the peer for --peer)\n"
+        "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
+        "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
+        " UCX_TLS / CONNEX_FI_PROVIDER for both processes)\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "--child")) return cx_bench_child_main(argc, argv);
+    signal(SIGPIPE, SIG_IGN);
+    /* The bench kills peers on purpose: their WARN lines would bury the progress line. */
+    setenv("CONNEX_LOG", "error", 0);
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    static cx_bench_opts_t o;
+    o.iters = 200;
+    o.budget_ms = 500;
+    o.backend = "all";
+    o.ops = "read,write,put_signal";
+    o.baselines = "all";
+    o.runs = 5;
+    o.cycles = 100;
+    o.hb_ms = 100;
+    o.hb_timeout_ms = 500;
+    ssize_t sl = readlink("/proc/self/exe", o.self, sizeof o.self - 1);
+    if (sl <= 0) { perror("connex-bench: readlink /proc/self/exe"); return 1; }
+    o.self[sl] = 0;
+    size_t used = 0;
+    for (int i = 0; i < argc && used < sizeof o.cmdline - 1; i++) {
+        int k = snprintf(o.cmdline + used, sizeof o.cmdline - used, "%s%s", i ? " " : "", i ? argv[i] : "connex-bench");
+        if (k < 0) break;
+        used += (size_t)k;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "transfer") && strcmp(cmd, "failover") && strcmp(cmd, "soak") && strcmp(cmd, "serve")) {
+        fprintf(stderr, "connex-bench: unknown command '%s'\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    const char *sizes = "4K,64K,1M,16M,64M";
+    if (!strcmp(cmd, "serve")) return cx_bench_serve_main(&o, argc - 2, argv + 2);
+    static const struct option lo[] = {
+        { "backend", 1, 0, 'b' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'i' }, { "budget-ms", 1, 0, 'B' },
+        { "ops", 1, 0, 'o' }, { "baselines", 1, 0, 'L' }, { "peer", 1, 0, 'p' }, { "json", 1, 0, 'j' },
+        { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
+        { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { 0, 0, 0, 0 }
+    };
+    optind = 2;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        long v = optarg ? strtol(optarg, NULL, 10) : 0;
+        switch (c) {
+        case 'b': o.backend = optarg; break;
+        case 's': sizes = optarg; break;
+        case 'i': o.iters = (int)v; break;
+        case 'B': o.budget_ms = (int)v; break;
+        case 'o': o.ops = optarg; break;
+        case 'L': o.baselines = optarg; break;
+        case 'p': o.peer = optarg; break;
+        case 'j': o.json = optarg; break;
+        case 'P': o.plot = optarg; break;
+        case 'r': o.runs = (int)v; break;
+        case 'c': o.cycles = (int)v; break;
+        case 'h': o.hb_ms = (uint32_t)v; break;
+        case 'H': o.hb_timeout_ms = (uint32_t)v; break;
+        case 'q': o.quiet = 1; break;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) { fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]); return 2; }
+    if (o.iters < 1 || o.iters > 1000000 || o.budget_ms < 1 || o.runs < 1 || o.runs > 10000 || o.cycles < 1 ||
+        o.cycles > 1000000 || o.hb_ms < 10 || o.hb_timeout_ms < 2 * o.hb_ms) {
+        fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --cycles >= 1, "
+                "--hb-ms >= 10, --hb-timeout-ms >= 2 x --hb-ms\n");
+        return 2;
+    }
+    if (cx_bench_parse_sizes(sizes, &o)) return 2;
+    const cx_bench_variant_t *vs[16];
+    if (cx_bench_variants(o.backend, vs, 16) < 0) return 2;
+    if (!strcmp(cmd, "transfer")) return cx_bench_transfer(&o);
+    if (!strcmp(cmd, "failover")) return cx_bench_failover(&o);
+    return cx_bench_soak(&o);
+}

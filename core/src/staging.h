@@ -1,0 +1,32 @@
+/* Host staging of GPU memory for backends that cannot reach it directly (see docs/gpu.md).
+ * Runs on the progress thread, except cx_staging_fini (after it stopped).
+ *
+ * A staged op (the "parent") stays linked to its peer in stage OPS_STAGING with op->arg pointing
+ * at its staging job; each chunk goes to the peer's backend as a "sub" op (kind CX_OPK_SUB,
+ * op->arg -> the chunk), also linked to the peer so the op timeout and the peer-failure paths
+ * see it. cx_op_finish hands both kinds back here (cx_staging_op_finish); the parent completes
+ * exactly once, after every slot it held is back in the ring. */
+#ifndef CX_STAGING_H
+#define CX_STAGING_H
+
+#include "engine.h"
+
+/* The op's local buffer is device memory its backend cannot register directly: move it through
+ * the pinned ring in chunks, overlapping copies with the network. Completes the op. */
+void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr);
+/* Does the local memory of this kind need staging on backend bidx? (Nonzero also when the
+ * GPUDirect policy refuses the combination: cx_staging_submit then fails the op with why.) */
+int cx_staging_needed(cx_engine_t *e, int bidx, int mem_kind);
+/* cx_op_finish calls this first for an op with op->arg set (after unlinking it from its peer).
+ * Returns 1 when staging took the op over (a sub-xfer, or a parent whose job must drain first:
+ * it is completed later), 0 for an op that is none of staging's business. */
+int cx_staging_op_finish(cx_engine_t *e, cx_op_t *op, int status);
+/* Every progress-loop iteration, after the backends: copy completions, chunk hand-off, op
+ * deadlines of staged ops. Cheap when nothing is staged. */
+void cx_staging_progress(cx_engine_t *e);
+/* Counters into the stats. */
+void cx_staging_stats(cx_engine_t *e, cx_stats_t *st);
+/* Engine teardown: cancel jobs, free rings (after the backends stopped using them). */
+void cx_staging_fini(cx_engine_t *e);
+
+#endif

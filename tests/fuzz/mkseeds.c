@@ -1,0 +1,131 @@
+/* Writes the seed corpus (corpus/<target>/seed-*) with the project's own encoders, so the seeds
+ * are exactly what peers send. Run from tests/fuzz/: ../../build/tests/fuzz/fuzz_mkseeds corpus
+ * The output is committed; rerun it when a wire format changes. */
+#include "auth.h"
+#include "ctl_wire.h"
+#include "zmq_int.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *root;
+
+static void put(const char *target, const char *name, const void *b, size_t n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s/seed-%s", root, target, name);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(b, 1, n, f) != n) { perror(p); exit(1); }
+    fclose(f);
+}
+
+static size_t frame(uint8_t *out, uint8_t type, const void *body, size_t n)
+{
+    cx_ctl_hdr(out, (uint32_t)n, type);
+    memcpy(out + CX_CTL_HDR, body, n);
+    return CX_CTL_HDR + n;
+}
+
+int main(int argc, char **argv)
+{
+    root = argc > 1 ? argv[1] : "corpus";
+    static const char *urls[] = {
+        "127.0.0.1:5000#llama|1|0|0", "10.0.0.2:51001#llama-8b|1|2|3", "[::1]:7000#m.x/y:z-1|0|0|4294967295",
+        "[fe80::1%eth0]:1#m|0|0|0", "llama|1|0|0", "0.0.0.0:0#a|0|0|0", "127.0.0.1:65536#m|0|0|0",
+        "127.0.0.1:80#m|1|2", "1.2.3.4:5#|0|0|0", "127.0.0.1:5000#llama|01|0|0",
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "%zu", i);
+        put("url", n, urls[i], strlen(urls[i]));
+    }
+
+    /* A HELLO with two backends and two regions, and the frames that follow a handshake. */
+    uint8_t body[4096], stream[16384];
+    cx_lid_t me = { .model = "llama", .stage = 1 }, you = { .model = "llama", .stage = 2 };
+    const char *names[2] = { "ucx", "zmq" };
+    const uint8_t a0[] = { 1, 2, 3, 4, 5, 6, 7, 8 }, a1[] = "tcp://127.0.0.1:4000";
+    const uint8_t *addrs[2] = { a0, a1 };
+    uint16_t lens[2] = { sizeof a0, sizeof a1 - 1 };
+    cx_region_t r1, r2;
+    memset(&r1, 0, sizeof r1);
+    memset(&r2, 0, sizeof r2);
+    uint8_t k0[] = { 9, 9, 9, 9 }, k1[] = { 7 };
+    r1.id = 1; r1.addr = 0x10000; r1.len = 4096; r1.mh[0] = (void *)1; r1.key[0] = k0; r1.key_len[0] = sizeof k0;
+    r1.mh[1] = (void *)1; r1.key[1] = k1; r1.key_len[1] = sizeof k1;
+    r2.id = 2; r2.addr = 0x7fff0000; r2.len = 1 << 20; r2.mh[1] = (void *)1; r2.key[1] = k1; r2.key_len[1] = sizeof k1;
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    cx_wire_put_hello_head(&w, 0x1122334455667788ull, &me, "127.0.0.1:5000#llama|1|0|0", &you, 1000, 3000, 2,
+                           names, addrs, lens, 2);
+    cx_wire_put_region(&w, &r1, names, 2);
+    cx_wire_put_region(&w, &r2, names, 2);
+    if (!w.ok) return 1;
+    size_t hello_len = w.len;
+    put("ctl", "hello-body", body, hello_len);
+    size_t off = frame(stream, CX_CTL_HELLO, body, hello_len);
+    put("ctl", "hello-frame", stream, off);
+
+    cx_wr_init(&w, body, sizeof body);
+    cx_wire_put_region(&w, &r1, names, 2);
+    put("ctl", "region-body", body, w.len);
+    off += frame(stream + off, CX_CTL_REG_ADD, body, w.len);
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u64(&w, 1);
+    off += frame(stream + off, CX_CTL_REG_DEL, body, w.len);
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u64(&w, 5); cx_wr_u64(&w, 0x10000); cx_wr_u64(&w, 64);
+    off += frame(stream + off, CX_CTL_REG_QUERY, body, w.len);
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u64(&w, 5); cx_wr_u8(&w, 1);
+    cx_wire_put_region(&w, &r2, names, 2);
+    off += frame(stream + off, CX_CTL_REG_REPLY, body, w.len);
+    off += frame(stream + off, CX_CTL_HB, NULL, 0);
+    off += frame(stream + off, CX_CTL_BYE, NULL, 0);
+    put("ctl", "session", stream, off);
+
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u32(&w, (uint32_t)CX_EAUTH);
+    cx_wr_str8(&w, "wrong token");
+    off = frame(stream, CX_CTL_REFUSE, body, w.len);
+    put("ctl", "refuse", stream, off);
+
+    cx_auth_frame_t af;
+    uint8_t ab[CX_AUTH_BODY];
+    off = 0;
+    for (uint8_t s = 1; s <= 4; s++) {
+        af.step = s;
+        memset(af.data, 0x40 + s, sizeof af.data);
+        cx_auth_frame_put(ab, &af);
+        char n[16];
+        snprintf(n, sizeof n, "step%u", s);
+        put("auth", n, ab, sizeof ab);
+        off += frame(stream + off, CX_CTL_AUTH, ab, sizeof ab);
+        /* fuzz_auth's input form: u8 length, body */
+    }
+    put("ctl", "auth", stream, off);
+    uint8_t seq[2 * (1 + CX_AUTH_BODY)];
+    for (int i = 0; i < 2; i++) {
+        af.step = (uint8_t)(1 + 2 * i);   /* step 1 to the acceptor, step 3 after it */
+        memset(af.data, 0x11 * (i + 1), sizeof af.data);
+        seq[i * (1 + CX_AUTH_BODY)] = CX_AUTH_BODY;
+        cx_auth_frame_put(seq + i * (1 + CX_AUTH_BODY) + 1, &af);
+    }
+    put("auth", "sequence", seq, sizeof seq);
+
+    cx_zmq_req_t q = { .kind = CX_XFER_WRITE, .id = 42, .sender = 0xabcdef, .addr = 0x10000, .len = 4096 };
+    uint8_t zb[CX_ZMQ_REQ_HDR];
+    for (int k = CX_XFER_READ; k <= CX_XFER_MSG; k++) {
+        q.kind = (uint8_t)k;
+        cx_zmq_req_put(zb, &q);
+        char n[16];
+        snprintf(n, sizeof n, "req%d", k);
+        put("zmq", n, zb, sizeof zb);
+    }
+    cx_zmq_rep_t p = { .id = 42, .status = CX_EINVAL };
+    uint8_t pb[CX_ZMQ_REP_HDR];
+    cx_zmq_rep_put(pb, &p);
+    put("zmq", "rep", pb, sizeof pb);
+    return 0;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang and runs each for a bounded time on a scratch copy of
+# its committed corpus (the committed seeds are never rewritten). Any crash fails the script and
+# leaves the input under <build>/artifacts/; add it to corpus/<target>/ once fixed, so the
+# replay tests (ctest -L fuzz) keep it fixed.
+#   tests/fuzz/run.sh [seconds per target, default 60] [target ...]   (targets: url ctl auth zmq)
+#   CX_FUZZ_BUILD=dir (default build-fuzz), CX_FUZZ_JOBS=n (default 2)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+secs="${1:-60}"
+shift || true
+build="${CX_FUZZ_BUILD:-$repo/build-fuzz}"
+jobs="${CX_FUZZ_JOBS:-2}"
+
+cmake -S "$repo" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DCONNEX_FUZZ=ON >/dev/null
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for c in "$here"/corpus/*/; do
+    t="$(basename "$c")"
+    grep -q "fuzz_$t:" <(make -C "$build" help 2>/dev/null | sed 's/^\.\.\. //; s/$/:/') && targets+=("$t")
+  done
+fi
+cmake --build "$build" -j"$jobs" --target $(printf 'fuzz_%s ' "${targets[@]}") >/dev/null
+
+mkdir -p "$build/artifacts"
+fail=0
+for t in "${targets[@]}"; do
+  scratch="$(mktemp -d)"
+  echo "=== fuzz_$t: ${secs}s on $(ls "$here/corpus/$t" | wc -l) seeds"
+  # New inputs go to the scratch dir (first argument); the seed dir is only read.
+  if ! ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+       "$build/tests/fuzz/fuzz_$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+       -print_final_stats=1 -artifact_prefix="$build/artifacts/fuzz_${t}-" \
+       "$scratch" "$here/corpus/$t" >"$build/artifacts/fuzz_$t.log" 2>&1; then
+    echo "!!! fuzz_$t found a crash: see $build/artifacts/fuzz_$t.log"
+    grep -E "ERROR|SUMMARY|Test unit written" "$build/artifacts/fuzz_$t.log" | head -5 || true
+    fail=1
+  fi
+  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$build/artifacts/fuzz_$t.log" | tr '\n' ' '
+  echo "corpus grew to $(ls "$scratch" | wc -l) new inputs"
+  rm -rf "$scratch"
+done
+exit $fail
