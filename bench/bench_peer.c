@@ -218,10 +218,21 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     c->pid = pid;
     c->in = in[1];
     c->out = out[0];
-    char line[512];
+    /* Libraries may print to stdout before READY (UCX logs there): lines are read until READY. */
+    char line[512], *ready = NULL;
     size_t len = 0;
     uint64_t deadline = cx_bench_now_ns() + 20000000000ull;   /* UCX start-up on a loaded box */
-    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
+    while (!ready) {
+        char *nl = memchr(line, '\n', len);
+        if (nl) {
+            *nl = 0;
+            if (!strncmp(line, "READY ", 6)) { ready = line; break; }
+            if (!o->quiet) fprintf(stderr, "peer: %s\n", line);
+            len -= (size_t)(nl + 1 - line);
+            memmove(line, nl + 1, len);
+            continue;
+        }
+        if (len >= sizeof line - 1) len = 0;   /* an overlong line is not READY */
         struct pollfd pf = { .fd = c->out, .events = POLLIN };
         uint64_t t = cx_bench_now_ns();
         if (t >= deadline) break;
@@ -232,10 +243,9 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
         if (k <= 0) break;
         len += (size_t)k;
     }
-    line[len] = 0;
     unsigned long long base, rlen, te;
-    if (sscanf(line, "READY %159s %llx %llu %llu", c->url, &base, &rlen, &te) != 4) {
-        fprintf(stderr, "connex-bench: the peer process did not start (got '%.200s')\n", line);
+    if (!ready || sscanf(ready, "READY %159s %llx %llu %llu", c->url, &base, &rlen, &te) != 4) {
+        fprintf(stderr, "connex-bench: the peer process did not send READY within 20 s\n");
         kill(pid, SIGKILL);
         cx_bench_reap(c);
         return -1;

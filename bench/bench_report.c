@@ -72,10 +72,10 @@ void cx_bench_print_transfer(void)
     if (!s) return;
     for (int i = 0; i < nrows; i++) s[i] = &rows[i];
     qsort(s, (size_t)nrows, sizeof *s, cmp_rows);
-    printf("\n%-10s %8s  %-26s %-5s %6s %11s %11s %11s %9s  %s\n", "op", "size", "backend", "pair", "iters",
+    printf("\n%-10s %8s  %-26s %-9s %6s %11s %11s %11s %9s  %s\n", "op", "size", "backend", "pair", "iters",
            "p50", "p99", "max", "GB/s", "result");
-    printf("%-10s %8s  %-26s %-5s %6s %11s %11s %11s %9s  %s\n", "----------", "--------",
-           "--------------------------", "-----", "------", "-----------", "-----------", "-----------", "---------",
+    printf("%-10s %8s  %-26s %-9s %6s %11s %11s %11s %9s  %s\n", "----------", "--------",
+           "--------------------------", "---------", "------", "-----------", "-----------", "-----------", "---------",
            "------------------------");
     const char *prev_op = "";
     for (int i = 0; i < nrows; i++) {
@@ -85,7 +85,7 @@ void cx_bench_print_transfer(void)
         char sz[32] = "-", a[32], b[32], c[32], bw[32] = "-";
         if (r->size) cx_bench_human(r->size, sz, sizeof sz);
         if (r->gbps > 0) snprintf(bw, sizeof bw, "%.3f", r->gbps);
-        printf("%-10s %8s  %-26s %-5s %6d %11s %11s %11s %9s  %s\n", r->op, sz, r->backend,
+        printf("%-10s %8s  %-26s %-9s %6d %11s %11s %11s %9s  %s\n", r->op, sz, r->backend,
                r->baseline ? "-" : r->pair, r->iters, us(r->p50_us, a, sizeof a), us(r->p99_us, b, sizeof b),
                us(r->max_us, c, sizeof c), bw, r->note);
     }

@@ -13,7 +13,7 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: connex-bench transfer [--backend all|LIST] [--sizes 4K,64K,1M,16M,64M] [--iters N]\n"
+        "usage: connex-bench transfer [--backend all|LIST] [--sizes 4K,64K,1M,16M] [--iters N]\n"
         "                             [--budget-ms MS] [--ops read,write,put_signal]\n"
         "                             [--baselines all|none|memcpy,tcp,zmq,ucx_raw,fi_raw,perftest]\n"
         "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
@@ -37,14 +37,14 @@ int main(int argc, char **argv)
     }
     static cx_bench_opts_t o;
     o.iters = 200;
-    o.budget_ms = 500;
+    o.budget_ms = 250;
     o.backend = "all";
     o.ops = "read,write,put_signal";
     o.baselines = "all";
     o.runs = 5;
     o.cycles = 100;
-    o.hb_ms = 100;
-    o.hb_timeout_ms = 500;
+    o.hb_ms = 0;           /* 0: engine defaults (1 s / 3 s) for transfer and soak */
+    o.hb_timeout_ms = 0;
     ssize_t sl = readlink("/proc/self/exe", o.self, sizeof o.self - 1);
     if (sl <= 0) { perror("connex-bench: readlink /proc/self/exe"); return 1; }
     o.self[sl] = 0;
@@ -60,7 +60,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    const char *sizes = "4K,64K,1M,16M,64M";
+    const char *sizes = "4K,64K,1M,16M";
     if (!strcmp(cmd, "serve")) return cx_bench_serve_main(&o, argc - 2, argv + 2);
     static const struct option lo[] = {
         { "backend", 1, 0, 'b' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'i' }, { "budget-ms", 1, 0, 'B' },
@@ -92,7 +92,7 @@ int main(int argc, char **argv)
     }
     if (optind < argc) { fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]); return 2; }
     if (o.iters < 1 || o.iters > 1000000 || o.budget_ms < 1 || o.runs < 1 || o.runs > 10000 || o.cycles < 1 ||
-        o.cycles > 1000000 || o.hb_ms < 10 || o.hb_timeout_ms < 2 * o.hb_ms) {
+        o.cycles > 1000000 || (o.hb_ms && o.hb_ms < 10) || (o.hb_timeout_ms && o.hb_timeout_ms < 2 * o.hb_ms)) {
         fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --cycles >= 1, "
                 "--hb-ms >= 10, --hb-timeout-ms >= 2 x --hb-ms\n");
         return 2;
@@ -101,6 +101,11 @@ int main(int argc, char **argv)
     const cx_bench_variant_t *vs[16];
     if (cx_bench_variants(o.backend, vs, 16) < 0) return 2;
     if (!strcmp(cmd, "transfer")) return cx_bench_transfer(&o);
-    if (!strcmp(cmd, "failover")) return cx_bench_failover(&o);
+    if (!strcmp(cmd, "failover")) {
+        /* Short heartbeats keep SIGSTOP and link-down runs short; --hb-ms sets them. */
+        if (!o.hb_ms) o.hb_ms = 200;
+        if (!o.hb_timeout_ms) o.hb_timeout_ms = 5 * o.hb_ms;
+        return cx_bench_failover(&o);
+    }
     return cx_bench_soak(&o);
 }

@@ -19,8 +19,11 @@
  *   CONNECT <url> <timeout ms>           OK
  *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=..
  *   QUIT                                 OK, then a clean close (BYE) and exit 0
+ * The region is host memory, or device memory with --mem sim|cuda (default: CONNEX_TEST_MEM);
+ * FILL, HASH and the checks reach it through cxt_mem.h, so every command works on every kind.
  * End of stdin also closes cleanly, so a test that dies leaves no peer behind. */
 #include "cxt.h"
+#include "cxt_mem.h"
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -36,6 +39,7 @@
 static cx_engine_t *g_e;
 static uint8_t *g_reg;
 static size_t g_len;
+static int g_kind = CX_MEM_HOST;
 static atomic_int g_stop;
 static pthread_mutex_t g_out = PTHREAD_MUTEX_INITIALIZER;
 
@@ -80,7 +84,7 @@ static void check_signal(const cx_msg_t *m, char *res, size_t n)
         snprintf(res, n, " CHK BAD outside-region");
         return;
     }
-    uint64_t got = cxt_hash(g_reg + (addr - base), len);
+    uint64_t got = cxt_mem_hash(g_reg + (addr - base), len);
     if (got == h) snprintf(res, n, " CHK OK");
     else snprintf(res, n, " CHK BAD hash %" PRIx64 " expected %llx", got, h);
 }
@@ -140,12 +144,12 @@ static void command(char *line)
         int rc;
         if (cmd[0] == 'R') {
             rc = cx_read(g_e, peer, loc, a, b);
-            reply(rc, "%" PRIx64, rc ? 0 : cxt_hash(loc, b));
+            reply(rc, "%" PRIx64, rc ? 0 : cxt_mem_hash(loc, b));
         } else if (cmd[0] == 'W') {
             reply(cx_write(g_e, peer, loc, a, b), "%s", "");
         } else {
             char msg[128];
-            snprintf(msg, sizeof msg, "CHK %llx %llu %" PRIx64, a, b, cxt_hash(loc, b));
+            snprintf(msg, sizeof msg, "CHK %llx %llu %" PRIx64, a, b, cxt_mem_hash(loc, b));
             cx_op_t *op = NULL;
             rc = cx_put_signal(g_e, peer, loc, a, b, msg, strlen(msg), &op);
             if (rc == CX_OK) rc = cx_op_wait(op, -1);
@@ -163,23 +167,23 @@ static void command(char *line)
         free(m);
     } else if (!strcmp(cmd, "FILL")) {
         if (nt != 2 || num(tok[1], &a)) { out("ERR %d usage: FILL <seed>", CX_EINVAL); return; }
-        cxt_fill(g_reg, g_len, (uint32_t)a, 0);
-        reply(0, "%s", "");
+        reply(cxt_mem_fill(g_reg, g_len, (uint32_t)a, 0) ? CX_ERR : 0, "%s", "");
     } else if (!strcmp(cmd, "HASH")) {
         if (nt != 3 || num(tok[1], &a) || num(tok[2], &b) || !in_region(a, b)) {
             out("ERR %d usage: HASH <off> <len> inside the region", CX_EINVAL);
             return;
         }
-        reply(0, "%" PRIx64, cxt_hash(g_reg + a, b));
+        reply(0, "%" PRIx64, cxt_mem_hash(g_reg + a, b));
     } else if (!strcmp(cmd, "CONNECT")) {
         if (nt != 3 || num(tok[2], &a)) { out("ERR %d usage: CONNECT <url> <ms>", CX_EINVAL); return; }
         reply(cx_connect(g_e, peer, (int)a), "%s", "");
     } else if (!strcmp(cmd, "STATS")) {
         cx_stats_t st;
         int rc = cx_stats(g_e, &st);
-        reply(rc, "regions=%" PRIu64 " peers_up=%u failed=%u left=%u inflight=%" PRIu64 " rejected=%" PRIu64,
+        reply(rc, "regions=%" PRIu64 " peers_up=%u failed=%u left=%u inflight=%" PRIu64 " rejected=%" PRIu64
+                  " staged_h2d=%" PRIu64 " staged_d2h=%" PRIu64 " gpudirect=%d",
               st.regions, st.peers_up, st.peers_failed, st.peers_left, st.ops_in_flight,
-              st.rejected_requests);
+              st.rejected_requests, st.staged_h2d_bytes, st.staged_d2h_bytes, st.gpudirect);
     } else {
         out("ERR %d unknown command '%s'", CX_EINVAL, cmd);
     }
@@ -189,7 +193,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
                     "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n"
-                    "       [--listen IP]\n");
+                    "       [--listen IP] [--mem host|sim|cuda]\n");
     exit(2);
 }
 
@@ -201,11 +205,12 @@ int main(int argc, char **argv)
     size_t region = 1 << 20;
     uint32_t seed = 1;
     const char *connect_url = NULL;
+    g_kind = cxt_mem_env(CX_MEM_HOST);
     static const struct option opts[] = {
         { "model", 1, 0, 'm' }, { "stage", 1, 0, 's' }, { "shard", 1, 0, 'd' },
         { "replica", 1, 0, 'r' }, { "port", 1, 0, 'p' }, { "hb", 1, 0, 'h' },
         { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' }, { "region", 1, 0, 'g' },
-        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { 0, 0, 0, 0 }
+        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { "mem", 1, 0, 'k' }, { 0, 0, 0, 0 }
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -223,10 +228,11 @@ int main(int argc, char **argv)
         case 'x': seed = (uint32_t)v; break;
         case 'c': connect_url = optarg; break;
         case 'l': cfg.listen_ip = optarg; break;
+        case 'k': g_kind = cxt_mem_parse(optarg); break;
         default: usage();
         }
     }
-    if (region == 0) usage();
+    if (region == 0 || g_kind < 0) usage();
     cxt_apply_test_env(&cfg);
     int rc = cx_engine_create(&cfg, &g_e);
     if (rc) {
@@ -234,10 +240,10 @@ int main(int argc, char **argv)
         printf("FAIL create %d\n", rc);
         return 1;
     }
-    g_reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (g_reg == MAP_FAILED) { perror("cx_peer: mmap"); return 1; }
+    g_reg = cxt_mem_alloc(g_kind, region);
+    if (!g_reg) { fprintf(stderr, "cx_peer: no %zu bytes of %s memory\n", region, cxt_mem_name(g_kind)); return 1; }
     g_len = region;
-    cxt_fill(g_reg, g_len, seed, 0);
+    if (cxt_mem_fill(g_reg, g_len, seed, 0)) { fprintf(stderr, "cx_peer: cannot fill the region\n"); return 1; }
     if ((rc = cx_register_memory(g_e, g_reg, g_len))) {
         fprintf(stderr, "cx_peer: register: %s\n", cx_strerror(rc));
         return 1;
@@ -259,6 +265,6 @@ int main(int argc, char **argv)
     pthread_join(te, NULL);
     pthread_join(tm, NULL);
     cx_engine_destroy(g_e);
-    munmap(g_reg, g_len);
+    cxt_mem_free(g_kind, g_reg, g_len);
     return 0;
 }

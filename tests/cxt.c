@@ -231,6 +231,7 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
     int ac = 21;
     if (o->connect) { argv[ac++] = "--connect"; argv[ac++] = o->connect; }
     if (o->listen_ip) { argv[ac++] = "--listen"; argv[ac++] = o->listen_ip; }
+    if (o->mem) { argv[ac++] = "--mem"; argv[ac++] = o->mem; }
     argv[ac] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();

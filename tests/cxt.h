@@ -60,6 +60,7 @@ typedef struct cxt_peer_opts {
     uint32_t seed;
     const char *connect;      /* URL to connect to at start (NULL: none) */
     const char *listen_ip;    /* NULL: the engine's default (127.0.0.1) */
+    const char *mem;          /* region memory: host|sim|cuda (NULL: CONNEX_TEST_MEM, else host) */
 } cxt_peer_opts_t;
 
 #define CXT_STASH 256

@@ -133,6 +133,8 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     (void)cx_rd_u16(&r);
     uint64_t inc = cx_rd_u64(&r);
     uint64_t seq = cx_rd_u64(&r);
+    cx_debug("libfabric: %s: received type %u seq %llu (%zu bytes)", b->prov, type,
+             (unsigned long long)seq, len);
     if (!r.ok || ver != CX_FM_VERSION) {
         cx_warn("libfabric: malformed message (%zu bytes, version %u) dropped", len, ver);
         cx_core_count_served(b->core, CX_XFER_MSG, 0, 0);
@@ -177,6 +179,7 @@ static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
         return;
     }
     if (op->kind == CX_FOP_PULL) {
+        cx_debug("libfabric: %s: pulled %zu bytes: %d", b->prov, op->r_len, status);
         if (op->ep && status == CX_OK) {
             void *peer = op->peer;
             cx_fi_deliver(b, peer, op->mtype == CX_FM_SIG, op->ack_seq, op->tmp_buf, op->r_len);

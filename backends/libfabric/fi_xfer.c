@@ -227,6 +227,8 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
             }
         }
         op->txlen = w.len;
+        cx_debug("libfabric: %s: send type %u seq %llu (%zu bytes)", b->prov, buf[0],
+                 (unsigned long long)(op->kind == CX_FOP_ACK ? op->ack_seq : op->seq), w.len);
     }
     return (int)fi_send(b->ep, cx_fi_tx_buf(b, op->txi), op->txlen, fi_mr_desc(b->txmr),
                         op->ep->fa, &op->c.fc);

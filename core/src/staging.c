@@ -71,17 +71,13 @@ int cx_staging_needed(cx_engine_t *e, int bidx, int mem_kind)
     if (!s || bidx < 0 || bidx >= CX_MAX_BACKENDS) return 1;   /* submit reports it */
     int *d = &s->decided[bidx][mem_kind];
     if (*d) return *d != 2;
+    /* The backends report no GPU registration caps yet (zmq never will: a TCP socket reaches no
+     * GPU), so GPUDirect is only the sim's "registered as host memory" path of CONNEX_GDR=1, and
+     * CONNEX_GDR=1 with CUDA memory is refused (cx_gdr_decide says why). */
     cx_gdr_info_t info;
-    if (mem_kind == CX_MEM_CUDA && !strcmp(e->bnames[bidx], "zmq")) {
-        *d = 1;   /* a TCP socket never reaches GPU memory */
-        snprintf(info.reason, sizeof info.reason, "the zmq backend always stages");
-    } else {
-        /* The backends report no GPU registration caps yet: GPUDirect only for the sim's
-         * "registered as host memory" path that CONNEX_GDR=1 selects. */
-        cx_gdr_caps_t caps = { 0 };
-        int rc = cx_gdr_decide(mem_kind, 0, &caps, &info);
-        *d = rc ? rc : info.use ? 2 : 1;
-    }
+    cx_gdr_caps_t caps = { 0 };
+    int rc = cx_gdr_decide(mem_kind, 0, &caps, &info);
+    *d = rc ? rc : info.use ? 2 : 1;
     cx_info("%s memory over %s: %s", cx_mem_kind_name(mem_kind), e->bnames[bidx], info.reason);
     return *d != 2;
 }
@@ -374,6 +370,35 @@ void cx_staging_fini(cx_engine_t *e)
     }
     free(s);
     e->stg = NULL;
+}
+
+struct dbg_arg { cx_staging_debug_t *out; };
+
+static void debug_fn(cx_engine_t *e, void *arg)
+{
+    cx_staging_debug_t *o = ((struct dbg_arg *)arg)->out;
+    memset(o, 0, sizeof *o);
+    cx_staging_t *s = e->stg;
+    if (!s) return;
+    o->pipes = s->npipes;
+    for (int i = 0; i < s->npipes; i++) {
+        cx_stage_stats_t ss;
+        cx_stage_get_stats(s->pipes[i].st, &ss);
+        o->slots += ss.slots;
+        o->slots_free += ss.slots_free;
+        o->jobs_ok += ss.jobs_ok;
+        o->jobs_failed += ss.jobs_failed;
+    }
+    for (stg_job_t *j = s->jobs; j; j = j->next) {
+        o->jobs++;
+        o->subs += j->subs_out;
+    }
+}
+
+int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out)
+{
+    struct dbg_arg a = { out };
+    return cx_exec(e, debug_fn, &a);
 }
 
 /* ---------------------------------------------------------------- target side (backend.h) */

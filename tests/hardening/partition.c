@@ -1,0 +1,221 @@
+/* Partition: the peer runs in a network namespace of its own, joined to ours by a veth pair
+ * (both created here, removed at the end). Taking the link down in the middle of a stream of
+ * reads gives no RST, only silence: the heartbeat must raise SUSPECT then FAILED within its
+ * timeout, every op must return (CX_EPEER or CX_ETIMEDOUT, none hangs), and bringing the link back
+ * must let the pair reconnect (JOINED) and transfer correct data again.
+ * Needs root and iproute2 (`ip`); skipped with a message otherwise. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "cxt.h"
+
+#define HB_MS 200
+#define HBT_MS 1000
+#define OP_TIMEOUT_MS 2000
+#define RS (4u << 20)
+
+static char g_ns[32], g_va[16], g_vb[16], g_ip_a[32], g_ip_b[32];
+static int g_have_ns;
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    if (rc) fprintf(stderr, "partition: `%s` failed (%d)\n", cmd, rc);
+    return rc;
+}
+
+static const char *why_skip(void)
+{
+    if (geteuid() != 0) return "not root (creating network namespaces needs CAP_NET_ADMIN)";
+    if (system("ip -V >/dev/null 2>&1")) return "no `ip` (iproute2) on PATH";
+    return NULL;
+}
+
+static int setup_net(void)
+{
+    int id = (int)(getpid() % 200) + 20;
+    snprintf(g_ns, sizeof g_ns, "cxpart%d", (int)getpid());
+    snprintf(g_va, sizeof g_va, "cxpa%d", (int)getpid() % 100000);
+    snprintf(g_vb, sizeof g_vb, "cxpb%d", (int)getpid() % 100000);
+    snprintf(g_ip_a, sizeof g_ip_a, "10.213.%d.1", id);
+    snprintf(g_ip_b, sizeof g_ip_b, "10.213.%d.2", id);
+    if (sh("ip netns add %s", g_ns)) return -1;
+    g_have_ns = 1;
+    if (sh("ip link add %s type veth peer name %s", g_va, g_vb) || sh("ip link set %s netns %s", g_vb, g_ns) ||
+        sh("ip addr add %s/24 dev %s", g_ip_a, g_va) || sh("ip link set %s up", g_va) ||
+        sh("ip -n %s addr add %s/24 dev %s", g_ns, g_ip_b, g_vb) || sh("ip -n %s link set %s up", g_ns, g_vb) ||
+        sh("ip -n %s link set lo up", g_ns))
+        return -1;
+    return 0;
+}
+
+static void teardown_net(void)
+{
+    if (!g_have_ns) return;
+    sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
+    sh("ip netns del %s", g_ns);
+    g_have_ns = 0;
+}
+
+/* Starts the peer with this thread inside the namespace: the forked child stays there. */
+static int start_peer_in_ns(cxt_peer_t *p, const cxt_peer_opts_t *o)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/run/netns/%s", g_ns);
+    int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    int ns = open(path, O_RDONLY | O_CLOEXEC);
+    if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET)) {
+        perror("partition: setns");
+        return -1;
+    }
+    int rc = cxt_peer_start(p, o, 10000);
+    if (setns(self, CLONE_NEWNET)) {
+        perror("partition: setns back");
+        abort();   /* this thread would be in the wrong network from here on */
+    }
+    close(self);
+    close(ns);
+    return rc;
+}
+
+typedef struct {
+    cx_engine_t *e;
+    cxt_peer_t *p;
+    uint8_t *buf;
+    atomic_int stop;
+    atomic_long ok, epeer, etimedout, other;
+    atomic_long worst_ms;   /* longest single op */
+} streamer_t;
+
+static void *stream_main(void *arg)
+{
+    streamer_t *s = arg;
+    while (!atomic_load(&s->stop)) {
+        uint64_t t0 = cxt_now_ns();
+        int rc = cx_read(s->e, s->p->lid, s->buf, s->p->base, 256u << 10);
+        long ms = (long)cxt_ms_since(t0);
+        if (ms > atomic_load(&s->worst_ms)) atomic_store(&s->worst_ms, ms);
+        if (rc == 0) atomic_fetch_add(&s->ok, 1);
+        else if (rc == CX_EPEER) atomic_fetch_add(&s->epeer, 1);
+        else if (rc == CX_ETIMEDOUT) atomic_fetch_add(&s->etimedout, 1);
+        else { atomic_fetch_add(&s->other, 1); fprintf(stderr, "partition: read: %d\n", rc); }
+        if (rc) usleep(20000);   /* a failed peer answers at once: do not spin */
+    }
+    return NULL;
+}
+
+static void test_link_down_then_up(void **state)
+{
+    (void)state;
+    const char *skip_why = why_skip();
+    if (skip_why) {
+        fprintf(stderr, "partition: SKIPPED: %s\n", skip_why);
+        skip();
+    }
+    assert_int_equal(setup_net(), 0);
+
+    cx_config_t c;
+    memset(&c, 0, sizeof c);
+    c.model = "part";
+    c.listen_ip = g_ip_a;
+    c.heartbeat_ms = HB_MS;
+    c.heartbeat_timeout_ms = HBT_MS;
+    c.op_timeout_ms = OP_TIMEOUT_MS;
+    cx_engine_t *e = NULL;
+    assert_int_equal(cx_engine_create(&c, &e), 0);
+    uint8_t *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(cx_register_memory(e, buf, RS), 0);
+
+    cxt_peer_t p;
+    cxt_peer_opts_t o = { .model = "part-peer", .replica = 1, .region = RS, .seed = 42, .listen_ip = g_ip_b,
+                          .hb_ms = HB_MS, .hb_timeout_ms = HBT_MS, .op_timeout_ms = OP_TIMEOUT_MS };
+    assert_int_equal(start_peer_in_ns(&p, &o), 0);
+    assert_int_equal(cx_connect(e, p.url, 5000), 0);
+    assert_int_equal(cx_read(e, p.lid, buf, p.base, 4096), 0);
+    assert_int_equal(cxt_check(buf, 4096, 42, 0), -1);
+    cxt_drain_events(e);
+
+    streamer_t s;
+    memset(&s, 0, sizeof s);
+    s.e = e;
+    s.p = &p;
+    s.buf = buf;
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, stream_main, &s), 0);
+    usleep(300000);
+    assert_true(atomic_load(&s.ok) > 0);
+
+    /* The peer's side of the cable goes dark: no RST, no FIN, just silence. */
+    uint64_t t_down = cxt_now_ns();
+    assert_int_equal(sh("ip -n %s link set %s down", g_ns, g_vb), 0);
+    unsigned seen = 0;
+    cx_event_t ev;
+    assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, HBT_MS + 2000, &ev, &seen), 0);
+    double failed_ms = cxt_ms_since(t_down);
+    printf("partition: FAILED %.0f ms after link down (heartbeat timeout %d ms), reason '%s'\n", failed_ms,
+           HBT_MS, ev.reason);
+    assert_true(seen & (1u << CX_EVENT_SUSPECT));   /* SUSPECT came first */
+    assert_true(failed_ms <= HBT_MS + 500);
+    /* Ops issued during the partition return too. */
+    usleep(500000);
+    long failed_ops = atomic_load(&s.epeer) + atomic_load(&s.etimedout);
+    assert_true(failed_ops > 0);
+
+    /* Link back: the pair finds itself again. */
+    cxt_drain_events(e);
+    uint64_t t_up = cxt_now_ns();
+    assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+    assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_JOINED, 10000, &ev, NULL), 0);
+    printf("partition: JOINED %.0f ms after link up\n", cxt_ms_since(t_up));
+    atomic_store(&s.stop, 1);
+    pthread_join(th, NULL);
+    printf("partition: reads ok %ld, CX_EPEER %ld, CX_ETIMEDOUT %ld, other %ld, longest op %ld ms\n",
+           atomic_load(&s.ok), atomic_load(&s.epeer), atomic_load(&s.etimedout), atomic_load(&s.other),
+           atomic_load(&s.worst_ms));
+    assert_int_equal(atomic_load(&s.other), 0);
+    assert_true(atomic_load(&s.worst_ms) <= OP_TIMEOUT_MS + 1000);   /* no op hung */
+    memset(buf, 0, 65536);
+    assert_int_equal(cx_read(e, p.lid, buf, p.base + 1000, 65536), 0);
+    assert_int_equal(cxt_check(buf, 65536, 42, 1000), -1);
+
+    cxt_peer_stop(&p);
+    cx_engine_destroy(e);
+    munmap(buf, RS);
+    teardown_net();
+}
+
+static int teardown(void **state)
+{
+    teardown_net();
+    return cxt_watchdog_teardown(state);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_link_down_then_up, cxt_watchdog_setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
