@@ -6,8 +6,9 @@
  * One op at a time, like cx_read / cx_write; the target busy-polls its CQ (manual-progress
  * providers such as tcp;ofi_rxm serve reads only while the target drives its CQ).
  *
- * usage: fi_raw [-p provider] [-s size,size,...] [-t seconds per size] [-W]
- *   default provider: $CONNEX_FI_PROVIDER, else tcp;ofi_rxm; sizes 4096,16384,1048576,16777216
+ * usage: fi_raw [-p provider] [-a address] [-s size,size,...] [-t seconds per size] [-W]
+ *   default provider: $CONNEX_FI_PROVIDER, else tcp;ofi_rxm; address (tcp only) 127.0.0.1;
+ *   sizes 4096,16384,1048576,16777216; 2 s per size
  * Output: one line per op and size: p50 and mean latency, bandwidth = size / mean.
  */
 #include <rdma/fabric.h>
@@ -61,7 +62,7 @@ static void die(const char *what, int r)
     exit(2);
 }
 
-static void fab_open(struct fab *f, const char *prov)
+static void fab_open(struct fab *f, const char *prov, const char *ip)
 {
     struct fi_info *h = fi_allocinfo();
     if (!h)
@@ -73,7 +74,9 @@ static void fab_open(struct fab *f, const char *prov)
                               FI_MR_ENDPOINT;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     h->fabric_attr->prov_name = strdup(prov);
-    int r = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &f->info);
+    /* tcp binds to the given address, as the backend binds to the engine's listen address */
+    const char *node = !strncmp(prov, "tcp", 3) ? ip : NULL;
+    int r = fi_getinfo(FI_VERSION(1, 17), node, NULL, node ? FI_SOURCE : 0, h, &f->info);
     fi_freeinfo(h);
     if (r)
         die("fi_getinfo", r);
@@ -115,10 +118,10 @@ static void fab_close(struct fab *f)
 }
 
 /* The target: publish address and key, then drive the CQ until told to stop. */
-static int target(const char *prov, int sock)
+static int target(const char *prov, const char *ip, int sock)
 {
     struct fab f;
-    fab_open(&f, prov);
+    fab_open(&f, prov, ip);
     struct hello h;
     memset(&h, 0, sizeof h);
     h.name_len = sizeof h.name;
@@ -200,15 +203,18 @@ int main(int argc, char **argv)
     char sizes_s[256] = "4096,16384,1048576,16777216";
     double per_size = 2.0;
     int plain_write = 0;
+    const char *ip = "127.0.0.1";
     int o;
-    while ((o = getopt(argc, argv, "p:s:t:Wh")) != -1) {
+    while ((o = getopt(argc, argv, "p:a:s:t:Wh")) != -1) {
         switch (o) {
         case 'p': prov = optarg; break;
+        case 'a': ip = optarg; break;
         case 's': snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
         case 't': per_size = atof(optarg); break;
         case 'W': plain_write = 1; break;
         default:
-            fprintf(stderr, "usage: %s [-p provider] [-s sizes] [-t seconds] [-W]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-W]\n",
+                    argv[0]);
             return 1;
         }
     }
@@ -230,11 +236,11 @@ int main(int argc, char **argv)
         die("fork", 0);
     if (pid == 0) {
         close(sv[0]);
-        _exit(target(prov, sv[1]));
+        _exit(target(prov, ip, sv[1]));
     }
     close(sv[1]);
     struct fab f;
-    fab_open(&f, prov);
+    fab_open(&f, prov, ip);
     struct hello h;
     if (read(sv[0], &h, sizeof h) != (ssize_t)sizeof h)
         die("read hello", 0);

@@ -180,6 +180,8 @@ cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
 cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
 void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
+/* Anything from the peer (a frame, a reply, a request) proves it alive. */
+void cx_peer_heard(cx_engine_t *e, cx_peer_t *p);
 void cx_conn_readable(cx_engine_t *e, cx_conn_t *c);
 void cx_conn_writable(cx_engine_t *e, cx_conn_t *c);
 void cx_conn_lost(cx_engine_t *e, cx_conn_t *c, const char *reason);

@@ -52,6 +52,7 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
         return;
     }
     if (op->forced_status) status = op->forced_status;
+    else if (status == CX_OK && op->peer) cx_peer_heard(cx_engine_of(c), op->peer);
     cx_op_finish(cx_engine_of(c), op, status);
 }
 
@@ -278,7 +279,10 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     cx_engine_t *e = cx_engine_of(c);
     for (cx_peer_t *p = e->peers; p; p = p->next)
-        if (p->incarnation == inc && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) return p;
+        if (p->incarnation == inc && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
+            cx_peer_heard(e, p);   /* a request from it: it is alive */
+            return p;
+        }
     return NULL;
 }
 

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -556,6 +557,16 @@ static void on_reg_query(cx_engine_t *e, cx_peer_t *p, cx_rd_t *r)
     free(buf);
 }
 
+void cx_peer_heard(cx_engine_t *e, cx_peer_t *p)
+{
+    p->last_rx_ns = cx_now_ns();
+    if (p->state == CX_PEER_SUSPECT) {
+        p->state = CX_PEER_UP;
+        p->suspect_reported = 0;
+        cx_event_emit(e, p, CX_EVENT_UP, "recovered");
+    }
+}
+
 /* Handles one frame; returns 1 if the connection was closed. */
 static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *body, size_t len)
 {
@@ -587,12 +598,7 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
         return 1;
     }
     cx_peer_t *p = c->peer;
-    p->last_rx_ns = cx_now_ns();
-    if (p->state == CX_PEER_SUSPECT) {
-        p->state = CX_PEER_UP;
-        p->suspect_reported = 0;
-        cx_event_emit(e, p, CX_EVENT_UP, "recovered");
-    }
+    cx_peer_heard(e, p);
     cx_rd_t r;
     cx_rd_init(&r, body, len);
     switch (type) {
@@ -630,10 +636,19 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
     }
 }
 
+/* Replies queued to a peer that does not read them: past this, we stop reading that peer until
+ * they drain, so its requests wait in TCP (its sends block) instead of in our memory. */
+#define CX_CONN_TX_BACKLOG (4u << 20)
+
 void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
 {
     /* Bounded per wake-up so one chatty peer cannot starve the others. */
     for (int round = 0; round < 16; round++) {
+        if (c->tx_len - c->tx_off > CX_CONN_TX_BACKLOG && c->want_out) {
+            /* EPOLLIN comes back when cx_conn_flush empties the backlog. */
+            cx_watch_mod(e, c->fd, EPOLLRDHUP | EPOLLOUT, &c->w);
+            return;
+        }
         if (c->rx_cap - c->rx_len < 65536) {
             size_t nc = c->rx_cap ? c->rx_cap * 2 : 65536;
             while (nc - c->rx_len < 65536) nc *= 2;

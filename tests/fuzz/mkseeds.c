@@ -102,9 +102,9 @@ int main(int argc, char **argv)
         snprintf(n, sizeof n, "step%u", s);
         put("auth", n, ab, sizeof ab);
         off += frame(stream + off, CX_CTL_AUTH, ab, sizeof ab);
-        /* fuzz_auth's input form: u8 length, body */
     }
     put("ctl", "auth", stream, off);
+    /* fuzz_auth's own input form: (u8 length, body) pairs */
     uint8_t seq[2 * (1 + CX_AUTH_BODY)];
     for (int i = 0; i < 2; i++) {
         af.step = (uint8_t)(1 + 2 * i);   /* step 1 to the acceptor, step 3 after it */

@@ -1,0 +1,514 @@
+/* Conformance, device memory: read, write and put_signal with buffers in device memory on either
+ * side or both, through every backend. CONNEX_TEST_MEM picks the device (sim, the default: the
+ * simulated device of gpu/, or cuda on a GPU machine). The staging chunk is set small
+ * (CONNEX_STAGE_CHUNK=64K unless given) so sizes not a multiple of it and transfers of hundreds
+ * of chunks are covered quickly. Also: many staged ops at once (more than the ring's slots), a
+ * peer killed mid-staging and an op timeout mid-staging (every slot and job comes back, the op
+ * completes once with the right error), the CONNEX_GDR policy, and an engine's staging leaving
+ * nothing behind (fds, threads, device bytes). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cxt.h"
+#include "cxt_mem.h"
+#include "staging.h"   /* cx_staging_debug: ring slots and live jobs */
+
+#define MB ((size_t)1 << 20)
+#define BIG (16 * MB)
+#define RS (BIG + 256 * 1024)        /* peer regions: 16 MiB plus room for odd offsets */
+#define LS (2 * BIG + 256 * 1024)    /* our buffers: two 16 MiB ranges for concurrent ops */
+#define TSEED 17
+#define PSEED 23
+
+static int DK;                       /* the device kind under test */
+static cx_engine_t *E;
+static uint8_t *H, *D;               /* our host and device buffers, both registered */
+static cxt_peer_t PH, PD;            /* peers whose region is host / device memory */
+static char E_LID[CX_URL_MAX];
+
+static const size_t sizes[] = { 1, 65537, MB + 3, BIG };
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+static size_t loff(size_t n) { return n & 1 ? 5 : 0; }
+static size_t roff(size_t n) { return n & 1 ? 4096 + 13 : 4096; }
+
+static int start_peer(cxt_peer_t *p, uint32_t replica, const char *mem, const cxt_peer_opts_t *base)
+{
+    cxt_peer_opts_t o = base ? *base : (cxt_peer_opts_t){ 0 };
+    o.replica = replica;
+    o.region = RS;
+    o.seed = PSEED;
+    o.mem = mem;
+    if (cxt_peer_start(p, &o, 15000)) return -1;
+    return 0;
+}
+
+static int connect_up(cx_engine_t *e, cxt_peer_t *p)
+{
+    int rc = cx_connect(e, p->url, 5000);
+    if (rc) { fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc)); return -1; }
+    cx_event_t ev;
+    if (cxt_wait_event(e, p->lid, CX_EVENT_UP, 5000, &ev, NULL)) {
+        fprintf(stderr, "no UP event for %s\n", p->lid);
+        return -1;
+    }
+    return 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    if (DK == CX_MEM_CUDA && cx_gpu_init() != CX_OK) {
+        fprintf(stderr, "CONNEX_TEST_MEM=cuda but CUDA is unusable: %s\n", cx_gpu_status());
+        return -1;
+    }
+    if (cxt_engine(&E, "tester", 0, 0, 0, 60000)) return -1;
+    cx_url_t u;
+    if (cx_url_parse(cx_engine_local_url(E), &u, NULL, 0)) return -1;
+    cx_lid_format(&u.lid, E_LID, sizeof E_LID);
+    H = cxt_mem_alloc(CX_MEM_HOST, LS);
+    D = cxt_mem_alloc(DK, LS);
+    if (!H || !D || cxt_mem_fill(H, LS, TSEED, 0) || cxt_mem_fill(D, LS, TSEED, 0)) return -1;
+    if (cx_register_memory(E, H, LS) || cx_register_memory(E, D, LS)) return -1;
+    if (start_peer(&PH, 1, "host", NULL) || start_peer(&PD, 2, cxt_mem_name(DK), NULL)) return -1;
+    if (connect_up(E, &PH) || connect_up(E, &PD)) return -1;
+    fprintf(stderr, "device memory: %s; pair uses backend %s; %s\n", cxt_mem_name(DK),
+            cx_peer_backend(E, PH.url), cx_gpu_status());
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    cxt_peer_stop(&PH);
+    cxt_peer_stop(&PD);
+    if (E) {
+        cx_unregister_memory(E, H);
+        cx_unregister_memory(E, D);
+        cx_engine_destroy(E);
+    }
+    cxt_mem_free(CX_MEM_HOST, H, LS);
+    cxt_mem_free(DK, D, LS);
+    return 0;
+}
+
+/* The combinations: our buffer (host or device) with the peer's region (host or device); host
+ * with host is conformance_data's business. */
+struct combo { const char *name; uint8_t **local; cxt_peer_t *peer; };
+static const struct combo combos[] = {
+    { "dev->host", &D, &PH },
+    { "host->dev", &H, &PD },
+    { "dev->dev", &D, &PD },
+};
+#define NCOMBOS (sizeof combos / sizeof combos[0])
+
+static void peer_hash(cxt_peer_t *p, size_t off, size_t len, char *out, size_t n)
+{
+    assert_int_equal(cxt_peer_cmd(p, 60000, out, n, "HASH %zu %zu", off, len), 0);
+}
+
+static void expect_peer_hash(cxt_peer_t *p, size_t off, size_t len, uint64_t want, const char *what)
+{
+    char rep[256], w[64];
+    peer_hash(p, off, len, rep, sizeof rep);
+    snprintf(w, sizeof w, "OK %" PRIx64, want);
+    if (strcmp(rep, w)) fail_msg("%s: peer has '%s', expected '%s'", what, rep, w);
+}
+
+static void test_write(void **state)
+{
+    (void)state;
+    char rep[256], what[96];
+    for (size_t c = 0; c < NCOMBOS; c++) {
+        const struct combo *k = &combos[c];
+        for (size_t i = 0; i < NSIZES; i++) {
+            size_t n = sizes[i], lo = loff(n), ro = roff(n);
+            snprintf(what, sizeof what, "write %s %zu B", k->name, n);
+            assert_int_equal(cxt_peer_cmd(k->peer, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+            uint64_t t0 = cxt_now_ns();
+            int rc = cx_write(E, k->peer->url, *k->local + lo, k->peer->base + ro, n);
+            double ms = cxt_ms_since(t0);
+            if (rc) fail_msg("%s: %s", what, cx_strerror(rc));
+            expect_peer_hash(k->peer, ro, n, cxt_mem_hash(*k->local + lo, n), what);
+            /* nothing written next to the range */
+            uint8_t g[2] = { cxt_pat(PSEED, ro - 1), cxt_pat(PSEED, ro + n) };
+            expect_peer_hash(k->peer, ro - 1, 1, cxt_hash(&g[0], 1), what);
+            expect_peer_hash(k->peer, ro + n, 1, cxt_hash(&g[1], 1), what);
+            fprintf(stderr, "%-28s %8.3f ms\n", what, ms);
+        }
+    }
+}
+
+static void test_read(void **state)
+{
+    (void)state;
+    char rep[256], what[96];
+    for (size_t c = 0; c < NCOMBOS; c++) {
+        const struct combo *k = &combos[c];
+        assert_int_equal(cxt_peer_cmd(k->peer, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+        for (size_t i = 0; i < NSIZES; i++) {
+            size_t n = sizes[i], lo = loff(n) + 64, ro = roff(n);
+            uint8_t *l = *k->local;
+            snprintf(what, sizeof what, "read %s %zu B", k->name, n);
+            assert_int_equal(cxt_mem_set(l + lo, 0, n), 0);
+            assert_int_equal(cxt_mem_set(l + lo - 1, 0xA5, 1), 0);
+            assert_int_equal(cxt_mem_set(l + lo + n, 0x5A, 1), 0);
+            uint64_t t0 = cxt_now_ns();
+            int rc = cx_read(E, k->peer->url, l + lo, k->peer->base + ro, n);
+            double ms = cxt_ms_since(t0);
+            if (rc) fail_msg("%s: %s", what, cx_strerror(rc));
+            long long bad = cxt_mem_check(l + lo, n, PSEED, ro);
+            if (bad != -1) fail_msg("%s: byte %lld differs", what, bad);
+            assert_int_equal(cxt_mem_byte(l + lo - 1), 0xA5);
+            assert_int_equal(cxt_mem_byte(l + lo + n), 0x5A);
+            fprintf(stderr, "%-28s %8.3f ms\n", what, ms);
+        }
+        assert_int_equal(cxt_mem_fill(*k->local, LS, TSEED, 0), 0);
+    }
+}
+
+/* The peer checks the message against its region the moment it arrives: with a device
+ * destination, the data must be in device memory before the message is delivered. */
+static void test_put_signal(void **state)
+{
+    (void)state;
+    char rep[256], line[512], what[96];
+    for (size_t c = 0; c < NCOMBOS; c++) {
+        const struct combo *k = &combos[c];
+        for (size_t i = 0; i < NSIZES; i++) {
+            size_t n = sizes[i], lo = loff(n), ro = roff(n);
+            snprintf(what, sizeof what, "put_signal %s %zu B", k->name, n);
+            assert_int_equal(cxt_peer_cmd(k->peer, 60000, rep, sizeof rep, "FILL %u", PSEED + 100 + (unsigned)i), 0);
+            char msg[128];
+            snprintf(msg, sizeof msg, "CHK %" PRIx64 " %zu %" PRIx64, k->peer->base + ro, n,
+                     cxt_mem_hash(*k->local + lo, n));
+            cx_op_t *op = NULL;
+            int rc = cx_put_signal(E, k->peer->url, *k->local + lo, k->peer->base + ro, n, msg, strlen(msg), &op);
+            if (rc) fail_msg("%s: %s", what, cx_strerror(rc));
+            rc = cx_op_wait(op, 60000);
+            if (rc) fail_msg("%s completed with %s", what, cx_strerror(rc));
+            if (cxt_peer_expect(k->peer, "MSG ", 20000, line, sizeof line)) fail_msg("%s: no message", what);
+            char want[256];
+            snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg), cxt_hash(msg, strlen(msg)));
+            if (strcmp(line, want)) fail_msg("%s: peer said '%s', expected '%s'", what, line, want);
+        }
+    }
+}
+
+/* The peer initiates: its device region is the source of its writes and the destination of its
+ * reads (its own staging); our device buffer is the target (ours). */
+static void test_peer_initiated(void **state)
+{
+    (void)state;
+    char rep[256], want[64];
+    uint8_t *ours[2] = { H, D };
+    for (int t = 0; t < 2; t++) {
+        for (size_t i = 0; i < NSIZES; i++) {
+            size_t n = sizes[i], lo = loff(n), ro = roff(n);
+            int rc = cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu %zu", E_LID,
+                                  (uintptr_t)(ours[t] + ro), n, lo);
+            if (rc) fail_msg("peer read %zu B from our %s: %s", n, t ? "device" : "host", rep);
+            snprintf(want, sizeof want, "OK %" PRIx64, cxt_mem_hash(ours[t] + ro, n));
+            if (strcmp(rep, want)) fail_msg("peer read %zu B: got '%s', expected '%s'", n, rep, want);
+        }
+        assert_int_equal(cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "FILL 11"), 0);
+        for (size_t i = 0; i < NSIZES; i++) {
+            size_t n = sizes[i], lo = loff(n), ro = roff(n);
+            assert_int_equal(cxt_mem_set(ours[t] + ro - 1, 0, n + 2), 0);
+            int rc = cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "WRITE %s 0x%" PRIxPTR " %zu %zu", E_LID,
+                                  (uintptr_t)(ours[t] + ro), n, lo);
+            if (rc) fail_msg("peer write %zu B to our %s: %s", n, t ? "device" : "host", rep);
+            long long bad = cxt_mem_check(ours[t] + ro, n, 11, lo);
+            if (bad != -1) fail_msg("peer write %zu B: byte %lld differs", n, bad);
+            assert_int_equal(cxt_mem_byte(ours[t] + ro - 1), 0);
+            assert_int_equal(cxt_mem_byte(ours[t] + ro + n), 0);
+        }
+        assert_int_equal(cxt_mem_fill(ours[t], LS, TSEED, 0), 0);
+    }
+}
+
+static void expect_ring_idle(cx_engine_t *e, const char *when)
+{
+    cx_staging_debug_t d;
+    /* Slots come back as the copies in flight finish: give them a moment. */
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(cx_staging_debug(e, &d), CX_OK);
+        if (d.jobs == 0 && d.subs == 0 && d.slots_free == d.slots) break;
+        struct timespec ts = { 0, 10000000 };
+        nanosleep(&ts, NULL);
+    }
+    if (d.jobs || d.subs || d.slots_free != d.slots)
+        fail_msg("%s: %d staged op(s), %u chunk(s) in a backend, %u of %u slots free", when, d.jobs, d.subs,
+                 d.slots_free, d.slots);
+    assert_true(d.pipes >= 1);
+}
+
+static void test_stats(void **state)
+{
+    (void)state;
+    cx_stats_t st;
+    assert_int_equal(cx_stats(E, &st), CX_OK);
+    fprintf(stderr, "staged: d2h %" PRIu64 " B, h2d %" PRIu64 " B, gpudirect %d, in flight %" PRIu64 "\n",
+            st.staged_d2h_bytes, st.staged_h2d_bytes, st.gpudirect, st.ops_in_flight);
+    /* every write and put_signal from D went through the ring, and every read into it */
+    size_t sum = 0;
+    for (size_t i = 0; i < NSIZES; i++) sum += sizes[i];
+    assert_true(st.staged_d2h_bytes >= 4 * sum);
+    assert_true(st.staged_h2d_bytes >= 2 * sum);
+    assert_int_equal(st.gpudirect, 0);
+    assert_int_equal(st.ops_in_flight, 0);
+    expect_ring_idle(E, "after the transfers");
+    cx_staging_debug_t d;
+    assert_int_equal(cx_staging_debug(E, &d), CX_OK);
+    assert_int_equal(d.jobs_failed, 0);
+    assert_true(d.jobs_ok >= 3 * 2 * NSIZES);   /* write, read, put_signal; two device combos each */
+    char rep[256];
+    assert_int_equal(cxt_peer_cmd(&PD, 10000, rep, sizeof rep, "STATS"), 0);
+    unsigned long long h2d = 0, d2h = 0;
+    const char *s = strstr(rep, "staged_h2d=");
+    assert_non_null(s);
+    assert_int_equal(sscanf(s, "staged_h2d=%llu staged_d2h=%llu", &h2d, &d2h), 2);
+    assert_true(h2d >= sum && d2h >= sum);   /* the peer staged its own reads and writes */
+}
+
+/* More staged ops at once than the ring has slots: every one completes, each message after its
+ * data. Disjoint 1 MiB ranges, so every check is exact. */
+static void test_many_at_once(void **state)
+{
+    (void)state;
+    enum { N = 12 };
+    char line[512], msgs[N][128];
+    cx_op_t *ops[N];
+    cxt_peer_t *to[N];
+    for (int i = 0; i < N; i++) {
+        to[i] = i & 1 ? &PD : &PH;
+        size_t lo = (size_t)i * (MB + 4096) + 7, ro = (size_t)(i / 2) * (MB + 4096) + 3;
+        snprintf(msgs[i], sizeof msgs[i], "CHK %" PRIx64 " %zu %" PRIx64, to[i]->base + ro, MB + 1,
+                 cxt_mem_hash(D + lo, MB + 1));
+        int rc = cx_put_signal(E, to[i]->url, D + lo, to[i]->base + ro, MB + 1, msgs[i], strlen(msgs[i]), &ops[i]);
+        if (rc) fail_msg("put_signal %d: %s", i, cx_strerror(rc));
+    }
+    for (int i = 0; i < N; i++) {
+        int rc = cx_op_wait(ops[i], 60000);
+        if (rc) fail_msg("put_signal %d completed with %s", i, cx_strerror(rc));
+    }
+    for (int i = 0; i < N; i++) {
+        if (cxt_peer_expect(to[i], "MSG ", 20000, line, sizeof line)) fail_msg("put_signal %d: no message", i);
+        if (!strstr(line, " CHK OK")) fail_msg("put_signal %d: peer said '%s'", i, line);
+    }
+    expect_ring_idle(E, "after 12 concurrent put_signals");
+}
+
+struct reader { const char *url; uint64_t raddr; int rc; };
+static void *read_thread(void *arg)
+{
+    struct reader *r = arg;
+    r->rc = cx_read(E, r->url, D + BIG + 65536, r->raddr, BIG);   /* clear of the writes' sources */
+    return NULL;
+}
+
+/* kill -9 while chunks are on the network both ways: every op completes (with CX_EPEER unless it
+ * finished first), every slot comes back, and the other peers still work. */
+static void test_peer_killed_mid_staging(void **state)
+{
+    (void)state;
+    cxt_peer_t PK;
+    assert_int_equal(start_peer(&PK, 3, "host", NULL), 0);
+    assert_int_equal(connect_up(E, &PK), 0);
+    enum { N = 4 };
+    cx_op_t *ops[N];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cx_put_signal(E, PK.url, D + (size_t)i * 4096, PK.base, BIG, "x", 1, &ops[i]), CX_OK);
+    struct reader r = { PK.url, PK.base, CX_ERR };
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, read_thread, &r), 0);
+    struct timespec ts = { 0, 30000000 };
+    nanosleep(&ts, NULL);
+    uint64_t t0 = cxt_now_ns();
+    cxt_peer_crash(&PK);
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        int rc = cx_op_wait(ops[i], 20000);
+        assert_int_not_equal(rc, CX_EAGAIN);   /* completed within the bound */
+        if (rc != CX_OK) assert_int_equal(rc, CX_EPEER);
+        failed += rc != CX_OK;
+    }
+    pthread_join(th, NULL);
+    if (r.rc != CX_OK) assert_int_equal(r.rc, CX_EPEER);
+    failed += r.rc != CX_OK;
+    fprintf(stderr, "%d of %d staged ops failed with CX_EPEER, all completed %.1f ms after the kill\n", failed,
+            N + 1, cxt_ms_since(t0));
+    assert_true(failed >= 1);
+    expect_ring_idle(E, "after the peer was killed");
+    cx_stats_t st;
+    assert_int_equal(cx_stats(E, &st), CX_OK);
+    assert_int_equal(st.ops_in_flight, 0);
+    /* the ring serves the others as before */
+    char rep[256];
+    assert_int_equal(cxt_peer_cmd(&PH, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    assert_int_equal(cx_write(E, PH.url, D + 3, PH.base + 9, MB + 3), CX_OK);
+    expect_peer_hash(&PH, 9, MB + 3, cxt_mem_hash(D + 3, MB + 3), "write after the kill");
+    cxt_drain_events(E);
+}
+
+/* The peer stops answering (SIGSTOP) mid-transfer: the op fails with CX_ETIMEDOUT after the op
+ * timeout, once, with its slots back; when the peer resumes, staging to it works again. */
+static void test_timeout_mid_staging(void **state)
+{
+    (void)state;
+    cx_engine_t *e2;
+    assert_int_equal(cxt_engine(&e2, "tester2", 0, 200, 10000, 500), CX_OK);
+    uint8_t *d2 = cxt_mem_alloc(DK, RS);
+    assert_non_null(d2);
+    assert_int_equal(cxt_mem_fill(d2, RS, TSEED, 0), 0);
+    assert_int_equal(cx_register_memory(e2, d2, RS), CX_OK);
+    cxt_peer_t PT;
+    assert_int_equal(start_peer(&PT, 4, "host", NULL), 0);
+    assert_int_equal(connect_up(e2, &PT), 0);
+    assert_int_equal(cx_write(e2, PT.url, d2, PT.base, MB), CX_OK);   /* ring made, path works */
+
+    cxt_peer_signal(&PT, SIGSTOP);
+    uint64_t t0 = cxt_now_ns();
+    int rc = cx_write(e2, PT.url, d2, PT.base, BIG);
+    double ms = cxt_ms_since(t0);
+    fprintf(stderr, "write to a stopped peer: %s after %.1f ms (op timeout 500 ms)\n", cx_strerror(rc), ms);
+    /* A truly one-sided transport (shared memory) completes writes without the target running:
+     * then there is no timeout to see, and the data must simply be right (checked below). */
+    int one_sided = rc == CX_OK;
+    if (one_sided) fprintf(stderr, "the backend wrote to a stopped process (one-sided): no timeout to check\n");
+    else assert_int_equal(rc, CX_ETIMEDOUT);
+    assert_true(ms < 5000);
+    if (!one_sided) assert_true(ms >= 450);
+    expect_ring_idle(e2, "after the timeout");
+    cx_op_t *op;
+    assert_int_equal(cx_put_signal(e2, PT.url, d2 + 1, PT.base, BIG, "late", 4, &op), CX_OK);
+    rc = cx_op_wait(op, 10000);
+    if (rc != CX_OK) assert_int_equal(rc, CX_ETIMEDOUT);
+    one_sided &= rc == CX_OK;
+    expect_ring_idle(e2, "after the put_signal timeout");
+    cxt_peer_signal(&PT, SIGCONT);
+
+    char rep[256];
+    assert_int_equal(cxt_peer_cmd(&PT, 20000, rep, sizeof rep, "FILL 5"), 0);
+    rc = cx_write(e2, PT.url, d2 + 11, PT.base + 7, MB + 3);
+    if (rc) fail_msg("write after the peer resumed: %s", cx_strerror(rc));
+    expect_peer_hash(&PT, 7, MB + 3, cxt_mem_hash(d2 + 11, MB + 3), "write after the peer resumed");
+    cx_stats_t st;
+    assert_int_equal(cx_stats(e2, &st), CX_OK);
+    if (!one_sided) assert_true(st.op_timeouts >= 1);
+    cxt_peer_stop(&PT);
+    cx_unregister_memory(e2, d2);
+    cx_engine_destroy(e2);
+    cxt_mem_free(DK, d2, RS);
+}
+
+static int count_threads(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char l[256];
+    int n = -1;
+    while (f && fgets(l, sizeof l, f))
+        if (sscanf(l, "Threads: %d", &n) == 1) break;
+    if (f) fclose(f);
+    return n;
+}
+
+/* CONNEX_GDR: 1 with the sim lets the backend register it directly (no staging; "GPUDirect");
+ * with CUDA it cannot work anywhere yet (no backend reports GPU registration) and is refused;
+ * a value that is not auto|0|1 is refused. Then: an engine that staged leaves nothing behind. */
+static void test_gdr_policy_and_teardown(void **state)
+{
+    (void)state;
+    int fds0 = cxt_count_fds(), thr0 = count_threads();
+    size_t sim0 = cx_gpu_sim_bytes();
+    const char *modes[2] = { "1", "bogus" };
+    for (int m = 0; m < 2; m++) {
+        cx_engine_t *e3;
+        assert_int_equal(cxt_engine(&e3, "tester3", (uint32_t)m, 0, 0, 20000), CX_OK);
+        uint8_t *d3 = cxt_mem_alloc(DK, MB);
+        assert_non_null(d3);
+        assert_int_equal(cxt_mem_fill(d3, MB, TSEED, 0), 0);
+        assert_int_equal(cx_register_memory(e3, d3, MB), CX_OK);
+        assert_int_equal(connect_up(e3, &PH), 0);
+        setenv("CONNEX_GDR", modes[m], 1);
+        int rc = cx_write(e3, PH.url, d3, PH.base, MB);
+        unsetenv("CONNEX_GDR");
+        cx_stats_t st;
+        assert_int_equal(cx_stats(e3, &st), CX_OK);
+        if (m == 1) {
+            assert_int_equal(rc, CX_EINVAL);
+        } else if (DK == CX_MEM_SIM) {
+            assert_int_equal(rc, CX_OK);
+            expect_peer_hash(&PH, 0, MB, cxt_mem_hash(d3, MB), "write with CONNEX_GDR=1");
+            assert_int_equal(st.gpudirect, 1);
+            assert_int_equal(st.staged_d2h_bytes, 0);
+        } else {
+            assert_int_equal(rc, CX_EUNSUPPORTED);
+        }
+        /* the same engine stages with the policy read at its first op... and a fresh one does */
+        cx_unregister_memory(e3, d3);
+        cx_engine_destroy(e3);
+        cxt_mem_free(DK, d3, MB);
+    }
+    cx_engine_t *e4;
+    assert_int_equal(cxt_engine(&e4, "tester4", 0, 0, 0, 20000), CX_OK);
+    uint8_t *d4 = cxt_mem_alloc(DK, BIG);
+    assert_non_null(d4);
+    assert_int_equal(cx_register_memory(e4, d4, BIG), CX_OK);
+    assert_int_equal(connect_up(e4, &PH), 0);
+    assert_int_equal(cx_read(e4, PH.url, d4, PH.base, BIG), CX_OK);
+    cx_op_t *op;
+    assert_int_equal(cx_put_signal(e4, PH.url, d4, PH.base, BIG, "bye", 3, &op), CX_OK);
+    /* destroyed with the put_signal possibly still staging: it completes (ok or CX_ECLOSED) */
+    cx_unregister_memory(e4, d4);
+    cx_engine_destroy(e4);
+    int rc = cx_op_wait(op, 10000);
+    assert_true(rc == CX_OK || rc == CX_ECLOSED || rc == CX_EPEER);
+    cxt_mem_free(DK, d4, BIG);
+    char line[512];
+    while (cxt_peer_expect(&PH, "MSG ", 200, line, sizeof line) == 0) {}
+    cxt_drain_events(E);
+    /* the copy engine's threads and eventfd, the ring, the device bytes: all gone */
+    int fds1 = cxt_count_fds(), thr1 = count_threads();
+    fprintf(stderr, "fds %d -> %d, threads %d -> %d, sim bytes %zu -> %zu\n", fds0, fds1, thr0, thr1, sim0,
+            cx_gpu_sim_bytes());
+    assert_int_equal(fds1, fds0);
+    assert_int_equal(thr1, thr0);
+    assert_int_equal(cx_gpu_sim_bytes(), sim0);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    /* Small chunks: sizes not a multiple of them, and hundreds of chunks per 16 MiB. The sim's
+     * copy engine at a few GB/s keeps transfers in flight long enough to kill a peer mid-way. */
+    setenv("CONNEX_STAGE_CHUNK", getenv("CONNEX_STAGE_CHUNK") ? getenv("CONNEX_STAGE_CHUNK") : "65536", 1);
+    setenv("CONNEX_GPU_SIM_GBPS", getenv("CONNEX_GPU_SIM_GBPS") ? getenv("CONNEX_GPU_SIM_GBPS") : "2", 1);
+    unsetenv("CONNEX_GDR");
+    DK = cxt_mem_env(CX_MEM_SIM);
+    if (DK == CX_MEM_HOST) DK = cxt_mem_parse("sim");   /* host-only runs still cover staging */
+    if (DK < 0) return 2;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_write, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_read, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_put_signal, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_initiated, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_stats, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_many_at_once, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_killed_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_timeout_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_gdr_policy_and_teardown, cxt_watchdog_setup, cxt_watchdog_teardown),
+    };
+    if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
