@@ -194,7 +194,7 @@ static void linkdown(const cx_bench_opts_t *o, const char *vname, const cx_bench
         close(p[0]);
         cx_bench_fo_row_t r;
         if (cx_bench_netns_enter(ns)) {
-            memset(&r, 0, sizeof r);
+            r = *row;
             snprintf(r.note, sizeof r.note, "FAIL: setns into %s", ns->ns_a);
         } else {
             scenario(o, vname, F_LINK, CX_BENCH_NS_IP_A, ns, &r);
@@ -205,8 +205,17 @@ static void linkdown(const cx_bench_opts_t *o, const char *vname, const cx_bench
     close(p[1]);
     ssize_t got = pid > 0 ? read(p[0], row, sizeof *row) : -1;
     close(p[0]);
-    if (pid > 0) waitpid(pid, NULL, 0);
-    if (got != (ssize_t)sizeof *row) snprintf(row->note, sizeof row->note, "FAIL: the namespace run died");
+    int st = 0;
+    if (pid > 0) waitpid(pid, &st, 0);
+    cx_bench_netns_link(ns, 1);   /* a helper that died mid-run leaves the link down */
+    if (got != (ssize_t)sizeof *row) {
+        memset(row, 0, sizeof *row);
+        snprintf(row->backend, sizeof row->backend, "%s", vname);
+        snprintf(row->fault, sizeof row->fault, "linkdown");
+        row->runs = o->runs;
+        snprintf(row->note, sizeof row->note, "FAIL: the namespace run died (%s %d)",
+                 WIFSIGNALED(st) ? "signal" : "exit status", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+    }
 }
 
 static int row_bad(const cx_bench_fo_row_t *r)

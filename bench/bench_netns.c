@@ -17,6 +17,7 @@
 static char ip_path[64];
 static char del_a[32], del_b[32];
 static volatile sig_atomic_t armed;
+static pid_t owner;   /* forked helpers inherit atexit; only the creator removes the namespaces */
 
 static int run(const char *const argv[])
 {
@@ -38,7 +39,7 @@ static int run(const char *const argv[])
 
 void cx_bench_netns_cleanup(void)
 {
-    if (!armed) return;
+    if (!armed || getpid() != owner) return;
     armed = 0;
     IP("netns", "del", del_a);   /* takes the veth pair with it */
     IP("netns", "del", del_b);
@@ -67,6 +68,7 @@ int cx_bench_netns_setup(cx_bench_netns_t *n, char *why, size_t len)
     snprintf(n->veth_b, sizeof n->veth_b, "cxbb%d", pid % 10000000);
     snprintf(del_a, sizeof del_a, "%s", n->ns_a);
     snprintf(del_b, sizeof del_b, "%s", n->ns_b);
+    owner = getpid();
     armed = 1;
     atexit(cx_bench_netns_cleanup);
     signal(SIGINT, on_signal);

@@ -166,6 +166,8 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
  * dec is given, dec->error say what is missing). dec (optional) receives the decision: variants,
  * GPUDirect, NIC per GPU, what to advertise (cx_choice_format of dec->be[i]). */
 struct cx_backend_ops;
+/* This host's id from the (cached) probe: equal on two engines = same host. */
+const char *cx_select_host_id(void);
 int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **out, int max,
                          cx_decision_t *dec);
 

@@ -29,6 +29,12 @@ static cx_probe_t *probe_once(void)
     return probe_cached;
 }
 
+const char *cx_select_host_id(void)
+{
+    cx_probe_t *p = probe_once();
+    return p ? p->host_id : "";
+}
+
 int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **out, int max,
                          cx_decision_t *dec)
 {

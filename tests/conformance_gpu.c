@@ -356,7 +356,10 @@ static void test_peer_killed_mid_staging(void **state)
     /* the ring serves the others as before */
     char rep[256];
     assert_int_equal(cxt_peer_cmd(&PH, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
-    assert_int_equal(cx_write(E, PH.url, D + 3, PH.base + 9, MB + 3), CX_OK);
+    int rc = cx_write(E, PH.url, H + 3, PH.base + 9, MB + 3);
+    if (rc) fail_msg("host write to another peer after the kill: %s (the backend, not staging)", cx_strerror(rc));
+    rc = cx_write(E, PH.url, D + 3, PH.base + 9, MB + 3);
+    if (rc) fail_msg("staged write to another peer after the kill: %s", cx_strerror(rc));
     expect_peer_hash(&PH, 9, MB + 3, cxt_mem_hash(D + 3, MB + 3), "write after the kill");
     cxt_drain_events(E);
 }

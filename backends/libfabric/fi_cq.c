@@ -358,8 +358,11 @@ int cx_fi_progress(cx_backend_t *b)
             return CX_OK;
         }
         if (b->cq_fd < 0) {
-            /* No wait object: keep polling while anything of ours is in flight. */
-            if (b->all)
+            /* No wait object: poll while anything of ours is in flight, or traffic is recent. */
+            uint64_t now = cx_fi_now_ns();
+            if (n > 0 || b->all)
+                b->hot_until_ns = now + 100000000ull;
+            if (b->busy_poll || now < b->hot_until_ns)
                 cx_fi_kick(b);
             return CX_OK;
         }

@@ -104,6 +104,8 @@ struct cx_backend {
     int efd;                    /* epoll fd handed to the core: cq_fd + evfd */
     int evfd;                   /* "call progress again" (backlog, failed trywait) */
     int tfd;                    /* polling tick, only without a CQ wait fd */
+    int busy_poll;              /* CONNEX_FI_POLL_US=0 */
+    uint64_t hot_until_ns;      /* poll continuously until then (recent traffic) */
     uint64_t mr_mode;
     int hmem;
     uint64_t next_key;          /* requested keys must be unique when the provider picks none */

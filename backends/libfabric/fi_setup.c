@@ -192,12 +192,20 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     if (b->cq_fd >= 0 && epoll_ctl(b->efd, EPOLL_CTL_ADD, b->cq_fd, &ev))
         return -FI_EOTHER;
     if (b->cq_fd < 0) {
-        /* No wait object (shm in 1.17): incoming messages are only seen when we look, so look
-         * every CONNEX_FI_POLL_US (default 1000); our own ops in flight are polled busily. */
+        /* No wait object (shm in 1.17): requests that need this side (small writes and reads,
+         * delivery-complete acks, messages) are only seen when we look. Look every
+         * CONNEX_FI_POLL_US (default 100; 0: busy-poll, a core, the raw baseline's way), and
+         * continuously while an op of ours is in flight or for 100 ms after visible traffic. */
         const char *s = getenv("CONNEX_FI_POLL_US");
-        long us = s ? strtol(s, NULL, 10) : 1000;
-        if (us < 10 || us > 1000000)
-            us = 1000;
+        char *end = NULL;
+        long us = s && *s ? strtol(s, &end, 10) : 100;
+        if (s && *s && (*end || us < 0 || us > 1000000)) {
+            cx_warn("libfabric: CONNEX_FI_POLL_US=%s not understood (0..1000000), using 100", s);
+            us = 100;
+        }
+        b->busy_poll = us == 0;
+        if (us == 0)
+            us = 1000;   /* the timer still runs: the kick chain restarts from it */
         b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         struct itimerspec it = { .it_interval = { us / 1000000, (us % 1000000) * 1000 },
                                  .it_value = { us / 1000000, (us % 1000000) * 1000 } };

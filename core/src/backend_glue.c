@@ -16,18 +16,73 @@ void cx_gpu_hook_stats(cx_stats_t *st)
     (void)st;   /* staging counters are added by cx_staging_stats (staging.c) */
 }
 
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #ifdef CONNEX_HAVE_SELECT
 #include "cx_select.h"
-int cx_select_order(const char *want, const struct cx_backend_ops **out, int max)
+int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
+                    int max, char *host_id, size_t host_len)
 {
-    return cx_select_for_engine(want, out, max, NULL);
+    cx_decision_t *d = calloc(1, sizeof *d);
+    if (!d) return CX_ENOMEM;
+    int n = cx_select_for_engine(want, out, max, d);
+    /* out[] follows d->be[] but skips backends that are not compiled in: match by name. */
+    for (int i = 0; i < n; i++) {
+        choice[i][0] = 0;
+        for (int j = 0; j < d->n; j++)
+            if (!strcmp(d->be[j].backend, out[i]->name)) {
+                cx_choice_format(&d->be[j], choice[i], CX_CHOICE_MAX);
+                break;
+            }
+        if (!choice[i][0]) snprintf(choice[i], CX_CHOICE_MAX, "%s//0x0", out[i]->name);
+    }
+    snprintf(host_id, host_len, "%s", cx_select_host_id());
+    free(d);
+    return n;
+}
+
+int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const char (*theirs)[CX_CHOICE_MAX],
+                         int n_theirs, int same_host, int *order, char *why, size_t why_len)
+{
+    cx_choice_t m[CX_SEL_MAX_BE], t[CX_SEL_MAX_BE];
+    int nm = 0, nt = 0;
+    for (int i = 0; i < n_mine && nm < CX_SEL_MAX_BE; i++)
+        if (cx_choice_parse(mine[i], &m[nm]) == CX_OK) nm++;
+        else return 0;   /* cannot happen: we formatted it */
+    for (int i = 0; i < n_theirs && nt < CX_SEL_MAX_BE; i++)
+        if (cx_choice_parse(theirs[i], &t[nt]) == CX_OK) nt++;
+    return cx_select_pair(m, nm, t, nt, same_host, order, why, why_len);
 }
 #else
-int cx_select_order(const char *want, const struct cx_backend_ops **out, int max)
+int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
+                    int max, char *host_id, size_t host_len)
 {
     (void)want;
     int n = 0;
-    for (int i = 0; cx_backends_builtin[i] && n < max; i++) out[n++] = cx_backends_builtin[i];
+    for (int i = 0; cx_backends_builtin[i] && n < max; i++) {
+        out[n] = cx_backends_builtin[i];
+        snprintf(choice[n], CX_CHOICE_MAX, "%s//0x0", out[n]->name);
+        n++;
+    }
+    host_id[0] = 0;
+    (void)host_len;
+    return n;
+}
+
+/* Without select/: our order, restricted to what the peer has (by backend name). */
+int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const char (*theirs)[CX_CHOICE_MAX],
+                         int n_theirs, int same_host, int *order, char *why, size_t why_len)
+{
+    (void)same_host;
+    int n = 0;
+    for (int i = 0; i < n_mine; i++) {
+        size_t l = strcspn(mine[i], "/");
+        for (int j = 0; j < n_theirs; j++)
+            if (!strncmp(mine[i], theirs[j], l) && (theirs[j][l] == '/' || !theirs[j][l])) { order[n++] = i; break; }
+    }
+    if (why && why_len) snprintf(why, why_len, "%d backend(s) in common", n);
     return n;
 }
 #endif

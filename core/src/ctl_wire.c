@@ -78,7 +78,8 @@ static void get_lid(cx_rd_t *r, cx_lid_t *lid)
 }
 
 void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
-                            const cx_lid_t *target, uint32_t hb_ms, uint32_t hbt_ms, int nb, const char *const *names,
+                            const cx_lid_t *target, const char *host_id, uint32_t hb_ms, uint32_t hbt_ms,
+                            int nb, const char *const *names, const char *const *choices,
                             const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions)
 {
     cx_wr_u32(w, CX_CTL_MAGIC);
@@ -86,11 +87,13 @@ void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const
     put_lid(w, lid);
     cx_wr_str8(w, url);
     put_lid(w, target);
+    cx_wr_str8(w, host_id);
     cx_wr_u32(w, hb_ms);
     cx_wr_u32(w, hbt_ms);
     cx_wr_u8(w, (uint8_t)nb);
     for (int i = 0; i < nb; i++) {
         cx_wr_str8(w, names[i]);
+        cx_wr_str8(w, choices[i]);
         cx_wr_blob16(w, addrs[i], addr_lens[i]);
     }
     cx_wr_u32(w, nregions);
@@ -109,6 +112,7 @@ int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char 
     get_lid(&r, &h->lid);
     cx_rd_str8(&r, h->url, sizeof h->url);
     get_lid(&r, &h->target);
+    cx_rd_str8(&r, h->host_id, sizeof h->host_id);
     h->hb_ms = cx_rd_u32(&r);
     h->hb_timeout_ms = cx_rd_u32(&r);
     h->nb = cx_rd_u8(&r);
@@ -119,6 +123,7 @@ int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char 
     for (int i = 0; i < h->nb; i++) {
         size_t n;
         cx_rd_str8(&r, h->b[i].name, sizeof h->b[i].name);
+        cx_rd_str8(&r, h->b[i].choice, sizeof h->b[i].choice);
         h->b[i].addr = cx_rd_blob16(&r, &n);
         h->b[i].addr_len = (uint16_t)n;
     }

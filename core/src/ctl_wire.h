@@ -30,8 +30,10 @@ enum {
     CX_CTL_AUTH = 10      /* before HELLO when a token is set: the exchange in auth.h */
 };
 
+#define CX_WCHOICE_MAX 64
 typedef struct cx_wire_backend {
     char name[CX_BNAME_MAX];
+    char choice[CX_WCHOICE_MAX];   /* "backend/variant/caps": what select/ needs to pair */
     uint16_t addr_len;
     const uint8_t *addr;         /* points into the frame */
 } cx_wire_backend_t;
@@ -41,6 +43,7 @@ typedef struct cx_wire_hello {
     cx_lid_t lid;
     char url[CX_URL_MAX];
     cx_lid_t target;             /* HELLO: whom the dialler means to reach; HELLO_ACK: the dialler */
+    char host_id[128];           /* equal on two engines = same host (shared memory possible) */
     uint32_t hb_ms, hb_timeout_ms;
     uint8_t nb;
     cx_wire_backend_t b[CX_MAX_BACKENDS];
@@ -65,7 +68,8 @@ void cx_wire_put_region(cx_wr_t *w, const cx_region_t *r, const char *const *nam
 int cx_wire_get_region(cx_rd_t *r, cx_wire_region_t *out);
 
 void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
-                            const cx_lid_t *target, uint32_t hb_ms, uint32_t hbt_ms, int nb, const char *const *names,
+                            const cx_lid_t *target, const char *host_id, uint32_t hb_ms, uint32_t hbt_ms,
+                            int nb, const char *const *names, const char *const *choices,
                             const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions);
 /* Decodes a HELLO body up to its regions (iterate them with cx_wire_get_region on h->regions). */
 int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char *err, size_t errlen);

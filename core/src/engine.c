@@ -137,7 +137,8 @@ static int open_backends(cx_engine_t *e)
     int is_auto = !strcmp(want, "auto");
     int known = is_auto;
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
-    int n = cx_select_order(want, order, CX_MAX_BACKENDS);
+    char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
+    int n = cx_select_order(want, order, choice, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
     if (n < 0) return n;
     for (int i = 0; i < n; i++) {
         const struct cx_backend_ops *ops = order[i];
@@ -160,6 +161,8 @@ static int open_backends(cx_engine_t *e)
             continue;
         }
         e->bnames[e->nb] = ops->name;
+        snprintf(e->bchoice[e->nb], sizeof e->bchoice[e->nb], "%s", choice[i]);
+        e->bchoice_p[e->nb] = e->bchoice[e->nb];
         e->nb++;
     }
     if (!known) {

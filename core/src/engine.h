@@ -87,6 +87,10 @@ struct cx_peer {
     /* what the peer advertised, indexed by our backend index */
     uint16_t adv_len[CX_MAX_BACKENDS];
     uint8_t *adv[CX_MAX_BACKENDS];
+    char their_choice[CX_MAX_BACKENDS][64];   /* their backends, in their order */
+    int n_their;
+    int same_host;
+    char why[192];            /* why this pair uses its backend */
     int bidx;                 /* backend in use, -1 none */
     cx_bep_t *ep;
     cx_rregion_t *rregions;
@@ -127,6 +131,9 @@ struct cx_engine {
     int nb;
     char backends_str[64];
     const char *bnames[CX_MAX_BACKENDS];
+    char bchoice[CX_MAX_BACKENDS][64];      /* what HELLO says about each (select/'s format) */
+    const char *bchoice_p[CX_MAX_BACKENDS];
+    char host_id[128];
 
     /* command queue: caller threads -> progress thread */
     pthread_mutex_t qmu;

@@ -10,7 +10,14 @@
 int cx_gpu_hook_mem_kind(const void *addr, size_t len);   /* CX_MEM_* */
 int cx_gpu_hook_gdr(void);                                /* 1: GPUDirect in use */
 void cx_gpu_hook_stats(cx_stats_t *st);
-/* The compiled-in backends to try, best first, for CONNEX_BACKEND/config value `want`. */
-int cx_select_order(const char *want, const struct cx_backend_ops **out, int max);
+#define CX_CHOICE_MAX 64
+/* The compiled-in backends to open, best first, for CONNEX_BACKEND/config value `want`; for each,
+ * what to advertise about it (choice[i], "backend/variant/caps"), and this host's id. */
+int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
+                    int max, char *host_id, size_t host_len);
+/* The order (indices into mine) in which a pair tries the backends both sides advertised; the
+ * same on both ends. `why` says it in words. Returns the count. */
+int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const char (*theirs)[CX_CHOICE_MAX],
+                         int n_theirs, int same_host, int *order, char *why, size_t why_len);
 
 #endif

@@ -4,6 +4,7 @@
 #include "engine.h"
 
 #include "connex/log.h"
+#include "gpu_hook.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -173,8 +174,9 @@ static void send_hello(cx_engine_t *e, cx_conn_t *c, uint8_t type, const cx_lid_
     }
     cx_wr_t w;
     cx_wr_init(&w, buf, cap);
-    cx_wire_put_hello_head(&w, e->incarnation, &e->lid, e->url, target, e->cfg.heartbeat_ms,
-                           e->cfg.heartbeat_timeout_ms, e->nb, e->bnames, addrs, lens, (uint32_t)e->reg.n);
+    cx_wire_put_hello_head(&w, e->incarnation, &e->lid, e->url, target, e->host_id, e->cfg.heartbeat_ms,
+                           e->cfg.heartbeat_timeout_ms, e->nb, e->bnames, e->bchoice_p, addrs, lens,
+                           (uint32_t)e->reg.n);
     for (size_t i = 0; i < e->reg.n; i++) cx_wire_put_region(&w, e->reg.v[i], e->bnames, e->nb);
     pthread_rwlock_unlock(&e->reg.lock);
     if (w.ok) cx_conn_send(e, c, type, buf, w.len);
@@ -256,14 +258,23 @@ static void peer_left(cx_engine_t *e, cx_peer_t *p)
     cx_event_emit(e, p, CX_EVENT_LEFT, "clean close (BYE)");
 }
 
-/* The first backend in our order that the peer advertised and that connects. */
+/* The first backend, in the order select/ gives this pair (the same on both ends), that
+ * connects. */
 static int choose_backend(cx_engine_t *e, cx_peer_t *p)
 {
-    for (int i = 0; i < e->nb; i++) {
+    int order[CX_MAX_BACKENDS];
+    char why[160];
+    int n = cx_select_pair_order((const char (*)[CX_CHOICE_MAX])e->bchoice, e->nb,
+                                 (const char (*)[CX_CHOICE_MAX])p->their_choice, p->n_their, p->same_host,
+                                 order, why, sizeof why);
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
         if (!p->adv[i]) continue;
         int rc = e->be[i].ops->connect(e->be[i].b, p, p->adv[i], p->adv_len[i], &p->ep);
         if (rc == CX_OK) {
             p->bidx = i;
+            snprintf(p->why, sizeof p->why, "%s", why);
+            cx_info("peer %s: data over %s (%s)", p->url, e->bnames[i], why);
             return CX_OK;
         }
         cx_warn("peer %s: backend %s does not connect (%s), trying the next", p->url, e->bnames[i], cx_strerror(rc));
@@ -310,6 +321,9 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->incarnation = h->incarnation;
     cx_url_t u;
     if (cx_url_parse(h->url, &u, NULL, 0) == CX_OK) set_url(p, &u);
+    p->n_their = h->nb;
+    for (int j = 0; j < h->nb; j++) snprintf(p->their_choice[j], sizeof p->their_choice[j], "%s", h->b[j].choice);
+    p->same_host = h->host_id[0] && !strcmp(h->host_id, e->host_id);
     for (int j = 0; j < h->nb; j++)
         for (int i = 0; i < e->nb; i++) {
             if (strcmp(h->b[j].name, e->bnames[i]) || p->adv[i]) continue;
@@ -333,7 +347,11 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->suspect_reported = 0;
     p->last_rx_ns = cx_now_ns();
     if (!p->ep) choose_backend(e, p);
-    if ((int)ev >= 0) cx_event_emit(e, p, ev, why);
+    if ((int)ev >= 0) {
+        char reason[128];
+        snprintf(reason, sizeof reason, "%s, data over %s", why, p->ep ? e->bnames[p->bidx] : "nothing (no common backend)");
+        cx_event_emit(e, p, ev, reason);
+    }
     cx_peer_ops_ready(e, p);
 }
 

@@ -230,8 +230,9 @@ void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     if (!s) { cx_op_finish(e, op, CX_ENOMEM); return; }
     int d = s->decided[p->bidx][x->local_mem];
     if (d < 0) {
-        cx_warn("%s of %zu bytes from %s memory refused: CONNEX_GDR=1 but GPUDirect cannot work here",
-                x->kind == CX_XFER_READ ? "read" : "write", x->len, cx_mem_kind_name(x->local_mem));
+        cx_warn("%s of %zu bytes %s %s memory refused by the GPUDirect policy (CONNEX_GDR, see above): %s",
+                x->kind == CX_XFER_READ ? "read" : "write", x->len, x->kind == CX_XFER_READ ? "into" : "from",
+                cx_mem_kind_name(x->local_mem), cx_strerror(d));
         cx_op_finish(e, op, d);
         return;
     }

@@ -57,8 +57,9 @@ int main(int argc, char **argv)
     r2.id = 2; r2.addr = 0x7fff0000; r2.len = 1 << 20; r2.mh[1] = (void *)1; r2.key[1] = k1; r2.key_len[1] = sizeof k1;
     cx_wr_t w;
     cx_wr_init(&w, body, sizeof body);
-    cx_wire_put_hello_head(&w, 0x1122334455667788ull, &me, "127.0.0.1:5000#llama|1|0|0", &you, 1000, 3000, 2,
-                           names, addrs, lens, 2);
+    const char *choices[2] = { "ucx//0x7", "zmq//0x1" };
+    cx_wire_put_hello_head(&w, 0x1122334455667788ull, &me, "127.0.0.1:5000#llama|1|0|0", &you, "host/boot",
+                           1000, 3000, 2, names, choices, addrs, lens, 2);
     cx_wire_put_region(&w, &r1, names, 2);
     cx_wire_put_region(&w, &r2, names, 2);
     if (!w.ok) return 1;
