@@ -102,17 +102,19 @@ static void cx_ucx_force_close(cx_ucx_t *b, cx_bep_t *ep)
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    /* UCX allows a forced close only with peer error handling. Without it (shm-only UCX_TLS)
-     * the lanes are cma (synchronous: nothing lands later) and mm (messages sent from copies
-     * we own), so the flush close may finish in the background. */
-    p.flags = (ep->peer_mode || getenv("CXEXP_FORCE")) ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    /* UCX allows a forced close only with peer error handling (1.13 answers FORCE on a NONE
+     * endpoint with UCS_ERR_INVALID_PARAM). Without it (shm-only UCX_TLS) the lanes are cma
+     * (synchronous: nothing lands later) and mm (messages sent from copies we own), so the
+     * flush close may finish in the background; UCX then keeps the endpoint until the worker
+     * is destroyed (README: known limitation). */
+    p.flags = ep->peer_mode ? UCP_EP_CLOSE_FLAG_FORCE : 0;
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep->ep, &p);
     if (r == NULL) return;
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: ucp_ep_close_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
         return;
     }
-    if (!ep->peer_mode && !getenv("CXEXP_WAIT")) {
+    if (!ep->peer_mode) {
         ucp_request_free(r);
         return;
     }
@@ -124,7 +126,6 @@ static void cx_ucx_force_close(cx_ucx_t *b, cx_bep_t *ep)
         }
         ucp_worker_progress(b->w);
     }
-    if (getenv("CXEXP_WAIT")) cx_warn("close took %.3f ms st=%s", (cx_ucx_now_ns() - deadline + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull)/1e6, ucs_status_string(ucp_request_check_status(r)));
     ucp_request_free(r);
 }
 
