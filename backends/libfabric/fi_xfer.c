@@ -328,6 +328,7 @@ int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
 {
     int r = b->qhead ? -FI_EAGAIN : cx_fi_op_post(b, op);   /* keep order behind the backlog */
     if (r == -FI_EAGAIN) {
+        cx_debug("libfabric: %s: op kind %d waits in the backlog", b->prov, op->kind);
         cx_fi_backlog_add(b, op);
         cx_fi_kick(b);
         return 0;

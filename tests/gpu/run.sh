@@ -2,8 +2,8 @@
 # GPU check for connex-c, for a machine with an NVIDIA GPU (the device tool's H200, say).
 #   1. builds with CUDA reachable (libcuda.so.1 through dlopen: no nvcc needed)
 #   2. runs gpu/'s cases on real device memory (CONNEX_GPU_TEST_KIND=cuda)
-#   3. runs the conformance suite with GPU buffers, where the build has one (label "conformance",
-#      CONNEX_TEST_MEM=cuda: two processes on one GPU)
+#   3. runs conformance_gpu (label "gpu_staging") and conformance_data (zmq) with CUDA buffers
+#      (CONNEX_TEST_MEM=cuda: two processes on one GPU)
 #   4. prints staging bandwidth 16 KiB .. 64 MiB against plain cuMemcpy (connex-gpu-check)
 # Exit: 0 all passed, 1 a failure, 2 no GPU here (said plainly, nothing else run).
 # Usage: tests/gpu/run.sh [build-dir]   (default: build-gpucheck; output also in $OUT when set)
@@ -60,13 +60,17 @@ echo "== gpu/ cases on CUDA device memory"
 echo "== gpu/ cases on the simulated device (same binary, for comparison)"
 (cd "$build" && timeout 300 ctest -L gpu --output-on-failure) || fail=1
 
-if ! grep -qs CONNEX_TEST_MEM "$root"/tests/*.c; then
-  echo "== conformance suite: it does not take GPU buffers yet (CONNEX_TEST_MEM); skipped"
-elif (cd "$build" && ctest -N -L conformance 2>/dev/null | grep -q 'Total Tests: [1-9]'); then
-  echo "== conformance suite with GPU buffers (CONNEX_TEST_MEM=cuda, soak left out)"
-  (cd "$build" && CONNEX_TEST_MEM=cuda timeout 400 ctest -L conformance -LE soak -j 4 --output-on-failure) || fail=1
+if ! (cd "$build" && ctest -N -L gpu_staging 2>/dev/null | grep -q 'Total Tests: [1-9]'); then
+  echo "== conformance with GPU buffers: not in this build (label 'gpu_staging'); skipped"
 else
-  echo "== conformance suite: none in this build (label 'conformance'); skipped"
+  # conformance_gpu: device buffers on either side or both, kill and timeout mid-staging, every
+  # backend variant. zmq first: it always stages, so it is the reference for the others.
+  echo "== staging conformance on CUDA memory (CONNEX_TEST_MEM=cuda conformance_gpu, zmq)"
+  (cd "$build" && CONNEX_TEST_MEM=cuda timeout 300 ctest -R '^conformance_gpu_zmq$' --output-on-failure) || fail=1
+  echo "== staging conformance on CUDA memory, the other backend variants"
+  (cd "$build" && CONNEX_TEST_MEM=cuda timeout 400 ctest -L gpu_staging -E '_zmq$' -j 4 --output-on-failure) || fail=1
+  echo "== data conformance with the peers' regions in CUDA memory (zmq: target-side device copies)"
+  (cd "$build" && CONNEX_TEST_MEM=cuda timeout 300 ctest -R '^conformance_data_zmq$' --output-on-failure) || fail=1
 fi
 
 echo "== staging bandwidth (device 0): staged GPU->host->net->host->GPU vs plain cuMemcpy"
