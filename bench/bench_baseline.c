@@ -63,7 +63,7 @@ static int has_size(const cx_bench_opts_t *o, size_t s)
  * only p50 is known for either. */
 static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, const char *tool)
 {
-    char dir[4096], path[4200], cmd[4400];
+    char dir[4096], path[4200], cmd[4700];
     snprintf(dir, sizeof dir, "%s", o->self);
     snprintf(path, sizeof path, "%s/%s", dirname(dir), tool);
     if (access(path, X_OK)) return;   /* not built on this host */

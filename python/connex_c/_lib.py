@@ -59,7 +59,8 @@ class cx_config_t(ctypes.Structure):
                 ("op_timeout_ms", ctypes.c_uint32),
                 ("connect_timeout_ms", ctypes.c_uint32),
                 ("recv_queue_max", ctypes.c_uint32),
-                ("recv_queue_bytes", ctypes.c_uint64)]
+                ("recv_queue_bytes", ctypes.c_uint64),
+                ("auth_token", ctypes.c_char_p)]
 
 
 class cx_msg_t(ctypes.Structure):

@@ -114,7 +114,7 @@ class Engine:
 
     def __init__(self, model, stage=0, shard=0, replica=0, listen_ip="127.0.0.1", port=0,
                  heartbeat_ms=0, heartbeat_timeout_ms=0, backend=None, op_timeout_ms=0,
-                 connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0):
+                 connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0, auth_token=None):
         if not isinstance(model, str):
             raise TypeError("model must be str, not %s" % type(model).__name__)
         if not _MODEL_RE.fullmatch(model):
@@ -139,6 +139,7 @@ class Engine:
         cfg.connect_timeout_ms = _u32(connect_timeout_ms, "connect_timeout_ms")
         cfg.recv_queue_max = _u32(recv_queue_max, "recv_queue_max")
         cfg.recv_queue_bytes = _args.check_int(recv_queue_bytes, "recv_queue_bytes")
+        cfg.auth_token = _args.text(auth_token, "auth_token")   # None: CONNEX_AUTH_TOKEN(_FILE)
         self._lib = lib()
         self._e = None
         self._cond = threading.Condition()

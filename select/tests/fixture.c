@@ -27,7 +27,7 @@ static int mkdirs(const char *path)
 static int put(const char *dir, const char *rel, const char *text)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path) return -1;
     char *slash = strrchr(path, '/');
     *slash = 0;
     if (mkdirs(path)) return -1;
@@ -41,7 +41,7 @@ static int put(const char *dir, const char *rel, const char *text)
 static int link_to(const char *target, const char *dir, const char *rel)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (snprintf(path, sizeof path, "%s/%s", dir, rel) >= (int)sizeof path) return -1;
     char *slash = strrchr(path, '/');
     *slash = 0;
     if (mkdirs(path)) return -1;
