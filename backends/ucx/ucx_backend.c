@@ -75,6 +75,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     b->efd = b->epfd = b->sigfd = b->tfd = -1;
     b->eps.next = b->eps.prev = &b->eps;
     b->done.next = b->done.prev = &b->done;
+    b->zombies.next = b->zombies.prev = &b->zombies;
 
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);

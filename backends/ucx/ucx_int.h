@@ -100,6 +100,7 @@ struct cx_ucx {
     struct cx_bep eps;           /* sentinel */
     struct cx_bep *errq;         /* endpoints with a failure to report */
     cx_ucx_op_t done;            /* sentinel: finished ops to hand back */
+    cx_ucx_op_t zombies;         /* sentinel: delivered ops a UCX request still names */
     cx_ucx_op_t *acks[CX_UCX_ACK_BUCKETS];
     uint64_t next_req_id;
     cx_ucx_in_t *in_head, *in_tail;

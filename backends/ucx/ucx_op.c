@@ -65,6 +65,15 @@ static void cx_ucx_op_free(cx_ucx_t *b, cx_ucx_op_t *op)
 
 void cx_ucx_ops_free_cache(cx_ucx_t *b)
 {
+    /* After ucp_worker_destroy: requests that never completed (endpoints without error
+     * handling to dead peers) will not call back any more. */
+    while (b->zombies.next && b->zombies.next != &b->zombies) {
+        cx_ucx_op_t *op = b->zombies.next;
+        cx_ucx_list_del(op);
+        free(op->msg_copy);
+        free(op->bounce);
+        free(op);
+    }
     while (b->free_ops) {
         cx_ucx_op_t *op = b->free_ops;
         b->free_ops = op->next;
@@ -129,6 +138,7 @@ void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op)
     op->ep = NULL;
     int status = op->status;
     if (!op->pending) cx_ucx_op_free(b, op);
+    else cx_ucx_list_add(&b->zombies, op);   /* freed by its last request, or at close */
     if (x) cx_core_xfer_done(b->core, x, status);
 }
 
@@ -136,5 +146,8 @@ void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op)
 void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op)
 {
     if (op->pending > 0) op->pending--;
-    if (!op->pending && op->finished && !op->x) cx_ucx_op_free(b, op);
+    if (!op->pending && op->finished && !op->x) {
+        cx_ucx_list_del(op);
+        cx_ucx_op_free(b, op);
+    }
 }

@@ -203,6 +203,8 @@ cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len);
 
 /* ops.c */
 void cx_op_start(cx_engine_t *e, cx_op_t *op);
+/* Binds an op to its peer: the timeout and failure paths walk the peer's list. */
+void cx_op_link(cx_peer_t *p, cx_op_t *op);
 void cx_op_issue(cx_engine_t *e, cx_op_t *op);       /* peer is up: go to the backend */
 void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status);  /* unlink from peer, count, wake */
 void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);

@@ -10,7 +10,7 @@
 
 int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);
 
-static void link_op(cx_peer_t *p, cx_op_t *op)
+void cx_op_link(cx_peer_t *p, cx_op_t *op)
 {
     op->peer = p;
     op->prev = p->ops.prev;
@@ -159,7 +159,7 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
             return;
         }
     }
-    link_op(p, op);
+    cx_op_link(p, op);
     switch (p->state) {
     case CX_PEER_UP:
     case CX_PEER_SUSPECT:
@@ -222,7 +222,7 @@ void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
     while (waiting.next != &waiting) {
         cx_op_t *op = waiting.next;
         unlink_op(op);
-        link_op(p, op);
+        cx_op_link(p, op);
         op->stage = OPS_QUEUED;
         if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
         else cx_op_issue(e, op);

@@ -123,16 +123,6 @@ static stg_pipe_t *pipe_get(cx_engine_t *e, cx_staging_t *s, int kind, int devic
 
 /* ---------------------------------------------------------------- sub-xfers */
 
-/* Same list the core's ops.c keeps: the timeout and failure paths walk it. */
-static void link_to_peer(cx_peer_t *p, cx_op_t *op)
-{
-    op->peer = p;
-    op->prev = p->ops.prev;
-    op->next = &p->ops;
-    p->ops.prev->next = op;
-    p->ops.prev = op;
-}
-
 static void sub_complete(stg_sub_t *sub)
 {
     stg_job_t *j = sub->job;
@@ -183,7 +173,7 @@ static void chunk_cb(const cx_stage_chunk_t *c)
         x->msg = px->msg;
         x->msg_len = px->msg_len;
     }
-    link_to_peer(p, so);
+    cx_op_link(p, so);
     j->subs_out++;
     /* A backend may complete the xfer inside submit: sub_complete must not free it under us. */
     sub->in_submit = 1;
