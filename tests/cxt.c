@@ -156,17 +156,19 @@ long cxt_rss_kib(void)
     return ok ? res * (sysconf(_SC_PAGESIZE) / 1024) : -1;
 }
 
-uint16_t cxt_free_port(void)
+uint16_t cxt_refusing_port(int *hold)
 {
+    *hold = -1;
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return 0;
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     socklen_t al = sizeof a;
-    uint16_t port = 0;
-    if (bind(s, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(s, (struct sockaddr *)&a, &al) == 0)
-        port = ntohs(a.sin_port);
-    close(s);
-    return port;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) || getsockname(s, (struct sockaddr *)&a, &al)) {
+        close(s);
+        return 0;
+    }
+    *hold = s;
+    return ntohs(a.sin_port);
 }
 
 /* ---- events ---- */

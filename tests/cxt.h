@@ -37,8 +37,10 @@ int cxt_list_fds(int *out, int max);
  * control ports) that lack FD_CLOEXEC; *checked: how many such sockets there are. */
 int cxt_sockets_without_cloexec(const uint16_t *ports, int nports, int *checked);
 
-/* A free TCP port on 127.0.0.1 (bound to 0, read back, closed). */
-uint16_t cxt_free_port(void);
+/* A TCP port on 127.0.0.1 where nobody listens, and nobody can start to: the socket stays bound
+ * (not listening) in *hold until the caller closes it, so connects there are refused. A port that
+ * is merely free can be taken by a parallel test's listener, which accepts and then hangs up. */
+uint16_t cxt_refusing_port(int *hold);
 
 /* ---- events ---- */
 

@@ -25,6 +25,7 @@ const char *cx_event_name(cx_event_type_t t)
     case CX_EVENT_FAILED: return "failed";
     case CX_EVENT_SUSPECT: return "suspect";
     case CX_EVENT_LEFT: return "left";
+    case CX_EVENT_MOVED: return "moved";
     }
     return "unknown";
 }

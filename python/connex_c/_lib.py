@@ -29,7 +29,7 @@ CX_URL_MAX = 160
 CX_MSG_MAX = 64 << 20
 CX_OPK_NAMES = ("read", "write", "put_signal", "msg")
 CX_OPK_COUNT = len(CX_OPK_NAMES)
-EVENT_NAMES = ("up", "joined", "failed", "suspect", "left")
+EVENT_NAMES = ("up", "joined", "failed", "suspect", "left", "moved")
 
 
 class LibraryNotFound(ImportError):
@@ -60,14 +60,23 @@ class cx_config_t(ctypes.Structure):
                 ("connect_timeout_ms", ctypes.c_uint32),
                 ("recv_queue_max", ctypes.c_uint32),
                 ("recv_queue_bytes", ctypes.c_uint64),
-                ("auth_token", ctypes.c_char_p)]
+                ("auth_token", ctypes.c_char_p),
+                ("directory", ctypes.c_char_p),
+                ("peers", ctypes.c_char_p),
+                ("lease_ms", ctypes.c_uint32),
+                ("credits_critical", ctypes.c_uint32),
+                ("credits_background", ctypes.c_uint32),
+                ("background_chunk", ctypes.c_uint32),
+                ("classes_off", ctypes.c_int)]
 
 
 class cx_msg_t(ctypes.Structure):
     _fields_ = [("from_", cx_lid_t),
                 ("from_url", ctypes.c_char * CX_URL_MAX),
                 ("data", ctypes.c_void_p),
-                ("len", ctypes.c_size_t)]
+                ("len", ctypes.c_size_t),
+                ("step", ctypes.c_uint64),
+                ("from_incarnation", ctypes.c_uint64)]
 
 
 class cx_event_t(ctypes.Structure):
@@ -106,7 +115,12 @@ class cx_stats_t(ctypes.Structure):
                 ("auth_refused", ctypes.c_uint64),
                 ("staged_h2d_bytes", ctypes.c_uint64),
                 ("staged_d2h_bytes", ctypes.c_uint64),
-                ("gpudirect", ctypes.c_int)]
+                ("gpudirect", ctypes.c_int),
+                ("steps_handed_over", ctypes.c_uint64),
+                ("steps_duplicates_dropped", ctypes.c_uint64),
+                ("directory_changes", ctypes.c_uint64),
+                ("background_chunks", ctypes.c_uint64),
+                ("background_deferred", ctypes.c_uint64)]
 
 
 STRUCTS = {"cx_lid_t": cx_lid_t, "cx_config_t": cx_config_t, "cx_msg_t": cx_msg_t,

@@ -71,6 +71,18 @@ typedef struct cx_config {        /* zero-initialised = defaults */
     uint64_t recv_queue_bytes;    /* bounded message queue, bytes; default 256 MiB */
     const char *auth_token;       /* shared secret peers must prove (docs/security.md); NULL: env
                                      CONNEX_AUTH_TOKEN, else the file CONNEX_AUTH_TOKEN_FILE, else none */
+    /* mobility (docs/mobility.md) */
+    const char *directory;        /* NULL: env CONNEX_DIRECTORY, else "static"; or "etcd://ip:port" */
+    const char *peers;            /* static directory: comma-separated URLs; NULL: env CONNEX_PEERS */
+    uint32_t lease_ms;            /* directory lease: an entry outlives a dead process this long;
+                                     default 3000 (etcd rounds up to whole seconds) */
+    /* traffic classes (docs/semantics.md): per peer, ops in flight per class */
+    uint32_t credits_critical;    /* default 64 */
+    uint32_t credits_background;  /* default 2 */
+    uint32_t background_chunk;    /* background transfers move in chunks of this many bytes;
+                                     default 1 MiB */
+    int classes_off;              /* 1: no classes, every op is issued at once (benchmark baseline);
+                                     env CONNEX_CLASSES=off */
 } cx_config_t;
 
 typedef struct cx_engine cx_engine_t;
@@ -111,6 +123,16 @@ int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t re
  * the engine's op timeout bounds them). */
 int cx_op_wait(cx_op_t *op, int timeout_ms);
 
+/* Traffic classes. Critical ops (the default of every synchronous call) go first; background
+ * ops (KV migration, recovery) are chunked, limited to credits_background in flight per peer, and
+ * yield to critical ops on the same peer. */
+typedef enum { CX_CLASS_CRITICAL = 0, CX_CLASS_BACKGROUND = 1 } cx_class_t;
+/* Asynchronous read and write in a class: *op is set on success; pass it to cx_op_wait once. */
+int cx_read_async(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, size_t len,
+                  cx_class_t cls, cx_op_t **op);
+int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst,
+                   size_t len, cx_class_t cls, cx_op_t **op);
+
 #define CX_MSG_MAX (64u << 20)   /* largest message or put_signal message */
 
 typedef struct cx_msg {
@@ -118,6 +140,9 @@ typedef struct cx_msg {
     char from_url[CX_URL_MAX];
     void *data;
     size_t len;
+    uint64_t step;        /* a group step's id (cx_group_send), unique per sender incarnation;
+                             0 for a plain message */
+    uint64_t from_incarnation;
 } cx_msg_t;
 
 int cx_send_msg(cx_engine_t *e, const char *peer, const void *buf, size_t len);
@@ -130,9 +155,10 @@ typedef enum {
     CX_EVENT_JOINED,      /* a known LID came back (new incarnation, or reconnected after FAILED) */
     CX_EVENT_FAILED,      /* died, hung past the heartbeat timeout, or cut off; reason says which */
     CX_EVENT_SUSPECT,     /* heartbeats missing; not yet failed */
-    CX_EVENT_LEFT         /* clean close (BYE) */
+    CX_EVENT_LEFT,        /* clean close (BYE), or its directory entry was deleted or expired */
+    CX_EVENT_MOVED        /* a known LID is now registered at another URL (directory) */
 } cx_event_type_t;
-const char *cx_event_name(cx_event_type_t t);   /* "up", "joined", "failed", "suspect", "left" */
+const char *cx_event_name(cx_event_type_t t);   /* "up", "joined", "failed", "suspect", "left", "moved" */
 
 typedef struct cx_event {
     cx_event_type_t type;
@@ -165,8 +191,54 @@ typedef struct cx_stats {
     uint64_t auth_refused;
     uint64_t staged_h2d_bytes, staged_d2h_bytes;
     int gpudirect;                     /* 1 when GPU memory is registered with the NIC directly */
+    uint64_t steps_handed_over;        /* group steps re-sent to another member after a failure */
+    uint64_t steps_duplicates_dropped; /* receiver side: group steps seen before, not queued again */
+    uint64_t directory_changes;        /* directory entries added, moved or removed, as seen here */
+    uint64_t background_chunks;        /* chunks of background-class transfers issued */
+    uint64_t background_deferred;      /* times a background chunk waited for critical ops */
 } cx_stats_t;
 int cx_stats(cx_engine_t *e, cx_stats_t *st);
+
+/* ---- mobility (docs/mobility.md) ---- */
+
+/* The identity directory: LID -> URL, with a version (etcd's revision; a counter for the static
+ * directory) so that a stale route is recognised. This engine registers itself at create (under a
+ * lease the progress thread keeps alive) and deletes its entry at destroy. */
+typedef struct cx_dir_entry {
+    cx_lid_t lid;
+    char url[CX_URL_MAX];
+    uint64_t version;
+} cx_dir_entry_t;
+/* Entries whose LID matches `pattern` ("model|stage|shard|replica", any field may be "*").
+ * Fills up to max entries; returns how many match (may exceed max), or an error. */
+int cx_directory_list(cx_engine_t *e, const char *pattern, cx_dir_entry_t *out, int max);
+const char *cx_directory_kind(cx_engine_t *e);   /* "static" or "etcd" */
+
+/* Replica groups: every member whose LID matches a pattern ("model|stage|*|*"), followed through
+ * the directory and the transport events. Steps sent to a group go to one live member; if that
+ * member fails before it queued the step, the step is handed to another member. A receiver
+ * queues each step at most once (duplicates are dropped by (sender incarnation, step id)). */
+typedef struct cx_group cx_group_t;
+typedef enum { CX_PICK_ROUND_ROBIN = 0, CX_PICK_LEAST_INFLIGHT = 1 } cx_pick_t;
+
+int cx_group_open(cx_engine_t *e, const char *pattern, cx_pick_t policy, cx_group_t **out);
+void cx_group_close(cx_group_t *g);      /* steps still in flight complete with CX_ECLOSED */
+/* Add a member by URL (besides what the directory lists); its LID must match the pattern. */
+int cx_group_add(cx_group_t *g, const char *url);
+/* Members (up to max) and their states; returns the member count. */
+int cx_group_members(cx_group_t *g, cx_lid_t *lids, cx_peer_state_t *states, int max);
+/* The member the policy picks now (skips FAILED, SUSPECT and LEFT); CX_EPEER when none is live. */
+int cx_group_pick(cx_group_t *g, cx_lid_t *out);
+/* The caller saw this member misbehave: skip it (and hand its steps over) until it rejoins. */
+int cx_group_mark_failed(cx_group_t *g, const char *lid);
+/* A step: a message (send) or a write then a message (put_signal, remote_offset counted from the
+ * start of the first region the member registered). Asynchronous: wait with cx_group_wait. */
+int cx_group_send(cx_group_t *g, const void *msg, size_t len, cx_op_t **op);
+int cx_group_put_signal(cx_group_t *g, const void *src, size_t len, uint64_t remote_offset,
+                        const void *msg, size_t msg_len, cx_op_t **op);
+/* cx_op_wait for a group step that also says which member queued it (taken_by may be NULL) and
+ * its step id (step may be NULL). CX_EPEER: no member was left. */
+int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *step);
 
 /* Logging: CONNEX_LOG=error|warn|info|debug (default warn), to stderr. */
 void cx_log_set_level(int level);       /* 0 error .. 3 debug */
