@@ -154,6 +154,11 @@ struct cx_engine {
     cx_stats_t st;
 
     struct cx_staging *stg;   /* staging.c: GPU staging rings and jobs, NULL until first use */
+
+    /* mobility (mobility/mobility.h) */
+    struct cx_dir *dir;       /* the identity directory (dir.c) */
+    struct cx_group *groups;  /* open groups (group.c), progress-thread list */
+    struct cx_step_rx *steps_rx;  /* receiver-side duplicate filter per sender (step.c) */
 };
 
 struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */

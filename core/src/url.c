@@ -2,6 +2,7 @@
  * Strict on purpose: a URL is an identity, and two spellings of one identity would split a peer
  * in two (so no hostnames, no signs, no spaces, no leading zeros). */
 #include "connex/connex.h"
+#include "mobility/mobility.h"
 
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -156,4 +157,51 @@ int cx_lid_cmp(const cx_lid_t *a, const cx_lid_t *b)
     if (a->shard != b->shard) return a->shard < b->shard ? -1 : 1;
     if (a->replica != b->replica) return a->replica < b->replica ? -1 : 1;
     return 0;
+}
+
+/* LID patterns: each field of model|stage|shard|replica may be "*". */
+int cx_lid_pat_parse(const char *s, cx_lid_pat_t *out, char *err, size_t errlen)
+{
+    if (!s) return fail(err, errlen, "LID pattern is NULL");
+    if (!out) return fail(err, errlen, "no output pattern");
+    char buf[CX_MODEL_MAX + 48];
+    if (strlen(s) >= sizeof buf) return fail(err, errlen, "LID pattern '%.80s' is too long", s);
+    /* Replace each "*" field by a placeholder the strict parser accepts, and remember it. */
+    static const char *dummy[] = { "x", "0", "0", "0" };
+    unsigned wild = 0;
+    size_t o = 0;
+    int field = 0;
+    const char *start = s;
+    for (const char *c = s;; c++) {
+        if (*c == '|' || *c == 0) {
+            size_t n = (size_t)(c - start);
+            const char *src = start;
+            if (n == 1 && *start == '*' && field < 4) {
+                wild |= 1u << field;
+                src = dummy[field];
+                n = strlen(src);
+            }
+            memcpy(buf + o, src, n);
+            o += n;
+            if (*c == 0) break;
+            buf[o++] = '|';
+            field++;
+            start = c + 1;
+        }
+    }
+    buf[o] = 0;
+    char why[160];
+    if (cx_lid_parse(buf, &out->lid, why, sizeof why))
+        return fail(err, errlen, "LID pattern '%.80s' (fields may be '*'): %s", s, why);
+    out->wild = wild;
+    return CX_OK;
+}
+
+int cx_lid_pat_match(const cx_lid_pat_t *p, const cx_lid_t *lid)
+{
+    if (!(p->wild & 1u) && strcmp(p->lid.model, lid->model)) return 0;
+    if (!(p->wild & 2u) && p->lid.stage != lid->stage) return 0;
+    if (!(p->wild & 4u) && p->lid.shard != lid->shard) return 0;
+    if (!(p->wild & 8u) && p->lid.replica != lid->replica) return 0;
+    return 1;
 }
