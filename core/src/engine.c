@@ -386,6 +386,38 @@ cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer)
     return peer_query(e, peer, &q) ? CX_PEER_UNKNOWN : q.state;
 }
 
+struct peer_list { cx_peer_info_t *out; int max, n; };
+static void peer_list_fn(cx_engine_t *e, void *arg)
+{
+    struct peer_list *l = arg;
+    for (cx_peer_t *p = e->peers; p; p = p->next, l->n++) {
+        if (l->n >= l->max) continue;
+        cx_peer_info_t *i = &l->out[l->n];
+        memset(i, 0, sizeof *i);
+        i->lid = p->lid;
+        snprintf(i->url, sizeof i->url, "%s", p->url);
+        i->state = p->state;
+        if (p->bidx >= 0 && p->ep && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
+            snprintf(i->backend, sizeof i->backend, "%s", e->bnames[p->bidx]);
+            snprintf(i->why, sizeof i->why, "%s", p->why);
+        }
+        i->incarnation = p->incarnation;
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) i->ops_in_flight++;
+        i->same_host = p->same_host;
+    }
+}
+
+int cx_peer_list(cx_engine_t *e, cx_peer_info_t *out, int max)
+{
+    if (!e || max < 0 || (max > 0 && !out)) {
+        cx_warn("cx_peer_list: %s", !e ? "no engine" : "out is NULL or max < 0");
+        return CX_EINVAL;
+    }
+    struct peer_list l = { out, max, 0 };
+    int rc = cx_exec(e, peer_list_fn, &l);
+    return rc ? rc : l.n;
+}
+
 /* ---------------------------------------------------------------- memory */
 
 struct reg_arg { void *addr; size_t len; int rc; cx_region_t *reg; };

@@ -123,8 +123,19 @@ class cx_stats_t(ctypes.Structure):
                 ("background_deferred", ctypes.c_uint64)]
 
 
+class cx_peer_info_t(ctypes.Structure):
+    _fields_ = [("lid", cx_lid_t),
+                ("url", ctypes.c_char * CX_URL_MAX),
+                ("state", ctypes.c_int),
+                ("backend", ctypes.c_char * 16),
+                ("why", ctypes.c_char * 192),
+                ("incarnation", ctypes.c_uint64),
+                ("ops_in_flight", ctypes.c_uint64),
+                ("same_host", ctypes.c_int)]
+
+
 STRUCTS = {"cx_lid_t": cx_lid_t, "cx_config_t": cx_config_t, "cx_msg_t": cx_msg_t,
-           "cx_event_t": cx_event_t, "cx_stats_t": cx_stats_t}
+           "cx_event_t": cx_event_t, "cx_stats_t": cx_stats_t, "cx_peer_info_t": cx_peer_info_t}
 
 _P = ctypes.c_void_p
 _S = ctypes.c_char_p
@@ -143,6 +154,7 @@ _PROTOTYPES = {
     "cx_connect": (_I, [_P, _S, _I]),
     "cx_peer_backend": (_S, [_P, _S]),
     "cx_peer_state": (_I, [_P, _S]),
+    "cx_peer_list": (_I, [_P, ctypes.POINTER(cx_peer_info_t), _I]),
     "cx_register_memory": (_I, [_P, _P, _Z]),
     "cx_unregister_memory": (_I, [_P, _P]),
     "cx_read": (_I, [_P, _S, _P, _U64, _Z]),

@@ -11,7 +11,7 @@ import time
 
 from . import _args
 from ._lib import (CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK, CX_OPK_NAMES, EVENT_NAMES,
-                   cx_config_t, cx_event_t, cx_msg_t, cx_stats_t, lib, strerror)
+                   cx_config_t, cx_event_t, cx_msg_t, cx_peer_info_t, cx_stats_t, lib, strerror)
 
 # Blocking waits are cut into slices this long so that close() from another thread is noticed:
 # the engine is never destroyed under a thread still inside a C call.
@@ -269,6 +269,32 @@ class Engine:
         finally:
             self._leave()
         return _PEER_STATES[st] if 0 <= st < len(_PEER_STATES) else "unknown"
+
+    def peers(self):
+        """Every peer this engine knows: a list of dicts with lid (model, stage, shard, replica),
+        url, state, backend (while up), why (the selection's reason), incarnation,
+        ops_in_flight and same_host."""
+        n = 16
+        while True:
+            arr = (cx_peer_info_t * n)()
+            e = self._enter("peers")
+            try:
+                rc = self._lib.cx_peer_list(e, arr, n)
+            finally:
+                self._leave()
+            if rc < 0:
+                _raise(rc, "peers")
+            if rc <= n:
+                break
+            n = rc + 16   # more peers appeared: ask again with room for them
+        out = []
+        for i in arr[:rc]:
+            out.append({"lid": i.lid.as_tuple(), "url": i.url.decode(),
+                        "state": _PEER_STATES[i.state] if 0 <= i.state < len(_PEER_STATES) else "unknown",
+                        "backend": i.backend.decode() or None, "why": i.why.decode(),
+                        "incarnation": i.incarnation, "ops_in_flight": i.ops_in_flight,
+                        "same_host": bool(i.same_host)})
+        return out
 
     # ---- memory ----
 

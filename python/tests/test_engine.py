@@ -63,6 +63,11 @@ def test_read_write_between_processes(engine, peers):
     assert st["peers_up"] == 1
     assert engine.peer_state(peer.url) == "up"
     assert engine.peer_backend(peer.url)
+    listed = [p for p in engine.peers() if p["url"] == peer.url]
+    assert len(listed) == 1
+    assert listed[0]["lid"] == ("stage0", 0, 0, 0) and listed[0]["state"] == "up"
+    assert listed[0]["backend"] == engine.peer_backend(peer.url) and listed[0]["why"]
+    assert listed[0]["incarnation"] != 0 and listed[0]["same_host"] is True
 
     ev, _ = wait_event_type(engine, "up", ("stage0", 0, 0, 0))
     assert ev["url"] == peer.url

@@ -105,6 +105,20 @@ typedef enum {
 } cx_peer_state_t;
 cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer);
 
+/* One known peer, as cx_peer_list reports it. */
+typedef struct cx_peer_info {
+    cx_lid_t lid;
+    char url[CX_URL_MAX];
+    cx_peer_state_t state;
+    char backend[16];         /* the pair's backend while UP or SUSPECT, else "" */
+    char why[192];            /* why the pair uses that backend (the selection's reason) */
+    uint64_t incarnation;     /* the peer's current (or last) incarnation, 0 before any */
+    uint64_t ops_in_flight;   /* ops this engine has bound to that peer */
+    int same_host;            /* 1: the peer runs on this host (shared-memory paths apply) */
+} cx_peer_info_t;
+/* Fills up to max entries; returns the number of known peers (may exceed max), or an error. */
+int cx_peer_list(cx_engine_t *e, cx_peer_info_t *out, int max);
+
 /* Memory: host or GPU (detected). Registered ranges may not overlap. */
 int cx_register_memory(cx_engine_t *e, void *addr, size_t len);
 int cx_unregister_memory(cx_engine_t *e, void *addr);
