@@ -5,12 +5,14 @@
  * only fork/execve/waitpid. */
 #include "bench_netns.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,6 +88,9 @@ int cx_bench_netns_setup(cx_bench_netns_t *n, char *why, size_t len)
     return 0;
 }
 
+/* Like `ip netns exec`: the network namespace, and a mount namespace of our own with that
+ * network's /sys. UCX lists its TCP interfaces in /sys/class/net; with the host's /sys it would
+ * advertise addresses this namespace does not have, and peers could not reach it. */
 int cx_bench_netns_enter(const cx_bench_netns_t *n)
 {
     char path[64];
@@ -94,7 +99,10 @@ int cx_bench_netns_enter(const cx_bench_netns_t *n)
     if (fd < 0) return -1;
     int rc = setns(fd, CLONE_NEWNET);
     close(fd);
-    return rc;
+    if (rc) return rc;
+    if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_SLAVE | MS_REC, NULL)) return -1;
+    if (umount2("/sys", MNT_DETACH) && errno != EINVAL) return -1;
+    return mount(n->ns_a, "/sys", "sysfs", 0, NULL);
 }
 
 int cx_bench_netns_link(const cx_bench_netns_t *n, int up)

@@ -244,6 +244,11 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
         if (getppid() != parent) _exit(127);
         dup2(in[0], 0);
         dup2(out[1], 1);
+        if (o->netns) {
+            const char *full[40] = { "ip", "netns", "exec", o->netns };
+            for (int i = 0; i <= ac; i++) full[4 + i] = argv[i];
+            execvp("ip", (char *const *)full);
+        }
         execv(CX_PEER_PATH, (char *const *)argv);
         static const char m[] = "cxt: exec " CX_PEER_PATH " failed\n";
         if (write(2, m, sizeof m - 1) < 0) _exit(126);

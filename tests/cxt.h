@@ -63,6 +63,8 @@ typedef struct cxt_peer_opts {
     const char *connect;      /* URL to connect to at start (NULL: none) */
     const char *listen_ip;    /* NULL: the engine's default (127.0.0.1) */
     const char *mem;          /* region memory: host|sim|cuda (NULL: CONNEX_TEST_MEM, else host) */
+    const char *netns;        /* run it in this network namespace through `ip netns exec`, which
+                                 also remounts /sys for it (UCX lists its interfaces there) */
 } cxt_peer_opts_t;
 
 #define CXT_STASH 256

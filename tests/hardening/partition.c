@@ -77,25 +77,13 @@ static void teardown_net(void)
     g_have_ns = 0;
 }
 
-/* Starts the peer with this thread inside the namespace: the forked child stays there. */
-static int start_peer_in_ns(cxt_peer_t *p, const cxt_peer_opts_t *o)
+/* The peer runs in the namespace through `ip netns exec`, which also gives it the namespace's own
+ * /sys (UCX lists its TCP interfaces in /sys/class/net: a process that only setns()ed sees the
+ * host's interfaces there and advertises addresses it does not have). */
+static int start_peer_in_ns(cxt_peer_t *p, cxt_peer_opts_t *o)
 {
-    char path[128];
-    snprintf(path, sizeof path, "/run/netns/%s", g_ns);
-    int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
-    int ns = open(path, O_RDONLY | O_CLOEXEC);
-    if (self < 0 || ns < 0 || setns(ns, CLONE_NEWNET)) {
-        perror("partition: setns");
-        return -1;
-    }
-    int rc = cxt_peer_start(p, o, 10000);
-    if (setns(self, CLONE_NEWNET)) {
-        perror("partition: setns back");
-        abort();   /* this thread would be in the wrong network from here on */
-    }
-    close(self);
-    close(ns);
-    return rc;
+    o->netns = g_ns;
+    return cxt_peer_start(p, o, 10000);
 }
 
 typedef struct {
