@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind,
                  struct fid_mr **mr)
 {
