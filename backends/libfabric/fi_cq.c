@@ -71,11 +71,14 @@ static void cx_fi_deliver(cx_backend_t *b, void *peer, int sig, uint64_t seq, co
     cx_fi_send_ack(b, cx_fi_ep_by_peer(b, peer), peer, seq, st);
 }
 
-static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq, cx_rd_t *r)
+static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq,
+                             const uint8_t *body, size_t blen)
 {
-    uint64_t len = cx_rd_u64(r), addr = cx_rd_u64(r), key = cx_rd_u64(r);
+    cx_fi_rts_t rts;
+    int bad = cx_fi_rts_get(body, blen, &rts);
+    uint64_t len = rts.len, addr = rts.addr, key = rts.key;
     cx_bep_t *ep = cx_fi_ep_by_peer(b, peer);
-    if (!cx_rd_done(r) || !len || len > CX_MSG_MAX) {
+    if (bad) {
         cx_warn("libfabric: malformed large-message header (len %llu)", (unsigned long long)len);
         cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
         cx_fi_send_ack(b, ep, peer, seq, CX_EINVAL);
@@ -126,23 +129,22 @@ static void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
 
 static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
 {
-    cx_rd_t r;
-    cx_rd_init(&r, buf, len);
-    uint8_t type = cx_rd_u8(&r);
-    uint8_t ver = cx_rd_u8(&r);
-    (void)cx_rd_u16(&r);
-    uint64_t inc = cx_rd_u64(&r);
-    uint64_t seq = cx_rd_u64(&r);
+    cx_fi_hdr_t h;
+    int bad = cx_fi_hdr_get(buf, len, &h);
+    uint8_t type = h.type;
+    uint64_t inc = h.inc;
+    uint64_t seq = h.seq;
     cx_debug("libfabric: %s: received type %u seq %llu (%zu bytes)", b->prov, type,
              (unsigned long long)seq, len);
-    if (!r.ok || ver != CX_FM_VERSION) {
-        cx_warn("libfabric: malformed message (%zu bytes, version %u) dropped", len, ver);
+    if (bad) {
+        cx_warn("libfabric: malformed message (%zu bytes, version %u) dropped", len,
+                len > 1 ? buf[1] : 0);
         cx_core_count_served(b->core, CX_XFER_MSG, 0, 0);
         return;
     }
     if (type == CX_FM_ACK) {
-        int32_t st = (int32_t)cx_rd_u32(&r);
-        if (!cx_rd_done(&r)) {
+        int32_t st;
+        if (cx_fi_ack_get(buf + CX_FM_HDR, len - CX_FM_HDR, &st)) {
             cx_warn("libfabric: malformed ack dropped");
             return;
         }
@@ -166,7 +168,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     if (type == CX_FM_MSG || type == CX_FM_SIG)
         cx_fi_deliver(b, peer, sig, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
     else
-        cx_fi_pull_start(b, peer, sig, seq, &r);
+        cx_fi_pull_start(b, peer, sig, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
 }
 
 static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)

@@ -3,6 +3,7 @@
 #define CX_FI_INT_H
 
 #include "connex/backend.h"
+#include "fi_wire.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -23,7 +24,7 @@
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
 #define CX_FI_ACK_BUCKETS 256
-#define CX_FI_ADDR_VERSION 2    /* address blob: provider, format, name, pid */   /* ops waiting for the target's ack, hashed by sequence */
+/* CX_FI_ADDR_VERSION, CX_FI_KEY_*, the message header (CX_FM_*): fi_wire.h */
 
 enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2 };
 
@@ -173,11 +174,5 @@ int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx);
 int cx_fi_tx_get(cx_backend_t *b);
 void cx_fi_tx_put(cx_backend_t *b, int i);
 static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i) { return b->txmem + (size_t)i * CX_FI_BUF; }
-
-/* Backend message header: type, version, reserved, sender incarnation, sequence. */
-enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5 };
-#define CX_FM_VERSION 1
-#define CX_FM_HDR 20            /* u8 type, u8 ver, u16 rsvd, u64 inc, u64 seq */
-#define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
 
 #endif

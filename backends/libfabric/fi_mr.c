@@ -7,9 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CX_FI_KEY_VERSION 1
-#define CX_FI_KEY_VIRT 1u
-
 int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind,
                  struct fid_mr **mr)
 {
@@ -70,10 +67,8 @@ int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **
     h->base = (uint64_t)(uintptr_t)addr;
     cx_wr_t w;
     cx_wr_init(&w, key, *key_len);
-    cx_wr_u8(&w, CX_FI_KEY_VERSION);
-    cx_wr_u8(&w, (b->mr_mode & FI_MR_VIRT_ADDR) ? CX_FI_KEY_VIRT : 0);
-    cx_wr_u64(&w, h->base);
-    cx_wr_u64(&w, fi_mr_key(h->mr));
+    cx_fi_key_put(&w, &(cx_fi_key_t){ .flags = (b->mr_mode & FI_MR_VIRT_ADDR) ? CX_FI_KEY_VIRT : 0,
+                                      .base = h->base, .key = fi_mr_key(h->mr) });
     if (!w.ok) {
         cx_warn("libfabric: mem_reg: key buffer of %zu bytes too small", *key_len);
         fi_close(&h->mr->fid);
@@ -98,18 +93,11 @@ void cx_fi_mem_dereg(cx_backend_t *b, void *mh)
 int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr,
                      uint64_t *rkey)
 {
-    cx_rd_t r;
-    cx_rd_init(&r, key, key_len);
-    uint8_t ver = cx_rd_u8(&r);
-    uint8_t flags = cx_rd_u8(&r);
-    uint64_t base = cx_rd_u64(&r);
-    uint64_t k = cx_rd_u64(&r);
-    if (!cx_rd_done(&r) || ver != CX_FI_KEY_VERSION || remote < base) {
+    cx_fi_key_t k;
+    if (cx_fi_key_get(key, key_len, &k) || cx_fi_key_target(&k, remote, raddr)) {
         cx_warn("libfabric: malformed or foreign remote key (%zu bytes)", key_len);
         return CX_EINVAL;
     }
-    /* Without FI_MR_VIRT_ADDR the provider addresses a region by offset from its start. */
-    *raddr = (flags & CX_FI_KEY_VIRT) ? remote : remote - base;
-    *rkey = k;
+    *rkey = k.key;
     return CX_OK;
 }

@@ -154,11 +154,10 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     /* The blob names the provider so that a peer on another fabric refuses it at connect. */
     cx_wr_t w;
     cx_wr_init(&w, b->addr, sizeof b->addr);
-    cx_wr_u8(&w, CX_FI_ADDR_VERSION);
-    cx_wr_str8(&w, b->prov);
-    cx_wr_u32(&w, in->addr_format);
-    cx_wr_blob16(&w, name, nlen);
-    cx_wr_u32(&w, (uint32_t)getpid());
+    cx_fi_addr_t a = { .fmt = in->addr_format, .name = name, .name_len = nlen,
+                       .pid = (uint32_t)getpid() };
+    snprintf(a.prov, sizeof a.prov, "%s", b->prov);
+    cx_fi_addr_put(&w, &a);
     if (!w.ok)
         return -FI_ETOOSMALL;
     b->addr_len = w.len;

@@ -193,22 +193,14 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         cx_wr_t w;
         cx_wr_init(&w, buf, CX_FI_BUF);
         if (op->kind == CX_FOP_ACK) {
-            cx_wr_u8(&w, CX_FM_ACK);
-            cx_wr_u8(&w, CX_FM_VERSION);
-            cx_wr_u16(&w, 0);
-            cx_wr_u64(&w, b->inc);
-            cx_wr_u64(&w, op->ack_seq);
-            cx_wr_u32(&w, (uint32_t)op->ack_val);
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = op->ack_seq });
+            cx_fi_ack_put(&w, op->ack_val);
         } else {
             cx_xfer_t *x = op->x;
             int sig = x->kind == CX_XFER_PUT_SIGNAL;
             int eager = x->msg_len <= CX_FI_BUF - CX_FM_HDR;
             uint8_t t = eager ? (sig ? CX_FM_SIG : CX_FM_MSG) : (sig ? CX_FM_SIG_RTS : CX_FM_MSG_RTS);
-            cx_wr_u8(&w, t);
-            cx_wr_u8(&w, CX_FM_VERSION);
-            cx_wr_u16(&w, 0);
-            cx_wr_u64(&w, b->inc);
-            cx_wr_u64(&w, op->seq);
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = t, .inc = b->inc, .seq = op->seq });
             if (eager) {
                 cx_wr_bytes(&w, x->msg, x->msg_len);
             } else {
@@ -221,9 +213,8 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
                     return r;
                 }
                 uint64_t a = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)x->msg : 0;
-                cx_wr_u64(&w, x->msg_len);
-                cx_wr_u64(&w, a);
-                cx_wr_u64(&w, fi_mr_key(op->tmp_mr));
+                cx_fi_rts_put(&w, &(cx_fi_rts_t){ .len = x->msg_len, .addr = a,
+                                                  .key = fi_mr_key(op->tmp_mr) });
             }
         }
         op->txlen = w.len;
@@ -397,20 +388,14 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
 
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
-    cx_rd_t r;
-    char prov[64];
-    size_t nlen = 0;
-    cx_rd_init(&r, addr, addr_len);
-    uint8_t ver = cx_rd_u8(&r);
-    cx_rd_str8(&r, prov, sizeof prov);
-    uint32_t fmt = cx_rd_u32(&r);
-    const uint8_t *name = cx_rd_blob16(&r, &nlen);
-    uint32_t pid = cx_rd_u32(&r);
-    if (!cx_rd_done(&r) || ver != CX_FI_ADDR_VERSION || !nlen) {
+    cx_fi_addr_t a;
+    if (cx_fi_addr_get(addr, addr_len, &a)) {
         cx_warn("libfabric: connect: malformed address blob (%zu bytes)", addr_len);
         return CX_EINVAL;
     }
-    if (strcmp(prov, b->prov) || fmt != b->info->addr_format) {
+    const char *prov = a.prov;
+    uint32_t pid = a.pid;
+    if (strcmp(prov, b->prov) || a.fmt != b->info->addr_format) {
         cx_info("libfabric: connect: peer uses %s, this engine %s: no common fabric", prov,
                 b->prov);
         return CX_EUNSUPPORTED;
@@ -418,7 +403,7 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     cx_bep_t *ep = calloc(1, sizeof *ep);
     if (!ep)
         return CX_ENOMEM;
-    int n = fi_av_insert(b->av, name, 1, &ep->fa, 0, NULL);
+    int n = fi_av_insert(b->av, a.name, 1, &ep->fa, 0, NULL);
     if (n != 1) {
         cx_warn("libfabric: %s: fi_av_insert failed (%d)", b->prov, n);
         free(ep);

@@ -26,9 +26,7 @@ int cx_ucx_send_ack(cx_ucx_t *b, ucp_ep_h ep, uint64_t req_id, int status)
     if (!hdr) return CX_ENOMEM;
     cx_wr_t w;
     cx_wr_init(&w, hdr, CX_UCX_ACK_HDR_LEN);
-    cx_wr_u32(&w, CX_UCX_AM_MAGIC);
-    cx_wr_u64(&w, req_id);
-    cx_wr_u32(&w, (uint32_t)(int32_t)status);
+    cx_ucx_ack_hdr_put(&w, &(cx_ucx_ack_hdr_t){ .req_id = req_id, .status = (int32_t)status });
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -83,16 +81,14 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
                                   const ucp_am_recv_param_t *prm)
 {
     cx_ucx_t *b = arg;
-    cx_rd_t rd;
-    cx_rd_init(&rd, hdr, hlen);
-    uint32_t magic = cx_rd_u32(&rd);
-    int kind = cx_rd_u8(&rd);
-    uint64_t inc = cx_rd_u64(&rd);
-    uint64_t req_id = cx_rd_u64(&rd);
+    cx_ucx_msg_hdr_t h;
+    int bad = cx_ucx_msg_hdr_get(hdr, hlen, &h);
+    int kind = h.kind;
+    uint64_t inc = h.inc;
+    uint64_t req_id = h.req_id;
     ucp_ep_h reply_ep = (prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? prm->reply_ep : NULL;
     int rndv = (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    if (!cx_rd_done(&rd) || magic != CX_UCX_AM_MAGIC ||
-        (kind != CX_XFER_MSG && kind != CX_XFER_PUT_SIGNAL)) {
+    if (bad) {
         cx_error("ucx: dropped a malformed message header (%zu bytes)", hlen);
         cx_core_count_served(b->core, CX_XFER_MSG, len, 0);
         return UCS_OK;
@@ -165,21 +161,17 @@ static ucs_status_t cx_ucx_am_ack(void *arg, const void *hdr, size_t hlen, void 
     (void)len;
     (void)prm;
     cx_ucx_t *b = arg;
-    cx_rd_t rd;
-    cx_rd_init(&rd, hdr, hlen);
-    uint32_t magic = cx_rd_u32(&rd);
-    uint64_t req_id = cx_rd_u64(&rd);
-    int status = (int)(int32_t)cx_rd_u32(&rd);
-    if (!cx_rd_done(&rd) || magic != CX_UCX_AM_MAGIC) {
+    cx_ucx_ack_hdr_t h;
+    if (cx_ucx_ack_hdr_get(hdr, hlen, &h)) {
         cx_error("ucx: dropped a malformed ack (%zu bytes)", hlen);
         return UCS_OK;
     }
-    cx_ucx_op_t *op = cx_ucx_ack_take(b, req_id);
+    cx_ucx_op_t *op = cx_ucx_ack_take(b, h.req_id);
     if (!op) {   /* its endpoint was closed meanwhile */
-        cx_debug("ucx: ack for unknown request %llu", (unsigned long long)req_id);
+        cx_debug("ucx: ack for unknown request %llu", (unsigned long long)h.req_id);
         return UCS_OK;
     }
-    if (status > 0 || status < CX_EAGAIN) status = CX_ERR;
+    int status = h.status;   /* the decoder maps codes a target cannot answer to CX_ERR */
     op->acked = 1;
     op->ack_status = status;
     if (op->sent) cx_ucx_op_finish(b, op, status);

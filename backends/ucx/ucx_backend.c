@@ -130,8 +130,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     }
     cx_wr_t w;
     cx_wr_init(&w, b->addr, sizeof b->addr);
-    cx_wr_u32(&w, CX_UCX_ADDR_MAGIC);
-    cx_wr_blob16(&w, wa, wal);
+    cx_ucx_blob_put(&w, CX_UCX_ADDR_MAGIC, wa, wal);
     ucp_worker_release_address(b->w, wa);
     if (!w.ok) {
         cx_error("ucx: worker address of %zu bytes is too long", wal);

@@ -26,12 +26,9 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !out) return CX_EINVAL;
-    cx_rd_t rd;
-    cx_rd_init(&rd, addr, addr ? addr_len : 0);
-    uint32_t magic = cx_rd_u32(&rd);
     size_t n;
-    const uint8_t *wa = cx_rd_blob16(&rd, &n);
-    if (!cx_rd_done(&rd) || magic != CX_UCX_ADDR_MAGIC || n == 0) {
+    const uint8_t *wa;
+    if (cx_ucx_blob_get(addr, addr_len, CX_UCX_ADDR_MAGIC, &wa, &n)) {
         cx_error("ucx: the peer's address blob (%zu bytes) is not a UCX worker address",
                  addr_len);
         return CX_EINVAL;

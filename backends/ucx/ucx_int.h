@@ -13,17 +13,12 @@
 #include "connex/backend.h"
 #include "connex/log.h"
 #include "connex/wire.h"
+#include "ucx_wire.h"
 
 #include <stdint.h>
 #include <ucp/api/ucp.h>
 
-#define CX_UCX_ADDR_MAGIC 0x31585543u /* "CUX1": a worker address blob */
-#define CX_UCX_KEY_MAGIC 0x314b5543u  /* "CUK1": a packed rkey blob */
-#define CX_UCX_AM_MAGIC 0x31415543u   /* "CUA1": an active-message header */
-
-enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12 };
-#define CX_UCX_MSG_HDR_LEN 21 /* magic u32, kind u8, sender incarnation u64, request id u64 */
-#define CX_UCX_ACK_HDR_LEN 16 /* magic u32, request id u64, status i32 */
+/* wire formats (magics, AM ids, header encoders and decoders): ucx_wire.h */
 
 #define CX_UCX_RK_BUCKETS 32
 #define CX_UCX_ACK_BUCKETS 256

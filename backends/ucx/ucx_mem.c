@@ -39,8 +39,7 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
     }
     cx_wr_t w;
     cx_wr_init(&w, key, *key_len);
-    cx_wr_u32(&w, CX_UCX_KEY_MAGIC);
-    cx_wr_blob16(&w, rk, rk_len);
+    cx_ucx_blob_put(&w, CX_UCX_KEY_MAGIC, rk, rk_len);
     ucp_rkey_buffer_release(rk);
     if (!w.ok) {
         cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len,
@@ -71,12 +70,9 @@ int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out)
         }
     }
     /* the blob came off the network: check its framing before UCX parses it */
-    cx_rd_t rd;
-    cx_rd_init(&rd, x->rkey, x->rkey ? x->rkey_len : 0);
-    uint32_t magic = cx_rd_u32(&rd);
     size_t n;
-    const uint8_t *blob = cx_rd_blob16(&rd, &n);
-    if (!cx_rd_done(&rd) || magic != CX_UCX_KEY_MAGIC || n == 0) {
+    const uint8_t *blob;
+    if (cx_ucx_blob_get(x->rkey, x->rkey_len, CX_UCX_KEY_MAGIC, &blob, &n)) {
         cx_error("ucx: the peer's key for region %llu is not a UCX rkey (%zu bytes)",
                  (unsigned long long)x->remote_region, x->rkey_len);
         return CX_EINVAL;

@@ -96,10 +96,8 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
     cx_wr_t w;
     cx_wr_init(&w, op->hdr, sizeof op->hdr);
     op->req_id = ++b->next_req_id;
-    cx_wr_u32(&w, CX_UCX_AM_MAGIC);
-    cx_wr_u8(&w, (uint8_t)x->kind);
-    cx_wr_u64(&w, b->inc);
-    cx_wr_u64(&w, op->req_id);
+    cx_ucx_msg_hdr_put(&w, &(cx_ucx_msg_hdr_t){ .kind = (uint8_t)x->kind, .inc = b->inc,
+                                                 .req_id = op->req_id });
     op->stage = CX_UCX_OPS_AM;
     cx_ucx_ack_add(b, op);
 

@@ -4,21 +4,41 @@
 #include "auth.h"
 #include "ctl_wire.h"
 #include "zmq_int.h"
+#ifdef CX_SEEDS_UCX
+#include "ucx_wire.h"
+#endif
+#ifdef CX_SEEDS_FI
+#include "fi_wire.h"
+#endif
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char *root;
 
 static void put(const char *target, const char *name, const void *b, size_t n)
 {
     char p[512];
+    snprintf(p, sizeof p, "%s/%s", root, target);
+    (void)mkdir(p, 0755);   /* a new target's directory; fopen says if it is still missing */
     snprintf(p, sizeof p, "%s/%s/seed-%s", root, target, name);
     FILE *f = fopen(p, "wb");
     if (!f || fwrite(b, 1, n, f) != n) { perror(p); exit(1); }
     fclose(f);
 }
+
+/* Encodes with a cx_wr_t encoder into a scratch buffer and writes it as a seed. */
+#define PUT_WR(target, name, cap, ...)                                                            \
+    do {                                                                                        \
+        static uint8_t wb_[cap];                                                                \
+        cx_wr_t w_;                                                                             \
+        cx_wr_init(&w_, wb_, sizeof wb_);                                                       \
+        __VA_ARGS__;                                                                            \
+        if (!w_.ok) { fprintf(stderr, "seed %s/%s does not encode\n", target, name); exit(1); } \
+        put(target, name, wb_, w_.len);                                                         \
+    } while (0)
 
 static size_t frame(uint8_t *out, uint8_t type, const void *body, size_t n)
 {
@@ -128,5 +148,58 @@ int main(int argc, char **argv)
     uint8_t pb[CX_ZMQ_REP_HDR];
     cx_zmq_rep_put(pb, &p);
     put("zmq", "rep", pb, sizeof pb);
+
+#ifdef CX_SEEDS_UCX
+    /* The UCX backend: AM headers and acks as ucx_xfer.c / ucx_am.c send them, and the HELLO
+     * blobs around opaque bytes standing in for what UCX packs (the backend never parses those). */
+    uint8_t opaque[180];
+    for (size_t i = 0; i < sizeof opaque; i++) opaque[i] = (uint8_t)(i * 37 + 11);
+    PUT_WR("ucx", "msg", 64, cx_ucx_msg_hdr_put(&w_, &(cx_ucx_msg_hdr_t){
+               .kind = CX_XFER_MSG, .inc = 0x1122334455667788ull, .req_id = 1 }));
+    PUT_WR("ucx", "signal", 64, cx_ucx_msg_hdr_put(&w_, &(cx_ucx_msg_hdr_t){
+               .kind = CX_XFER_PUT_SIGNAL, .inc = 0x8877665544332211ull, .req_id = 0xfffffffffull }));
+    const int ack_st[] = { CX_OK, CX_EAGAIN, CX_EINVAL };
+    for (size_t i = 0; i < sizeof ack_st / sizeof *ack_st; i++) {
+        char n[16];
+        snprintf(n, sizeof n, "ack%d", -ack_st[i]);
+        PUT_WR("ucx", n, 64, cx_ucx_ack_hdr_put(&w_, &(cx_ucx_ack_hdr_t){
+                   .req_id = 42 + i, .status = (int32_t)ack_st[i] }));
+    }
+    PUT_WR("ucx", "addr", 512, cx_ucx_blob_put(&w_, CX_UCX_ADDR_MAGIC, opaque, sizeof opaque));
+    PUT_WR("ucx", "rkey", 512, cx_ucx_blob_put(&w_, CX_UCX_KEY_MAGIC, opaque, 41));
+#endif
+
+#ifdef CX_SEEDS_FI
+    /* The libfabric backend: every message type as fi_xfer.c sends it, the address blobs of the
+     * providers it runs on (fi_getname bytes: a sockaddr_in for tcp, a name for shm), keys. */
+    cx_fi_hdr_t fh = { .type = CX_FM_MSG, .inc = 0x0102030405060708ull, .seq = 7 };
+    PUT_WR("fi", "msg", 256, cx_fi_hdr_put(&w_, &fh); cx_wr_bytes(&w_, "hello", 5));
+    fh.type = CX_FM_MSG;
+    PUT_WR("fi", "msg-empty", 256, cx_fi_hdr_put(&w_, &fh));
+    fh.type = CX_FM_SIG;
+    PUT_WR("fi", "sig", 256, cx_fi_hdr_put(&w_, &fh); cx_wr_bytes(&w_, "signal!", 7));
+    fh.type = CX_FM_ACK;
+    PUT_WR("fi", "ack0", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_ack_put(&w_, CX_OK));
+    PUT_WR("fi", "ack9", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_ack_put(&w_, CX_EAGAIN));
+    fh.type = CX_FM_MSG_RTS;
+    cx_fi_rts_t rt = { .len = 1 << 20, .addr = 0x7f0012340000ull, .key = 5 };
+    PUT_WR("fi", "msg-rts", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rts_put(&w_, &rt));
+    fh.type = CX_FM_SIG_RTS;
+    rt.len = CX_MSG_MAX;
+    rt.addr = 0;
+    PUT_WR("fi", "sig-rts", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rts_put(&w_, &rt));
+    const uint8_t sin[16] = { 2, 0, 0x13, 0x88, 127, 0, 0, 1 };
+    cx_fi_addr_t fa = { .prov = "tcp;ofi_rxm", .fmt = 1, .name = sin, .name_len = sizeof sin,
+                        .pid = 4242 };
+    PUT_WR("fi", "addr-tcp", 512, cx_fi_addr_put(&w_, &fa));
+    const char shm_name[] = "fi_ns://4242:0:0";
+    cx_fi_addr_t fs = { .prov = "shm", .fmt = 14, .name = (const uint8_t *)shm_name,
+                        .name_len = sizeof shm_name, .pid = 4242 };
+    PUT_WR("fi", "addr-shm", 512, cx_fi_addr_put(&w_, &fs));
+    PUT_WR("fi", "key-virt", 64, cx_fi_key_put(&w_, &(cx_fi_key_t){
+               .flags = CX_FI_KEY_VIRT, .base = 0x7f0000001000ull, .key = 0x1234 }));
+    PUT_WR("fi", "key-offset", 64, cx_fi_key_put(&w_, &(cx_fi_key_t){
+               .flags = 0, .base = 0x10000, .key = 3 }));
+#endif
     return 0;
 }

@@ -3,7 +3,8 @@
 # its committed corpus (the committed seeds are never rewritten). Any crash fails the script and
 # leaves the input under <build>/artifacts/; add it to corpus/<target>/ once fixed, so the
 # replay tests (ctest -L fuzz) keep it fixed.
-#   tests/fuzz/run.sh [seconds per target, default 60] [target ...]   (targets: url ctl auth zmq)
+#   tests/fuzz/run.sh [seconds per target, default 60] [target ...]   (url ctl auth zmq ucx fi)
+#   No targets: every corpus/<t>/ whose fuzz_<t> this build has (zmq/ucx/fi: where built).
 #   CX_FUZZ_BUILD=dir (default build-fuzz), CX_FUZZ_JOBS=n (default 2)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -1,0 +1,115 @@
+/* Encoders and decoders of the libfabric backend's wire formats (fi_wire.h). No libfabric calls:
+ * fuzzed as is by tests/fuzz/fuzz_fi.c. */
+#include "fi_wire.h"
+
+#include "connex/connex.h"
+
+#include <string.h>
+
+void cx_fi_hdr_put(cx_wr_t *w, const cx_fi_hdr_t *h)
+{
+    cx_wr_u8(w, h->type);
+    cx_wr_u8(w, CX_FM_VERSION);
+    cx_wr_u16(w, 0);
+    cx_wr_u64(w, h->inc);
+    cx_wr_u64(w, h->seq);
+}
+
+int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, buf, buf ? len : 0);
+    h->type = cx_rd_u8(&r);
+    uint8_t ver = cx_rd_u8(&r);
+    (void)cx_rd_u16(&r);   /* reserved: a later version may use it */
+    h->inc = cx_rd_u64(&r);
+    h->seq = cx_rd_u64(&r);
+    return r.ok && ver == CX_FM_VERSION ? CX_OK : CX_EINVAL;
+}
+
+void cx_fi_ack_put(cx_wr_t *w, int32_t status)
+{
+    cx_wr_u32(w, (uint32_t)status);
+}
+
+int cx_fi_ack_get(const void *body, size_t len, int32_t *status)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, body ? len : 0);
+    *status = (int32_t)cx_rd_u32(&r);
+    return cx_rd_done(&r) ? CX_OK : CX_EINVAL;
+}
+
+void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *rt)
+{
+    cx_wr_u64(w, rt->len);
+    cx_wr_u64(w, rt->addr);
+    cx_wr_u64(w, rt->key);
+}
+
+int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *rt)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, body ? len : 0);
+    rt->len = cx_rd_u64(&r);
+    rt->addr = cx_rd_u64(&r);
+    rt->key = cx_rd_u64(&r);
+    /* the target allocates len bytes to pull into: bounded like every message */
+    return cx_rd_done(&r) && rt->len && rt->len <= CX_MSG_MAX ? CX_OK : CX_EINVAL;
+}
+
+void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a)
+{
+    cx_wr_u8(w, CX_FI_ADDR_VERSION);
+    cx_wr_str8(w, a->prov);
+    cx_wr_u32(w, a->fmt);
+    if (!a->name_len) w->ok = 0;   /* the decoder refuses it: never send it */
+    cx_wr_blob16(w, a->name, a->name_len);
+    cx_wr_u32(w, a->pid);
+}
+
+int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, buf, buf ? len : 0);
+    uint8_t ver = cx_rd_u8(&r);
+    size_t pn = cx_rd_u8(&r);
+    const uint8_t *p = cx_rd_bytes(&r, pn);
+    a->prov[0] = 0;
+    /* a NUL inside would make the name compare equal to a shorter one (strcmp at connect) */
+    if (!p || pn >= sizeof a->prov || memchr(p, 0, pn)) return CX_EINVAL;
+    memcpy(a->prov, p, pn);
+    a->prov[pn] = 0;
+    a->fmt = cx_rd_u32(&r);
+    a->name = cx_rd_blob16(&r, &a->name_len);
+    a->pid = cx_rd_u32(&r);
+    if (!cx_rd_done(&r) || ver != CX_FI_ADDR_VERSION || !a->name_len) return CX_EINVAL;
+    return CX_OK;
+}
+
+void cx_fi_key_put(cx_wr_t *w, const cx_fi_key_t *k)
+{
+    cx_wr_u8(w, CX_FI_KEY_VERSION);
+    cx_wr_u8(w, k->flags);
+    cx_wr_u64(w, k->base);
+    cx_wr_u64(w, k->key);
+}
+
+int cx_fi_key_get(const void *buf, size_t len, cx_fi_key_t *k)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, buf, buf ? len : 0);
+    uint8_t ver = cx_rd_u8(&r);
+    k->flags = cx_rd_u8(&r);
+    k->base = cx_rd_u64(&r);
+    k->key = cx_rd_u64(&r);
+    return cx_rd_done(&r) && ver == CX_FI_KEY_VERSION ? CX_OK : CX_EINVAL;
+}
+
+int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr)
+{
+    if (remote < k->base) return CX_EINVAL;
+    /* Without FI_MR_VIRT_ADDR the provider addresses a region by offset from its start. */
+    *raddr = (k->flags & CX_FI_KEY_VIRT) ? remote : remote - k->base;
+    return CX_OK;
+}

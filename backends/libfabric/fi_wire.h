@@ -1,0 +1,75 @@
+/* The libfabric backend's wire formats: the message header every fi_send carries (messages,
+ * put_signal's signal, acks, rendezvous headers), the address blob advertised in HELLO and a
+ * region's key blob. Pure: no libfabric types or calls, so tests/fuzz/fuzz_fi.c compiles it
+ * without the rdma headers (the provider's own address bytes are an opaque blob here).
+ *
+ * Decoders take (bytes, len) from a peer, never read past len, and return CX_OK or CX_EINVAL;
+ * they fill what they could read even when they fail (the caller may still answer the sender).
+ * A blob decoded into a (pointer, length) points into the input. Encoders append to a cx_wr_t
+ * (check w.ok) and write only what the decoders accept.
+ */
+#ifndef CX_FI_WIRE_H
+#define CX_FI_WIRE_H
+
+#include "connex/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Message header: u8 type, u8 version, u16 reserved (0, ignored), u64 sender incarnation,
+ * u64 sequence. After it: MSG / SIG the message itself, ACK the status, *_RTS a cx_fi_rts_t. */
+enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5 };
+#define CX_FM_VERSION 1
+#define CX_FM_HDR 20
+#define CX_FM_ACK_LEN 4         /* after the header: i32 status */
+#define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
+
+#define CX_FI_ADDR_VERSION 2    /* address blob: provider, format, name, pid */
+#define CX_FI_PROV_MAX 64       /* provider name, including the terminating NUL */
+#define CX_FI_KEY_VERSION 1     /* key blob: version, flags, registered base, key */
+#define CX_FI_KEY_VIRT 1u       /* flag: the provider addresses regions by virtual address */
+#define CX_FI_KEY_LEN 18
+
+typedef struct cx_fi_hdr {
+    uint8_t type;               /* CX_FM_*; the decoder leaves telling them apart to the caller */
+    uint64_t inc;               /* the sender's incarnation */
+    uint64_t seq;               /* MSG/SIG/RTS: the sender's sequence; ACK: the one answered */
+} cx_fi_hdr_t;
+
+typedef struct cx_fi_rts {      /* a large message the target pulls with fi_read */
+    uint64_t len;               /* 1 .. CX_MSG_MAX */
+    uint64_t addr;              /* as the sender's provider wants it (virtual or offset) */
+    uint64_t key;
+} cx_fi_rts_t;
+
+typedef struct cx_fi_addr {     /* the address blob in HELLO */
+    char prov[CX_FI_PROV_MAX];  /* NUL-terminated, no NUL inside */
+    uint32_t fmt;               /* fi_info addr_format */
+    const uint8_t *name;        /* fi_getname bytes, never empty */
+    size_t name_len;
+    uint32_t pid;               /* shm: the peer process (pidfd), else informative */
+} cx_fi_addr_t;
+
+typedef struct cx_fi_key {      /* a region's key blob */
+    uint8_t flags;              /* CX_FI_KEY_*; unknown bits ignored */
+    uint64_t base;              /* the registered start address at the peer */
+    uint64_t key;               /* fi_mr_key */
+} cx_fi_key_t;
+
+void cx_fi_hdr_put(cx_wr_t *w, const cx_fi_hdr_t *h);
+/* The first CX_FM_HDR bytes of buf (version checked); the body is buf + CX_FM_HDR. */
+int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h);
+void cx_fi_ack_put(cx_wr_t *w, int32_t status);
+int cx_fi_ack_get(const void *body, size_t len, int32_t *status);
+void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *r);
+int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *r);
+
+void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a);
+int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a);
+
+void cx_fi_key_put(cx_wr_t *w, const cx_fi_key_t *k);
+int cx_fi_key_get(const void *buf, size_t len, cx_fi_key_t *k);
+/* The remote address the provider wants for `remote` in that region: CX_EINVAL below its base. */
+int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr);
+
+#endif

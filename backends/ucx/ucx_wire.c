@@ -1,0 +1,67 @@
+/* Encoders and decoders of the UCX backend's wire formats (ucx_wire.h). No UCX calls: fuzzed as
+ * is by tests/fuzz/fuzz_ucx.c. */
+#include "ucx_wire.h"
+
+#include "connex/backend.h"
+
+void cx_ucx_msg_hdr_put(cx_wr_t *w, const cx_ucx_msg_hdr_t *h)
+{
+    cx_wr_u32(w, CX_UCX_AM_MAGIC);
+    cx_wr_u8(w, h->kind);
+    cx_wr_u64(w, h->inc);
+    cx_wr_u64(w, h->req_id);
+}
+
+int cx_ucx_msg_hdr_get(const void *buf, size_t len, cx_ucx_msg_hdr_t *h)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t magic = cx_rd_u32(&rd);
+    h->kind = cx_rd_u8(&rd);
+    h->inc = cx_rd_u64(&rd);
+    h->req_id = cx_rd_u64(&rd);
+    if (!cx_rd_done(&rd) || magic != CX_UCX_AM_MAGIC ||
+        (h->kind != CX_XFER_MSG && h->kind != CX_XFER_PUT_SIGNAL))
+        return CX_EINVAL;
+    return CX_OK;
+}
+
+void cx_ucx_ack_hdr_put(cx_wr_t *w, const cx_ucx_ack_hdr_t *h)
+{
+    cx_wr_u32(w, CX_UCX_AM_MAGIC);
+    cx_wr_u64(w, h->req_id);
+    cx_wr_u32(w, (uint32_t)h->status);
+}
+
+int cx_ucx_ack_hdr_get(const void *buf, size_t len, cx_ucx_ack_hdr_t *h)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t magic = cx_rd_u32(&rd);
+    h->req_id = cx_rd_u64(&rd);
+    h->status = (int32_t)cx_rd_u32(&rd);
+    if (!cx_rd_done(&rd) || magic != CX_UCX_AM_MAGIC) return CX_EINVAL;
+    /* the sender hands this status to its caller: only codes a target can answer pass */
+    if (h->status > CX_OK || h->status < CX_EAGAIN) h->status = CX_ERR;
+    return CX_OK;
+}
+
+void cx_ucx_blob_put(cx_wr_t *w, uint32_t magic, const void *blob, size_t n)
+{
+    cx_wr_u32(w, magic);
+    cx_wr_blob16(w, blob, n);
+}
+
+int cx_ucx_blob_get(const void *buf, size_t len, uint32_t magic, const uint8_t **blob, size_t *n)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t m = cx_rd_u32(&rd);
+    *blob = cx_rd_blob16(&rd, n);
+    if (!cx_rd_done(&rd) || m != magic || *n == 0) {
+        *blob = NULL;
+        *n = 0;
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}

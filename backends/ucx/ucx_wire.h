@@ -1,0 +1,49 @@
+/* The UCX backend's own wire formats: everything it frames itself around what UCX packs (the
+ * worker address and rkey blobs advertised in HELLO, the active-message headers of messages and
+ * their acks). Pure: no UCX types or calls, so tests/fuzz/fuzz_ucx.c compiles it without ucp.h.
+ *
+ * Decoders take (bytes, len) from a peer, never read past len, and return CX_OK or CX_EINVAL;
+ * a blob decoded into a (pointer, length) points into the input. Encoders append to a cx_wr_t
+ * (check w.ok). What UCX itself packs inside the blobs is opaque here: UCX parses it
+ * (ucp_ep_create, ucp_ep_rkey_unpack) and trusts it (docs/security.md).
+ */
+#ifndef CX_UCX_WIRE_H
+#define CX_UCX_WIRE_H
+
+#include "connex/wire.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CX_UCX_ADDR_MAGIC 0x31585543u /* "CUX1": a worker address blob */
+#define CX_UCX_KEY_MAGIC 0x314b5543u  /* "CUK1": a packed rkey blob */
+#define CX_UCX_AM_MAGIC 0x31415543u   /* "CUA1": an active-message header */
+
+enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12 };   /* UCP active-message ids */
+#define CX_UCX_MSG_HDR_LEN 21 /* magic u32, kind u8, sender incarnation u64, request id u64 */
+#define CX_UCX_ACK_HDR_LEN 16 /* magic u32, request id u64, status i32 */
+
+/* Header of a message (CX_XFER_MSG) or of put_signal's signal (CX_XFER_PUT_SIGNAL). */
+typedef struct cx_ucx_msg_hdr {
+    uint8_t kind;     /* CX_XFER_MSG or CX_XFER_PUT_SIGNAL */
+    uint64_t inc;     /* the sender's incarnation */
+    uint64_t req_id;  /* echoed in the ack */
+} cx_ucx_msg_hdr_t;
+
+/* The target's answer to one message. */
+typedef struct cx_ucx_ack_hdr {
+    uint64_t req_id;
+    int32_t status;   /* decoded: a CX_* in [CX_EAGAIN, CX_OK]; anything else reads as CX_ERR */
+} cx_ucx_ack_hdr_t;
+
+void cx_ucx_msg_hdr_put(cx_wr_t *w, const cx_ucx_msg_hdr_t *h);
+int cx_ucx_msg_hdr_get(const void *buf, size_t len, cx_ucx_msg_hdr_t *h);
+void cx_ucx_ack_hdr_put(cx_wr_t *w, const cx_ucx_ack_hdr_t *h);
+int cx_ucx_ack_hdr_get(const void *buf, size_t len, cx_ucx_ack_hdr_t *h);
+
+/* A UCX blob framed as magic u32 + blob16; the blob is never empty. magic is CX_UCX_ADDR_MAGIC
+ * (the worker address in HELLO) or CX_UCX_KEY_MAGIC (a region's packed rkey). */
+void cx_ucx_blob_put(cx_wr_t *w, uint32_t magic, const void *blob, size_t n);
+int cx_ucx_blob_get(const void *buf, size_t len, uint32_t magic, const uint8_t **blob, size_t *n);
+
+#endif

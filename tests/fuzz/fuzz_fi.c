@@ -1,0 +1,113 @@
+/* libFuzzer target: the libfabric backend's wire decoders (backends/libfabric/fi_wire.c): every
+ * received fi_send buffer (header, then an ack's status or a rendezvous header, as cx_fi_on_recv
+ * and cx_fi_pull_start decode it), the address blob in HELLO (cx_fi_connect) and a region's key
+ * blob (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes must satisfy what
+ * the backend relies on and encode back to the same bytes (the header's reserved field aside). */
+#include "fi_wire.h"
+
+#include "connex/connex.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void inside(const uint8_t *p, size_t n, const uint8_t *b, size_t bl)
+{
+    if (n && (!p || p < b || p + n > b + bl)) abort();
+}
+
+static void ack(const uint8_t *body, size_t n)
+{
+    int32_t st;
+    if (cx_fi_ack_get(body, n, &st) != CX_OK) return;
+    uint8_t b[CX_FM_ACK_LEN];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_fi_ack_put(&w, st);
+    if (n != CX_FM_ACK_LEN || !w.ok || w.len != n || memcmp(b, body, n)) abort();
+}
+
+static void rts(const uint8_t *body, size_t n)
+{
+    cx_fi_rts_t r;
+    if (cx_fi_rts_get(body, n, &r) != CX_OK) return;
+    /* the target mallocs r.len bytes to pull into */
+    if (n != CX_FM_RTS || !r.len || r.len > CX_MSG_MAX) abort();
+    uint8_t b[CX_FM_RTS];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_fi_rts_put(&w, &r);
+    if (!w.ok || w.len != n || memcmp(b, body, n)) abort();
+}
+
+/* A received message: what cx_fi_on_recv does with it. */
+static void message(const uint8_t *data, size_t size)
+{
+    cx_fi_hdr_t h;
+    if (cx_fi_hdr_get(data, size, &h) != CX_OK) return;
+    if (size < CX_FM_HDR || data[1] != CX_FM_VERSION) abort();
+    uint8_t b[CX_FM_HDR];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_fi_hdr_put(&w, &h);
+    if (!w.ok || w.len != CX_FM_HDR || b[0] != data[0] || b[1] != data[1] ||
+        memcmp(b + 4, data + 4, CX_FM_HDR - 4))
+        abort();
+    const uint8_t *body = data + CX_FM_HDR;
+    size_t n = size - CX_FM_HDR;
+    if (h.type == CX_FM_ACK) ack(body, n);
+    else if (h.type == CX_FM_MSG_RTS || h.type == CX_FM_SIG_RTS) rts(body, n);
+    else if (h.type == CX_FM_MSG || h.type == CX_FM_SIG) inside(body, n, data, size);
+}
+
+static void addr(const uint8_t *data, size_t size)
+{
+    cx_fi_addr_t a;
+    if (cx_fi_addr_get(data, size, &a) != CX_OK) return;
+    const char *nul = memchr(a.prov, 0, sizeof a.prov);
+    if (!nul || !a.name_len) abort();
+    size_t pl = (size_t)(nul - a.prov);
+    inside(a.name, a.name_len, data, size);
+    if (size != 1 + 1 + pl + 4 + 2 + a.name_len + 4) abort();
+    uint8_t *b = malloc(size);
+    if (!b) return;
+    cx_wr_t w;
+    cx_wr_init(&w, b, size);
+    cx_fi_addr_put(&w, &a);
+    if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
+    free(b);
+}
+
+static void key(const uint8_t *data, size_t size)
+{
+    cx_fi_key_t k;
+    if (cx_fi_key_get(data, size, &k) != CX_OK) return;
+    if (size != CX_FI_KEY_LEN) abort();
+    uint8_t b[CX_FI_KEY_LEN];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_fi_key_put(&w, &k);
+    if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
+    /* the initiator's address for a few remotes inside a region at that base (the core refuses
+     * regions that wrap past 2^64, so offsets that would wrap are not remotes it can ask for) */
+    const uint64_t offs[] = { 0, 1, 4096, UINT64_MAX - k.base };
+    for (size_t i = 0; i < sizeof offs / sizeof *offs; i++) {
+        if (offs[i] > UINT64_MAX - k.base) continue;
+        uint64_t remote = k.base + offs[i], ra = 0;
+        if (cx_fi_key_target(&k, remote, &ra) != CX_OK) abort();
+        if (ra != ((k.flags & CX_FI_KEY_VIRT) ? remote : offs[i])) abort();
+    }
+    uint64_t ra = 0;
+    if (k.base && cx_fi_key_target(&k, k.base - 1, &ra) != CX_EINVAL) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    message(data, size);
+    ack(data, size);
+    rts(data, size);
+    addr(data, size);
+    key(data, size);
+    return 0;
+}
