@@ -111,7 +111,7 @@ int cx_dir_start(cx_engine_t *e)
     d->incarnation = e->incarnation;
     d->lease_ms = e->cfg.lease_ms;
     if (!d->lease_ms) {
-        /* Undocumented in the config on purpose: lets tests give spawned processes short leases. */
+        /* For processes whose config the launcher does not write (tests, scripts). */
         const char *lm = getenv("CONNEX_LEASE_MS");
         d->lease_ms = lm && *lm ? (uint32_t)strtoul(lm, NULL, 10) : 0;
     }
