@@ -514,6 +514,7 @@ static int on_hello(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t le
         char why[CX_URL_MAX + 48];
         snprintf(why, sizeof why, "dialled us from a new address (was %s)", p->url);
         set_url(p, &u);
+        if (p->pending) cx_conn_close(e, p->pending);   /* a dial to the old address */
         cx_event_emit(e, p, CX_EVENT_MOVED, why);
         cx_dir_seen_at(e, &u.lid, p->url);
     }

@@ -243,6 +243,23 @@ static void test_migration(void **state)
     cx_engine_destroy(e);
 }
 
+/* The directory thread, its curl handles and sockets go with the engine. */
+static void test_fds_flat(void **state)
+{
+    (void)state;
+    need_etcd();
+    cx_engine_destroy(engine("fdw"));   /* warm-up: one-time initialisations open what they open */
+    int before = cxt_count_fds();
+    for (int i = 0; i < 3; i++) {
+        cx_engine_t *a = engine("fdA"), *b = engine("fdB");
+        assert_true(wait_listed(b, "fdA|0|0|0", 1, cx_engine_local_url(a), 5000) >= 0);
+        cx_engine_destroy(a);
+        assert_true(wait_listed(b, "fdA|0|0|0", 0, NULL, 2000) >= 0);
+        cx_engine_destroy(b);
+    }
+    assert_int_equal(cxt_count_fds(), before);
+}
+
 /* etcd dies: the engines keep what they know; etcd back: they register again and watch again. */
 static void test_etcd_goes_away(void **state)
 {
@@ -273,6 +290,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_expires, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_sigstop_expires_and_returns, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_migration, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_fds_flat, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_etcd_goes_away, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

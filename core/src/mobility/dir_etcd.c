@@ -86,6 +86,7 @@ static int post(etcd_t *x, const char *path, const char *body, cx_js_t *out, cha
     char url[256];
     snprintf(url, sizeof url, "%s%s", x->base, path);
     x->rlen = 0;
+    if (x->rbuf) x->rbuf[0] = 0;
     curl_easy_setopt(x->req, CURLOPT_URL, url);
     curl_easy_setopt(x->req, CURLOPT_POSTFIELDS, body);
     CURLcode cc = curl_easy_perform(x->req);
