@@ -225,11 +225,26 @@ static void on_del(cx_engine_t *e, cx_peer_t *p)
     cx_event_emit(e, p, CX_EVENT_LEFT, why);
 }
 
+/* 1 when the directory held an entry for lid and it was deleted since (a tombstone). */
+static int dir_deleted(cx_dir_t *d, const cx_lid_t *lid)
+{
+    pthread_mutex_lock(&d->mu);
+    cx_dir_row_t *r = row_find(d, lid);
+    int del = r && r->deleted;
+    pthread_mutex_unlock(&d->mu);
+    return del;
+}
+
 void cx_dir_tick(cx_engine_t *e, uint64_t now)
 {
     (void)now;
     cx_dir_t *d = e->dir;
     if (!d) return;
+    /* A lease can run out before the heartbeat timeout fails the peer (they are both about a
+     * second in tests): the DELETE then found it still UP. Once the transport fails it, its
+     * deleted entry says it is gone. */
+    for (cx_peer_t *p = e->peers; p; p = p->next)
+        if (p->state == CX_PEER_FAILED && dir_deleted(d, &p->lid)) on_del(e, p);
     pthread_mutex_lock(&d->mu);
     cx_dir_chg_t *q = d->q;
     size_t qn = d->qn;
