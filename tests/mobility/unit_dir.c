@@ -15,6 +15,7 @@
 #include "cxt.h"
 #include "engine.h"
 #include "mobility/dir_impl.h"
+#include "mobility/json_lite.h"
 
 static int make(cx_engine_t **e, const char *model, const char *dir, const char *peers)
 {
@@ -202,10 +203,74 @@ static void test_bare_lid_resolves(void **state)
     close(hold);
 }
 
+/* The gateway's JSON and base64: what etcd sends is found, and malformed or truncated input is
+ * "not found", never a read past the end (ASan runs this). */
+static cx_js_t js(const char *s) { return (cx_js_t){ s, s + strlen(s) }; }
+
+static void test_json_lite(void **state)
+{
+    (void)state;
+    const char *m = "{\"result\":{\"header\":{\"revision\":\"42\"},\"events\":[{\"kv\":{\"key\":\"YQ==\","
+                    "\"mod_revision\":\"7\"}},{\"type\":\"DELETE\",\"kv\":{\"key\":\"Yg==\"}}],\"created\":true}}";
+    cx_js_t res = cx_js_get(js(m), "result");
+    assert_non_null(res.s);
+    uint64_t v = 0;
+    assert_int_equal(cx_js_u64(cx_js_get(cx_js_get(res, "header"), "revision"), &v), 0);
+    assert_int_equal(v, 42);
+    assert_true(cx_js_bool(cx_js_get(res, "created")));
+    cx_js_t it = { 0, 0 }, ev;
+    int n = 0;
+    char buf[64];
+    while (cx_js_next(cx_js_get(res, "events"), &it, &ev)) {
+        assert_int_equal(cx_js_str(cx_js_get(cx_js_get(ev, "kv"), "key"), buf, sizeof buf), 0);
+        n++;
+    }
+    assert_int_equal(n, 2);
+    assert_int_equal(cx_js_str(cx_js_get(ev, "type"), buf, sizeof buf), 0);
+    assert_string_equal(buf, "DELETE");
+    assert_null(cx_js_get(res, "nope").s);
+    /* Every prefix of the message is malformed: nothing is found past its end. */
+    for (size_t l = 0; l < strlen(m); l++) {
+        char *t = malloc(l + 1);
+        memcpy(t, m, l);
+        t[l] = 0;
+        cx_js_t r = cx_js_get((cx_js_t){ t, t + l }, "result");
+        if (r.s) assert_true(r.end <= t + l);
+        cx_js_t e2 = { 0, 0 }, x;
+        for (int k = 0; k < 10 && cx_js_next(cx_js_get(r, "events"), &e2, &x); k++) assert_true(x.end <= t + l);
+        free(t);
+    }
+    static const char *bad[] = { "", "{", "}", "[", "{\"a\"", "{\"a\":", "{\"a\":[1,2", "{\"a\":\"x", "\"",
+                                 "{\"a\" 1}", "{1:2}", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[" };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_null(cx_js_get(js(bad[i]), "a").s);
+        cx_js_t e3 = { 0, 0 }, x;
+        assert_int_equal(cx_js_next(js(bad[i]), &e3, &x), 0);
+    }
+    assert_int_equal(cx_js_u64(js("\"12x\""), &v), -1);
+    assert_int_equal(cx_js_u64(js("\"99999999999999999999999\""), &v), -1);
+    assert_int_equal(cx_js_str(js("\"a\\\"b\""), buf, sizeof buf), -1);   /* escapes: not ours */
+    assert_int_equal(cx_js_str(js("\"abcdef\""), buf, 4), -1);            /* too long */
+
+    char enc[64];
+    uint8_t dec[64];
+    static const char *plain[] = { "", "a", "ab", "abc", "/connex/lid/m|1|2|3" };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++) {
+        size_t el = cx_b64_enc(plain[i], strlen(plain[i]), enc);
+        assert_int_equal(el, 4 * ((strlen(plain[i]) + 2) / 3));
+        int dl = cx_b64_dec(enc, el, dec, sizeof dec);
+        assert_int_equal(dl, (int)strlen(plain[i]));
+        assert_memory_equal(dec, plain[i], (size_t)dl);
+    }
+    assert_int_equal(cx_b64_dec("YW!j", 4, dec, sizeof dec), -1);
+    assert_int_equal(cx_b64_dec("YWJjZGVm", 8, dec, 3), -1);   /* does not fit */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lid_patterns),
+        cmocka_unit_test(test_json_lite),
         cmocka_unit_test(test_static_list),
         cmocka_unit_test(test_static_default_and_env),
         cmocka_unit_test(test_static_bad),
