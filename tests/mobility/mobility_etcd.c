@@ -257,6 +257,35 @@ static void test_migration(void **state)
     cx_engine_destroy(e);
 }
 
+/* A rolling restart: the replica closes cleanly (LEFT), its successor registers the same LID at
+ * a new port: MOVED, then it is dialled (JOINED) and bare-LID ops reach it. */
+static void test_clean_restart_elsewhere(void **state)
+{
+    (void)state;
+    need_etcd();
+    cx_engine_t *e = engine("crobs");
+    assert_int_equal(cx_register_memory(e, g_buf, BUF), CX_OK);
+    cxt_peer_t p1, p2;
+    peer(&p1, "cr", 41);
+    assert_true(wait_listed(e, "cr|0|0|0", 1, p1.url, 5000) >= 0);
+    read_check(e, "cr|0|0|0", &p1, 41);
+    cxt_drain_events(e);
+    cxt_peer_stop(&p1);
+    cx_event_t ev;
+    assert_int_equal(cxt_wait_event(e, "cr|0|0|0", CX_EVENT_LEFT, 4000, &ev, NULL), CX_OK);
+    assert_non_null(strstr(ev.reason, "BYE"));
+    assert_true(wait_listed(e, "cr|0|0|0", 0, NULL, 3000) >= 0);
+    peer(&p2, "cr", 42);
+    unsigned seen = 0;
+    assert_int_equal(cxt_wait_event(e, "cr|0|0|0", CX_EVENT_JOINED, 6000, &ev, &seen), CX_OK);
+    assert_true(seen & (1u << CX_EVENT_MOVED));
+    assert_string_equal(ev.url, p2.url);
+    read_check(e, "cr|0|0|0", &p2, 42);
+    cxt_peer_stop(&p2);
+    assert_int_equal(cx_unregister_memory(e, g_buf), CX_OK);
+    cx_engine_destroy(e);
+}
+
 /* The directory thread, its curl handles and sockets go with the engine. */
 static void test_fds_flat(void **state)
 {
@@ -310,6 +339,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_expires, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_sigstop_expires_and_returns, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_migration, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_restart_elsewhere, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_fds_flat, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_etcd_goes_away, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
