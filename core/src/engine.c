@@ -4,6 +4,7 @@
 
 #include "connex/log.h"
 #include "gpu_hook.h"
+#include "mobility/mobility.h"
 #include "staging.h"
 
 #include <errno.h>
@@ -182,6 +183,7 @@ static int open_backends(cx_engine_t *e)
 
 static void engine_free(cx_engine_t *e)
 {
+    cx_dir_stop(e);   /* after the progress thread: a clean close deletes our entry */
     for (int i = 0; i < e->nb; i++) {
         if (e->be[i].w.kind) cx_watch_del(e, e->be[i].ops->wait_fd(e->be[i].b));
         e->be[i].ops->close(e->be[i].b);
@@ -240,6 +242,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     cx_url_format(&u, e->url, sizeof e->url);
 
     rc = open_backends(e);
+    if (!rc) rc = cx_dir_start(e);   /* registers e->url: the control port is bound */
     if (rc) { engine_free(e); return rc; }
 
     /* Timers: a tick a quarter of the heartbeat, so SUSPECT/FAILED land within 25% of their

@@ -4,6 +4,7 @@
 
 #include "connex/log.h"
 #include "staging.h"
+#include "mobility/mobility.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -151,6 +152,16 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
         if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
     } else {
         p = cx_peer_find(e, &op->lid);
+        cx_dir_entry_t de;
+        cx_url_t du;
+        /* Never seen, but the directory knows where it lives: go there. */
+        if (!p && cx_lid_cmp(&op->lid, &e->lid) && cx_dir_lookup(e, &op->lid, &de) == CX_OK &&
+            cx_url_parse(de.url, &du, NULL, 0) == CX_OK && !cx_lid_cmp(&du.lid, &op->lid)) {
+            op->url = du;
+            op->by_url = 1;
+            p = cx_peer_get_url(e, &du);
+            if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
+        }
         if (!p) {
             char lid[96];
             cx_lid_format(&op->lid, lid, sizeof lid);

@@ -5,6 +5,7 @@
 
 #include "connex/log.h"
 #include "gpu_hook.h"
+#include "mobility/dir_impl.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -502,10 +503,21 @@ static int on_hello(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t le
     }
     cx_url_t u;
     cx_url_parse(h.url, &u, NULL, 0);
+    cx_peer_t *known = cx_peer_find(e, &u.lid);
+    int moved = known && (strcmp(known->u.host, u.host) || known->u.port != u.port);
     cx_peer_t *p = cx_peer_get_url(e, &u);
     if (!p) { cx_conn_close(e, c); return 1; }
     /* The process behind our connection restarted: the old incarnation failed. */
     if (p->conn && p->incarnation != h.incarnation) cx_peer_fail(e, p, "restarted (new incarnation)");
+    if (moved) {
+        /* A known LID dialled us from a new address (restarted elsewhere): follow it. */
+        char why[CX_URL_MAX + 48];
+        snprintf(why, sizeof why, "dialled us from a new address (was %s)", p->url);
+        set_url(p, &u);
+        if (p->pending) cx_conn_close(e, p->pending);   /* a dial to the old address */
+        cx_event_emit(e, p, CX_EVENT_MOVED, why);
+        cx_dir_seen_at(e, &u.lid, p->url);
+    }
     /* Simultaneous connects: both sides keep the connection that the smaller LID initiated, so
      * the one both keep is the same and no live connection is torn down by accident. */
     int ours = p->pending || (p->conn && p->conn->outgoing);

@@ -5,6 +5,7 @@
 
 #include "connex/log.h"
 #include "staging.h"
+#include "mobility/mobility.h"
 
 #include <errno.h>
 #include <string.h>
@@ -65,6 +66,7 @@ static void tick(cx_engine_t *e)
     uint64_t now = cx_now_ns();
     cx_peers_tick(e, now);
     cx_ops_tick(e, now);
+    cx_dir_tick(e, now);
 }
 
 static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
