@@ -5,6 +5,7 @@
 
 #include "connex/log.h"
 #include "staging.h"
+#include "mobility/mobility.h"
 
 #include <errno.h>
 #include <string.h>
@@ -65,6 +66,7 @@ static void tick(cx_engine_t *e)
     uint64_t now = cx_now_ns();
     cx_peers_tick(e, now);
     cx_ops_tick(e, now);
+    cx_groups_tick(e, now);
 }
 
 static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
@@ -119,6 +121,7 @@ void *cx_progress_main(void *arg)
          * so every iteration gives each backend a turn. */
         more = progress_backends(e);
         cx_staging_progress(e);   /* after the backends: their completions free staging slots */
+        cx_groups_progress(e);    /* after the backends: their completions end group steps' children */
     }
     fail_everything(e);
     progress_backends(e);
