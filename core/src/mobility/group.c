@@ -176,24 +176,21 @@ static cx_gmember_t *pick(cx_group_t *g, const cx_gstep_t *s, const cx_gmember_t
     int n = 0;
     for (cx_gmember_t *m = g->members; m; m = m->next) n++;
     if (n == 0) return NULL;
+    /* Both policies walk the members from the round-robin cursor: round robin takes the first
+     * usable one, least in-flight the one with the fewest steps outstanding (ties: the first,
+     * so equal members take turns). */
     cx_gmember_t *best = NULL, *fallback = NULL;
-    if (g->policy == CX_PICK_LEAST_INFLIGHT) {
-        for (cx_gmember_t *m = g->members; m; m = m->next) {
-            if (!member_usable(g, m, s, why)) continue;
-            if (m == avoid) { fallback = m; continue; }
-            if (!best || m->inflight < best->inflight) best = m;
-        }
-    } else {
-        unsigned start = g->rr % (unsigned)n;
-        for (int k = 0; k < n && !best; k++) {
-            cx_gmember_t *m = g->members;
-            for (unsigned j = (start + (unsigned)k) % (unsigned)n; j; j--) m = m->next;
-            if (!member_usable(g, m, s, why)) continue;
-            if (m == avoid) { if (!fallback) fallback = m; continue; }
-            best = m;
-            if (advance) g->rr = start + (unsigned)k + 1;
-        }
+    unsigned start = g->rr % (unsigned)n, best_k = 0;
+    cx_gmember_t *m = g->members;
+    for (unsigned j = start; j; j--) m = m->next;
+    for (unsigned k = 0; k < (unsigned)n; k++, m = m->next ? m->next : g->members) {
+        if (!member_usable(g, m, s, why)) continue;
+        if (m == avoid) { if (!fallback) fallback = m; continue; }
+        if (best && (g->policy != CX_PICK_LEAST_INFLIGHT || m->inflight >= best->inflight)) continue;
+        best = m;
+        best_k = k;
     }
+    if (best && advance) g->rr = start + best_k + 1;
     return best ? best : fallback;
 }
 
