@@ -408,6 +408,43 @@ static void test_duplicate_dropped(void **state)
     fx_down(&f);
 }
 
+/* A step re-sent to a receiver that already queued it: the group's own re-send. A is hung with
+ * the step in flight, marked failed (no other member: the step waits), resumed (the first send
+ * lands and is queued), then added again: the same step goes to A again and A drops it. */
+static void test_resend_same_receiver(void **state)
+{
+    (void)state;
+    fx_t f;
+    fx_up(&f, 200, 5000);
+    char reply[512];
+    assert_int_equal(cxt_peer_cmd(&f.r[1], 5000, reply, sizeof reply, "QUIT"), 0);   /* A alone */
+    assert_int_equal(cxt_peer_reap(&f.r[1], 5000), 0);
+    assert_int_equal(wait_member(&f, "m|1|0|1", CX_PEER_LEFT, 3000), 0);
+    stop_peer(&f.r[0]);
+    cx_op_t *op;
+    assert_int_equal(cx_group_send(f.g, "twice", 5, &op), CX_OK);
+    cx_lid_t by;
+    uint64_t id = 0;
+    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EAGAIN);
+    assert_int_equal(cx_group_mark_failed(f.g, f.r[0].lid), CX_OK);
+    kill(f.r[0].pid, SIGCONT);
+    uint64_t first = next_step(&f.r[0], 5000, NULL);   /* the first send, queued */
+    assert_true(first > 0);
+    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EAGAIN);   /* the step waits for a member */
+    assert_int_equal(cx_group_add(f.g, f.r[0].url), CX_OK);           /* A is back: sent again */
+    assert_int_equal(cx_group_wait(op, 5000, &by, &id), CX_OK);
+    assert_int_equal(by.replica, 0);
+    assert_int_equal(id, first);
+    assert_int_equal(cxt_peer_cmd(&f.r[0], 5000, reply, sizeof reply, "STATS"), 0);
+    assert_non_null(strstr(reply, "dup_steps=1"));
+    char line[1024];
+    assert_int_equal(cxt_peer_expect(&f.r[0], "MSG ", 300, line, sizeof line), CX_ETIMEDOUT);   /* once */
+    cx_stats_t st;
+    assert_int_equal(cx_stats(f.e, &st), CX_OK);
+    assert_int_equal(st.steps_handed_over, 1);
+    fx_down(&f);
+}
+
 /* Bad input: clear codes, no crash. */
 static void test_bad_input(void **state)
 {
@@ -455,6 +492,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_least_inflight, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_put_signal, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_duplicate_dropped, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_resend_same_receiver, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -567,6 +567,7 @@ static void add_fn(cx_engine_t *e, void *arg)
     cx_gmember_t *m = member_get(q->g, &q->url.lid);
     if (!m) { q->rc = CX_ENOMEM; return; }
     m->gone = 0;
+    m->marked = 0;   /* added again: the caller vouches for it */
     member_set_url(q->g, m, &q->url);
     m->next_dial_ns = 0;
     member_dial(q->g, m, cx_now_ns(), 1);
