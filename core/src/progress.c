@@ -121,7 +121,7 @@ void *cx_progress_main(void *arg)
          * so every iteration gives each backend a turn. */
         more = progress_backends(e);
         cx_staging_progress(e);   /* after the backends: their completions free staging slots */
-        cx_groups_progress(e);    /* after the backends: their completions end group steps' children */
+        more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
     }
     fail_everything(e);
     progress_backends(e);

@@ -363,9 +363,9 @@ static void group_unlink(cx_engine_t *e, cx_group_t *g)
         if (*pp == g) { *pp = g->next; return; }
 }
 
-void cx_groups_progress(cx_engine_t *e)
+int cx_groups_progress(cx_engine_t *e)
 {
-    if (!e->groups) return;
+    if (!e->groups) return 0;
     uint64_t now = 0;
     for (cx_group_t *g = e->groups, *n; g; g = n) {
         n = g->next;
@@ -389,6 +389,7 @@ void cx_groups_progress(cx_engine_t *e)
             group_free(g);
         }
     }
+    return now != 0;
 }
 
 void cx_groups_tick(cx_engine_t *e, uint64_t now)

@@ -43,8 +43,9 @@ void cx_groups_on_event(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t);
 void cx_groups_tick(cx_engine_t *e, uint64_t now);
 void cx_groups_free_all(cx_engine_t *e);      /* engine destroy: steps complete with CX_ECLOSED */
 /* Every progress-loop iteration: children of group steps that completed are dealt with here
- * (hand-over, completion), outside the paths that fail ops. Cheap when nothing completed. */
-void cx_groups_progress(cx_engine_t *e);
+ * (hand-over, completion), outside the paths that fail ops. Cheap when nothing completed.
+ * Returns 1 when it did something (new sends may need the backends' next turn at once). */
+int cx_groups_progress(cx_engine_t *e);
 /* cx_op_start of a CX_OPK_GROUP op (a group step submitted by cx_group_send/put_signal). */
 void cx_group_op_start(cx_engine_t *e, cx_op_t *op);
 
