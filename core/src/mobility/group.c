@@ -267,6 +267,8 @@ static int step_issue(cx_group_t *g, cx_gstep_t *s, cx_gmember_t *m, uint64_t no
         cx_info("group %s: step %llu handed over to %s", g->pattern, (unsigned long long)s->id, m->lid_str);
         s->lost = 0;
     }
+    cx_debug("group %s: step %llu -> %s (in flight there: %u)", g->pattern, (unsigned long long)s->id, m->lid_str,
+             m->inflight + 1);
     s->child = c;
     m->inflight++;
     g->children++;
@@ -309,6 +311,7 @@ static void child_settle(cx_group_t *g, cx_gchild_t *c, uint64_t now)
     cx_gstep_t *s = c->s;
     cx_gmember_t *m = c->m;
     int st = c->status;
+    cx_debug("group %s: step %llu at %s: %s", g->pattern, s ? (unsigned long long)s->id : 0ull, m->lid_str, cx_strerror(st));
     m->inflight--;
     g->children--;
     child_free(c);
