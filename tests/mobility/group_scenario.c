@@ -413,6 +413,14 @@ static void test_duplicate_dropped(void **state)
     char reply[512];
     assert_int_equal(cxt_peer_cmd(r, 5000, reply, sizeof reply, "STATS"), 0);
     assert_non_null(strstr(reply, "dup_steps=1"));
+    /* Every message says its sender's incarnation; a plain one has step 0. */
+    assert_int_equal(cxt_peer_cmd(r, 5000, reply, sizeof reply, "SEND %s 16 3", cx_engine_local_url(f.e)), 0);
+    cx_msg_t msg;
+    assert_int_equal(cx_recv_msg(f.e, &msg, 5000), CX_OK);
+    assert_int_equal(msg.from_incarnation, inc);
+    assert_int_equal(msg.step, 0);
+    assert_int_equal(msg.len, 16);
+    cx_msg_release(&msg);
     fx_down(&f);
 }
 
