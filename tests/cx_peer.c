@@ -5,7 +5,7 @@
  * and then obeys one command per stdin line, answering each with one "OK ..." or "ERR <rc> ..."
  * line. Events and messages are printed as they happen, by their own threads:
  *   EVENT <name> <lid> <incarnation hex> <reason>
- *   MSG <from lid> <len> <hash hex> [CHK OK | CHK BAD <why>]
+ *   MSG <from lid> <len> <hash hex> [CHK OK | CHK BAD <why>] [STEP <id> <sender incarnation hex>]
  * A message "CHK <addr> <len> <hash>" (what put_signal senders put in it) is checked against the
  * region the moment it is received: that is how a test sees a signal overtaking its data.
  *
@@ -17,7 +17,7 @@
  *   FILL <seed>                          OK   (refill the region)
  *   HASH <off> <len>                     OK <hash>
  *   CONNECT <url> <timeout ms>           OK
- *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=..
+ *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=.. ... dup_steps=..
  *   QUIT                                 OK, then a clean close (BYE) and exit 0
  * The region is host memory, or device memory with --mem sim|cuda (default: CONNEX_TEST_MEM);
  * FILL, HASH and the checks reach it through cxt_mem.h, so every command works on every kind.
@@ -99,7 +99,9 @@ static void *msg_thread(void *arg)
         check_signal(&m, chk, sizeof chk);
         char l[CX_URL_MAX];
         cx_lid_format(&m.from, l, sizeof l);
-        out("MSG %s %zu %" PRIx64 "%s", l, m.len, cxt_hash(m.data, m.len), chk);
+        char step[64] = "";
+        if (m.step) snprintf(step, sizeof step, " STEP %" PRIu64 " %" PRIx64, m.step, m.from_incarnation);
+        out("MSG %s %zu %" PRIx64 "%s%s", l, m.len, cxt_hash(m.data, m.len), chk, step);
         cx_msg_release(&m);
     }
     return NULL;
@@ -181,9 +183,10 @@ static void command(char *line)
         cx_stats_t st;
         int rc = cx_stats(g_e, &st);
         reply(rc, "regions=%" PRIu64 " peers_up=%u failed=%u left=%u inflight=%" PRIu64 " rejected=%" PRIu64
-                  " staged_h2d=%" PRIu64 " staged_d2h=%" PRIu64 " gpudirect=%d",
+                  " staged_h2d=%" PRIu64 " staged_d2h=%" PRIu64 " gpudirect=%d dup_steps=%" PRIu64,
               st.regions, st.peers_up, st.peers_failed, st.peers_left, st.ops_in_flight,
-              st.rejected_requests, st.staged_h2d_bytes, st.staged_d2h_bytes, st.gpudirect);
+              st.rejected_requests, st.staged_h2d_bytes, st.staged_d2h_bytes, st.gpudirect,
+              st.steps_duplicates_dropped);
     } else {
         out("ERR %d unknown command '%s'", CX_EINVAL, cmd);
     }

@@ -107,7 +107,7 @@ static void pair_case(const char *host, const char *sysfs, const char *backend, 
     assert_int_equal(cx_recv_msg(E, &m, 5000), CX_OK);
     assert_int_equal(m.len, 64);
     assert_int_equal(m.step, 0);
-    (void)inc;   /* MERGE: assert m.from_incarnation == inc once groups land */
+    assert_true(m.from_incarnation == inc);
     cx_msg_release(&m);
     assert_int_equal(cx_unregister_memory(E, buf), CX_OK);
     free(buf);

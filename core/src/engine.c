@@ -44,6 +44,7 @@ static void op_destroy(cx_op_t *op)
 
 void cx_op_complete(cx_op_t *op, int status)
 {
+    if (op->on_done) { op->on_done(op, status); return; }   /* a group step's child */
     pthread_mutex_lock(&op->mu);
     op->status = status;
     op->done = 1;
@@ -306,6 +307,7 @@ void cx_engine_destroy(cx_engine_t *e)
     cx_msgq_close(&e->msgq);
     cx_evq_close(&e->evq);
     cx_staging_fini(e);
+    cx_groups_free_all(e);    /* after everything that could still complete a step's child */
     /* Regions still registered: deregister from the backends before closing them. */
     for (size_t i = 0; i < e->reg.n; i++)
         for (int b = 0; b < e->nb; b++)

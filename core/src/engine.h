@@ -66,10 +66,13 @@ struct cx_op {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cx_op_t *next, *prev;
+    /* Set: cx_op_complete calls it instead of waking a caller (a group step's child, group.c). */
+    void (*on_done)(cx_op_t *op, int status);
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
 #define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
+#define CX_OPK_GROUP 110   /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING };
 
@@ -159,6 +162,7 @@ struct cx_engine {
     struct cx_dir *dir;       /* the identity directory (dir.c) */
     struct cx_group *groups;  /* open groups (group.c), progress-thread list */
     struct cx_step_rx *steps_rx;  /* receiver-side duplicate filter per sender (step.c) */
+    uint64_t last_step;       /* the last group step id this engine issued (group.c) */
 };
 
 struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */

@@ -141,6 +141,7 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
         cx_op_complete(op, CX_OK);
         return;
     }
+    if (op->kind == CX_OPK_GROUP) { cx_group_op_start(e, op); return; }
     cx_peer_t *p;
     if (op->by_url) {
         if (!cx_lid_cmp(&op->url.lid, &e->lid)) {
@@ -325,7 +326,13 @@ int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
     cx_engine_t *e = cx_engine_of(c);
     cx_peer_t *p = peer;
     if (!p) return CX_EINVAL;
-    int rc = cx_msgq_push(&e->msgq, &p->lid, p->url, data, len);
+    const void *pl;
+    size_t plen;
+    uint64_t step;
+    /* A group step: envelope stripped, a duplicate answered CX_OK and not queued (step.c). */
+    if (cx_step_accept(e, p, data, len, &pl, &plen, &step) == 2) return CX_OK;
+    int rc = cx_msgq_push_step(&e->msgq, &p->lid, p->url, p->incarnation, step, pl, plen);
+    if (rc != CX_OK && step) cx_step_unaccept(e, p, step);
     if (rc == CX_EAGAIN) {
         if (e->st.msgs_refused++ % 1024 == 0)
             cx_warn("receive queue full (%u messages / %llu bytes): refusing messages from %s with CX_EAGAIN",

@@ -6,6 +6,7 @@
 #include "connex/log.h"
 #include "gpu_hook.h"
 #include "mobility/dir_impl.h"
+#include "mobility/mobility.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -148,6 +149,7 @@ void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *
     cx_log(t == CX_EVENT_FAILED ? CX_LOG_WARN : CX_LOG_INFO, "peer %s: %s%s%s", p->url, cx_event_name(t),
            reason && *reason ? ": " : "", reason ? reason : "");
     cx_evq_push(&e->evq, &ev);
+    cx_groups_on_event(e, p, t);
 }
 
 /* ---------------------------------------------------------------- sending */

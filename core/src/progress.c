@@ -67,6 +67,7 @@ static void tick(cx_engine_t *e)
     cx_peers_tick(e, now);
     cx_ops_tick(e, now);
     cx_dir_tick(e, now);
+    cx_groups_tick(e, now);
 }
 
 static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
@@ -121,6 +122,7 @@ void *cx_progress_main(void *arg)
          * so every iteration gives each backend a turn. */
         more = progress_backends(e);
         cx_staging_progress(e);   /* after the backends: their completions free staging slots */
+        more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
     }
     fail_everything(e);
     progress_backends(e);

@@ -56,6 +56,12 @@ void cx_msgq_fini(cx_msgq_t *q)
 
 int cx_msgq_push(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, const void *data, size_t len)
 {
+    return cx_msgq_push_step(q, from, from_url, 0, 0, data, len);
+}
+
+int cx_msgq_push_step(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, uint64_t from_incarnation,
+                      uint64_t step, const void *data, size_t len)
+{
     pthread_mutex_lock(&q->mu);
     /* An empty queue always takes one message, however large, so a message within CX_MSG_MAX can
      * always get through eventually. */
@@ -69,6 +75,8 @@ int cx_msgq_push(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, const
     it->from = *from;
     snprintf(it->from_url, sizeof it->from_url, "%s", from_url);
     it->len = len;
+    it->step = step;
+    it->from_incarnation = from_incarnation;
     it->next = NULL;
     if (len) memcpy(it + 1, data, len);
     pthread_mutex_lock(&q->mu);
@@ -104,6 +112,8 @@ int cx_msgq_pop(cx_msgq_t *q, cx_msg_t *out, int timeout_ms)
     out->from = it->from;
     memcpy(out->from_url, it->from_url, sizeof out->from_url);
     out->len = it->len;
+    out->step = it->step;
+    out->from_incarnation = it->from_incarnation;
     memmove(it, it + 1, it->len);
     out->data = it;
     return CX_OK;

@@ -12,6 +12,7 @@ typedef struct cx_msgq_item {
     cx_lid_t from;
     char from_url[CX_URL_MAX];
     size_t len;
+    uint64_t step, from_incarnation;   /* cx_msg_t's */
     struct cx_msgq_item *next;
     /* data follows */
 } cx_msgq_item_t;
@@ -28,6 +29,9 @@ int cx_msgq_init(cx_msgq_t *q, size_t max_n, size_t max_bytes);
 void cx_msgq_fini(cx_msgq_t *q);
 /* CX_OK, CX_EAGAIN when full (the sender is told; nothing is dropped), CX_ENOMEM. */
 int cx_msgq_push(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, const void *data, size_t len);
+/* The same, with the sender's incarnation and the group step id (0: a plain message). */
+int cx_msgq_push_step(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, uint64_t from_incarnation,
+                      uint64_t step, const void *data, size_t len);
 int cx_msgq_pop(cx_msgq_t *q, cx_msg_t *out, int timeout_ms);
 void cx_msgq_close(cx_msgq_t *q);  /* wakes waiters; pops then return CX_ECLOSED when empty */
 size_t cx_msgq_len(cx_msgq_t *q);

@@ -42,6 +42,12 @@ void cx_groups_on_dir(cx_engine_t *e, const cx_dir_entry_t *ent, int kind);
 void cx_groups_on_event(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t);
 void cx_groups_tick(cx_engine_t *e, uint64_t now);
 void cx_groups_free_all(cx_engine_t *e);      /* engine destroy: steps complete with CX_ECLOSED */
+/* Every progress-loop iteration: children of group steps that completed are dealt with here
+ * (hand-over, completion), outside the paths that fail ops. Cheap when nothing completed.
+ * Returns 1 when it did something (new sends may need the backends' next turn at once). */
+int cx_groups_progress(cx_engine_t *e);
+/* cx_op_start of a CX_OPK_GROUP op (a group step submitted by cx_group_send/put_signal). */
+void cx_group_op_start(cx_engine_t *e, cx_op_t *op);
 
 /* ---- steps (step.c): the envelope of a group step and the receiver's duplicate filter ---- */
 /* Receiver side, from cx_core_deliver_msg: if data is a step envelope addressed to this engine,
@@ -49,6 +55,8 @@ void cx_groups_free_all(cx_engine_t *e);      /* engine destroy: steps complete 
  * 0 for a plain message. */
 int cx_step_accept(cx_engine_t *e, cx_peer_t *from, const void *data, size_t len,
                    const void **payload, size_t *plen, uint64_t *step);
-void cx_step_forget_peer(cx_engine_t *e, cx_peer_t *p);   /* the sender's state is dropped */
+void cx_step_forget_peer(cx_engine_t *e, cx_peer_t *p);   /* the sender's state is dropped; NULL: all */
+/* The step cx_step_accept passed could not be queued (CX_EAGAIN): forget it, the sender retries. */
+void cx_step_unaccept(cx_engine_t *e, cx_peer_t *from, uint64_t step);
 
 #endif
