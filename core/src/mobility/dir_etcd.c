@@ -14,6 +14,7 @@
 
 #include "connex/log.h"
 #include "json_lite.h"
+#include "etcd_wire.h"
 
 #include <curl/curl.h>
 #include <inttypes.h>
@@ -23,7 +24,6 @@
 #include <string.h>
 #include <time.h>
 
-#define KEY_PREFIX "/connex/lid/"
 #define KEY_END "/connex/lid0"          /* '/' + 1: the end of the prefix range */
 #define REQ_TIMEOUT_MS 1500L
 #define RESP_MAX (8u << 20)
@@ -158,37 +158,10 @@ static int keepalive(etcd_t *x, char *why, size_t wn)
 /* A kv of the prefix into an entry; -1 (logged once) when it is not one of ours. */
 static int kv_entry(etcd_t *x, cx_js_t kv, int is_del, cx_dir_entry_t *ent)
 {
-    char k64[512], v64[1024];
-    uint8_t key[384], val[768];
-    memset(ent, 0, sizeof *ent);
-    int kl = cx_js_str(cx_js_get(kv, "key"), k64, sizeof k64) ? -1 : cx_b64_dec(k64, strlen(k64), key, sizeof key - 1);
-    if (cx_js_u64(cx_js_get(kv, "mod_revision"), &ent->version)) kl = -1;
-    size_t pl = strlen(KEY_PREFIX);
-    char err[200] = "bad key";
-    if (kl > (int)pl && !memcmp(key, KEY_PREFIX, pl)) {
-        key[kl] = 0;
-        if (cx_lid_parse((char *)key + pl, &ent->lid, err, sizeof err) == CX_OK) {
-            if (is_del) return 0;
-            int vl = cx_js_str(cx_js_get(kv, "value"), v64, sizeof v64) ? -1
-                                                                           : cx_b64_dec(v64, strlen(v64), val, sizeof val - 1);
-            cx_url_t u;
-            if (vl > 0) {
-                val[vl] = 0;
-                char *sp = strchr((char *)val, ' ');
-                if (sp) *sp = 0;
-                int prc = cx_url_parse((char *)val, &u, err, sizeof err);
-                if (prc == CX_OK && !cx_lid_cmp(&u.lid, &ent->lid)) {
-                    cx_url_format(&u, ent->url, sizeof ent->url);
-                    return 0;
-                }
-                if (prc == CX_OK) snprintf(err, sizeof err, "value names another LID");
-            } else {
-                snprintf(err, sizeof err, "value is not base64");
-            }
-        }
-    }
+    char err[200];
+    if (cx_etcd_kv_entry(kv, is_del, ent, err, sizeof err) == CX_OK) return 0;
     if (!x->bad_value_logged++)
-        cx_warn("directory: etcd: ignoring an entry under %s that is not ours (%s)", KEY_PREFIX, err);
+        cx_warn("directory: etcd: ignoring an entry under %s that is not ours (%s)", CX_ETCD_KEY_PREFIX, err);
     return -1;
 }
 
@@ -430,11 +403,11 @@ static int etcd_open(cx_dir_t *d, const char *spec)
     if (x->ttl_s < 1) x->ttl_s = 1;
     char lid[96], key[160], val[CX_URL_MAX + 32];
     cx_lid_format(&d->lid, lid, sizeof lid);
-    snprintf(key, sizeof key, KEY_PREFIX "%s", lid);
+    snprintf(key, sizeof key, CX_ETCD_KEY_PREFIX "%s", lid);
     snprintf(val, sizeof val, "%s %016" PRIx64, d->url, d->incarnation);
     cx_b64_enc(key, strlen(key), x->key_b64);
     cx_b64_enc(val, strlen(val), x->val_b64);
-    cx_b64_enc(KEY_PREFIX, strlen(KEY_PREFIX), x->pfx_b64);
+    cx_b64_enc(CX_ETCD_KEY_PREFIX, strlen(CX_ETCD_KEY_PREFIX), x->pfx_b64);
     cx_b64_enc(KEY_END, strlen(KEY_END), x->end_b64);
     x->req = curl_easy_init();
     x->multi = curl_multi_init();
