@@ -121,6 +121,7 @@ struct cx_peer {
     cx_op_t *bg_head, *bg_tail;   /* background transfers not yet completed, oldest first */
     int sched_dirty;              /* a credit came free or work arrived: cx_sched_pump looks */
     int bg_deferred;              /* a chunk is being held back for critical ops (counted once) */
+    uint64_t crit_last_ns;        /* a critical op completed then (background stays at 1 chunk) */
 };
 
 typedef struct cx_bslot {     /* an opened backend */

@@ -11,6 +11,10 @@
 enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
 
 #define CHUNK_MIN 4096u
+/* Critical ops that follow each other (a decode loop's reads) leave gaps of microseconds between
+ * them; for this long after one completed, background keeps to one chunk in flight as if it were
+ * still running, so the next critical op finds one chunk ahead of it, not credits_background. */
+#define CRIT_RECENT_NS 2000000ull
 
 void cx_sched_config(cx_config_t *cfg)
 {
@@ -132,6 +136,7 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
         q_remove(&p->cls_wait[c], &p->cls_wait_tail[c], op);
     }
     if (op->credit) {
+        if (op->credit - 1 == CRIT) p->crit_last_ns = cx_now_ns();
         p->cls_inflight[op->credit - 1]--;
         op->credit = 0;
         mark(e, p);
@@ -205,12 +210,13 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
         cx_op_go(e, op);
         n++;
     }
+    uint64_t now = p->bg_head ? cx_now_ns() : 0;
     for (cx_op_t *par; peer_live(p) && (par = next_parent(p));) {
         uint32_t lim = e->cfg.credits_background;
-        /* Critical ops waiting for credit: no new chunk. Critical ops in flight: one chunk at
-         * most, so background keeps moving but queues little in front of them. */
+        /* Critical ops waiting for credit: no new chunk. Critical ops in flight (or just done):
+         * one chunk at most, so background keeps moving but queues little in front of them. */
         if (p->cls_wait[CRIT]) lim = 0;
-        else if (p->cls_inflight[CRIT] && lim > 1) lim = 1;
+        else if ((p->cls_inflight[CRIT] || now - p->crit_last_ns < CRIT_RECENT_NS) && lim > 1) lim = 1;
         if (p->cls_inflight[BG] >= lim) {
             if (p->cls_inflight[BG] < e->cfg.credits_background && !p->bg_deferred) {
                 p->bg_deferred = 1;
