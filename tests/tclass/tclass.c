@@ -24,7 +24,7 @@
 #define TSEED 7
 #define PSEED 3
 #define CHUNK_BYTES (256u << 10)                 /* the main engine's background chunk */
-#define WAIT_MS 60000                            /* an op's wait: generous, never forever */
+#define WAIT_MS 90000   /* an op's wait: past the 60 s op timeout, so a stall shows as CX_ETIMEDOUT */
 
 static cx_engine_t *E;
 static uint8_t *R;
