@@ -20,7 +20,7 @@ static void usage(FILE *f)
         "       connex-bench failover [--backend ...] [--runs N] [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
         "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
         "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
-        "                             [--iters N] [--budget-ms MS per phase, default 20000]\n"
+        "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
         "       connex-bench serve    [--listen IP] [--port P] [--region SIZE]   (the peer for --peer)\n"
         "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
         "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
@@ -73,7 +73,7 @@ int main(int argc, char **argv)
         { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { 0, 0, 0, 0 }
     };
     optind = 2;
-    int c, budget_set = 0;
+    int c, budget_set = 0, iters_set = 0;
     o.cls_bg = (size_t)1 << 30;
     o.cls_crit = (size_t)16 << 10;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
@@ -81,7 +81,7 @@ int main(int argc, char **argv)
         switch (c) {
         case 'b': o.backend = optarg; break;
         case 's': sizes = optarg; break;
-        case 'i': o.iters = (int)v; break;
+        case 'i': o.iters = (int)v; iters_set = 1; break;
         case 'B': o.budget_ms = (int)v; budget_set = 1; break;
         case 'o': o.ops = optarg; break;
         case 'L': o.baselines = optarg; break;
@@ -120,6 +120,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "transfer")) return cx_bench_transfer(&o);
     if (!strcmp(cmd, "classes")) {
         if (!budget_set) o.budget_ms = 20000;
+        if (!iters_set) o.iters = 100000;   /* the budget ends a phase: reads for all of it */
         return cx_bench_classes(&o);
     }
     if (!strcmp(cmd, "failover")) {

@@ -12,7 +12,8 @@
  * the peer's op list for the peer's background list, and cx_sched_pump cuts it into chunks of
  * background_chunk bytes (ops of kind CX_OPK_CHUNK, linked to the peer like any op). A chunk
  * starts only when the peer's background ops in flight are below credits_background, no critical
- * op waits for a credit, and - while critical ops are in flight - no other background chunk is.
+ * op waits for a credit, and - while critical ops are in flight or were within 2 ms - no other
+ * background chunk is; chunks started then are background_chunk / 16 (at least 4 KiB).
  * The parent completes once every chunk it started completed: first error wins, and after an
  * error no new chunk starts. Background ops of device memory go as one critical-class op (the
  * GPU staging path chunks them itself).

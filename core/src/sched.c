@@ -15,6 +15,9 @@ enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
  * them; for this long after one completed, background keeps to one chunk in flight as if it were
  * still running, so the next critical op finds one chunk ahead of it, not credits_background. */
 #define CRIT_RECENT_NS 2000000ull
+/* While critical ops are active, chunks are this much smaller (at least CHUNK_MIN): a critical
+ * op then waits behind a small chunk, and background still moves. */
+#define CHUNK_SHRINK 16u
 
 void cx_sched_config(cx_config_t *cfg)
 {
@@ -158,10 +161,12 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 
 /* ---------------------------------------------------------------- issuing */
 
-static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par)
+static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par, int crit_active)
 {
     size_t left = par->x.len - par->bg_off;
-    size_t n = left < e->cfg.background_chunk ? left : e->cfg.background_chunk;
+    size_t max = e->cfg.background_chunk;
+    if (crit_active) max = max / CHUNK_SHRINK > CHUNK_MIN ? max / CHUNK_SHRINK : CHUNK_MIN;
+    size_t n = left < max ? left : max;
     cx_op_t *c = calloc(1, sizeof *c);
     if (!c) {
         cx_error("peer %s: out of memory for a background chunk", p->url);
@@ -215,8 +220,9 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
         uint32_t lim = e->cfg.credits_background;
         /* Critical ops waiting for credit: no new chunk. Critical ops in flight (or just done):
          * one chunk at most, so background keeps moving but queues little in front of them. */
+        int crit_active = p->cls_inflight[CRIT] || now - p->crit_last_ns < CRIT_RECENT_NS;
         if (p->cls_wait[CRIT]) lim = 0;
-        else if ((p->cls_inflight[CRIT] || now - p->crit_last_ns < CRIT_RECENT_NS) && lim > 1) lim = 1;
+        else if (crit_active && lim > 1) lim = 1;
         if (p->cls_inflight[BG] >= lim) {
             if (p->cls_inflight[BG] < e->cfg.credits_background && !p->bg_deferred) {
                 p->bg_deferred = 1;
@@ -225,7 +231,7 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
             break;
         }
         p->bg_deferred = 0;
-        chunk_start(e, p, par);
+        chunk_start(e, p, par, crit_active);
         n++;
     }
     return n;

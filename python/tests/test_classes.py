@@ -24,7 +24,8 @@ def test_async_both_classes(peers):
             assert h.wait() == 0
             assert buf == pattern(N, 5)
             chunks = e.stats()["background_chunks"] - before
-            assert chunks == (4 if cls == CX_CLASS_BACKGROUND else 0)
+            # 4 chunks of 1 MiB, more when the critical read just before made them smaller
+            assert chunks >= 4 if cls == CX_CLASS_BACKGROUND else chunks == 0
         src = pattern(65536, 9)
         buf[:65536] = src
         h = e.write_async(peer.url, buf, remote + 4096, 65536, CX_CLASS_BACKGROUND)
