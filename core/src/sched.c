@@ -220,7 +220,7 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
         uint32_t lim = e->cfg.credits_background;
         /* Critical ops waiting for credit: no new chunk. Critical ops in flight (or just done):
          * one chunk at most, so background keeps moving but queues little in front of them. */
-        int crit_active = p->cls_inflight[CRIT] || now - p->crit_last_ns < CRIT_RECENT_NS;
+        int crit_active = p->cls_inflight[CRIT] || now < p->crit_last_ns + CRIT_RECENT_NS;
         if (p->cls_wait[CRIT]) lim = 0;
         else if (crit_active && lim > 1) lim = 1;
         if (p->cls_inflight[BG] >= lim) {
