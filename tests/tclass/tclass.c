@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <inttypes.h>
+#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,6 +407,36 @@ static void test_kill9_mid_background(void **state)
     unmake(&f);
 }
 
+/* kill() returns before the target stops: wait (bounded) until every thread of pid is stopped, so
+ * no op issued afterwards can be served. 1 when it is. */
+static int all_stopped(pid_t pid, int timeout_ms)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    for (int i = 0; i < timeout_ms; i++) {
+        DIR *d = opendir(dir);
+        if (!d) return 0;
+        int running = 0, n = 0;
+        for (struct dirent *de; (de = readdir(d));) {
+            if (de->d_name[0] == '.') continue;
+            char path[384], buf[512];
+            snprintf(path, sizeof path, "%s/%s/stat", dir, de->d_name);
+            FILE *f = fopen(path, "r");
+            if (!f) continue;
+            size_t k = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[k] = 0;
+            char *rp = strrchr(buf, ')');   /* "pid (comm) S ..." */
+            n++;
+            if (!rp || rp[1] != ' ' || (rp[2] != 'T' && rp[2] != 't')) running = 1;
+        }
+        closedir(d);
+        if (n && !running) return 1;
+        usleep(1000);
+    }
+    return 0;
+}
+
 /* SIGSTOP: ops of both classes time out (op timeout below the heartbeat timeout), nothing lands
  * in the caller's buffer afterwards. */
 static void test_sigstop_timeout(void **state)
@@ -417,6 +448,10 @@ static void test_sigstop_timeout(void **state)
     assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, 4096), CX_OK);
     memset(f.r, 0, RS);
     cxt_peer_signal(&f.p, SIGSTOP);
+    if (!all_stopped(f.p.pid, 2000)) {
+        cxt_peer_signal(&f.p, SIGCONT);
+        fail_msg("the peer did not stop within 2 s of SIGSTOP");
+    }
     uint64_t t0 = cxt_now_ns();
     cx_op_t *bg = NULL, *cr = NULL, *bw = NULL;
     assert_int_equal(cx_read_async(f.e, f.p.lid, f.r, f.p.base, 16u << 20, CX_CLASS_BACKGROUND, &bg), CX_OK);
