@@ -29,6 +29,8 @@ typedef struct cx_bench_opts {
     const char *peer;       /* --peer URL: a remote `connex-bench serve` instead of a child */
     int runs;               /* failover */
     int cycles;             /* soak */
+    size_t cls_bg, cls_crit;   /* classes: background transfer and critical read sizes */
+    uint32_t cls_chunk;        /* classes: background_chunk of the engine (0: its default) */
     uint32_t hb_ms, hb_timeout_ms;
     int quiet;
     char self[4096];        /* this executable, re-exec'd as the peer */
@@ -163,6 +165,7 @@ int cx_bench_engine(cx_engine_t **e, const char *listen_ip, uint32_t hb_ms, uint
 int cx_bench_transfer(const cx_bench_opts_t *o);
 int cx_bench_failover(const cx_bench_opts_t *o);
 int cx_bench_soak(const cx_bench_opts_t *o);
+int cx_bench_classes(const cx_bench_opts_t *o);   /* traffic classes: critical p99 under background */
 /* Raw baselines in the same run: memcpy, TCP, ZeroMQ, and the raw library loops / ucx_perftest
  * for the variants that ran. */
 void cx_bench_baselines(const cx_bench_opts_t *o, const cx_bench_variant_t *const *vs, int nv);

@@ -19,6 +19,8 @@ static void usage(FILE *f)
         "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
         "       connex-bench failover [--backend ...] [--runs N] [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
         "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
+        "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
+        "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
         "       connex-bench serve    [--listen IP] [--port P] [--region SIZE]   (the peer for --peer)\n"
         "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
         "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
@@ -55,7 +57,8 @@ int main(int argc, char **argv)
         used += (size_t)k;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "transfer") && strcmp(cmd, "failover") && strcmp(cmd, "soak") && strcmp(cmd, "serve")) {
+    if (strcmp(cmd, "transfer") && strcmp(cmd, "failover") && strcmp(cmd, "soak") && strcmp(cmd, "serve") &&
+        strcmp(cmd, "classes")) {
         fprintf(stderr, "connex-bench: unknown command '%s'\n", cmd);
         usage(stderr);
         return 2;
@@ -66,17 +69,20 @@ int main(int argc, char **argv)
         { "backend", 1, 0, 'b' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'i' }, { "budget-ms", 1, 0, 'B' },
         { "ops", 1, 0, 'o' }, { "baselines", 1, 0, 'L' }, { "peer", 1, 0, 'p' }, { "json", 1, 0, 'j' },
         { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
-        { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { 0, 0, 0, 0 }
+        { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { "bg-size", 1, 0, 'G' },
+        { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { 0, 0, 0, 0 }
     };
     optind = 2;
-    int c;
+    int c, budget_set = 0, iters_set = 0;
+    o.cls_bg = (size_t)1 << 30;
+    o.cls_crit = (size_t)16 << 10;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         long v = optarg ? strtol(optarg, NULL, 10) : 0;
         switch (c) {
         case 'b': o.backend = optarg; break;
         case 's': sizes = optarg; break;
-        case 'i': o.iters = (int)v; break;
-        case 'B': o.budget_ms = (int)v; break;
+        case 'i': o.iters = (int)v; iters_set = 1; break;
+        case 'B': o.budget_ms = (int)v; budget_set = 1; break;
         case 'o': o.ops = optarg; break;
         case 'L': o.baselines = optarg; break;
         case 'p': o.peer = optarg; break;
@@ -87,6 +93,17 @@ int main(int argc, char **argv)
         case 'h': o.hb_ms = (uint32_t)v; break;
         case 'H': o.hb_timeout_ms = (uint32_t)v; break;
         case 'q': o.quiet = 1; break;
+        case 'G': case 'C': case 'K': {
+            size_t sz;
+            if (cx_bench_parse_size(optarg, &sz) || !sz || sz % 8 || (c == 'K' && sz > 0xFFFFF000u)) {
+                fprintf(stderr, "connex-bench: bad size '%s' (a multiple of 8 bytes)\n", optarg);
+                return 2;
+            }
+            if (c == 'G') o.cls_bg = sz;
+            else if (c == 'C') o.cls_crit = sz;
+            else o.cls_chunk = (uint32_t)sz;
+            break;
+        }
         default: usage(stderr); return 2;
         }
     }
@@ -101,6 +118,11 @@ int main(int argc, char **argv)
     const cx_bench_variant_t *vs[16];
     if (cx_bench_variants(o.backend, vs, 16) < 0) return 2;
     if (!strcmp(cmd, "transfer")) return cx_bench_transfer(&o);
+    if (!strcmp(cmd, "classes")) {
+        if (!budget_set) o.budget_ms = 20000;
+        if (!iters_set) o.iters = 100000;   /* the budget ends a phase: reads for all of it */
+        return cx_bench_classes(&o);
+    }
     if (!strcmp(cmd, "failover")) {
         /* Short heartbeats keep SIGSTOP and link-down runs short; --hb-ms sets them. */
         if (!o.hb_ms) o.hb_ms = 200;

@@ -5,6 +5,7 @@
 #include "connex/log.h"
 #include "gpu_hook.h"
 #include "mobility/mobility.h"
+#include "cx_sched.h"
 #include "staging.h"
 
 #include <errno.h>
@@ -119,6 +120,7 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     if (!e->cfg.connect_timeout_ms) e->cfg.connect_timeout_ms = 5000;
     if (!e->cfg.recv_queue_max) e->cfg.recv_queue_max = 4096;
     if (!e->cfg.recv_queue_bytes) e->cfg.recv_queue_bytes = 256ull << 20;
+    cx_sched_config(&e->cfg);
     if (e->cfg.heartbeat_timeout_ms <= e->cfg.heartbeat_ms) {
         cx_error("engine: heartbeat_timeout_ms (%u) must exceed heartbeat_ms (%u)",
                  e->cfg.heartbeat_timeout_ms, e->cfg.heartbeat_ms);
@@ -407,7 +409,8 @@ static void peer_list_fn(cx_engine_t *e, void *arg)
             snprintf(i->why, sizeof i->why, "%s", p->why);
         }
         i->incarnation = p->incarnation;
-        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) i->ops_in_flight++;
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
+            i->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;   /* as cx_stats */
         i->same_host = p->same_host;
     }
 }
@@ -581,6 +584,36 @@ int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t re
     return CX_OK;
 }
 
+/* cx_read_async / cx_write_async: like put_signal's op, freed by cx_op_wait. */
+static int class_op(cx_engine_t *e, int kind, int xkind, const char *peer, void *local, uint64_t remote,
+                    size_t len, cx_class_t cls, cx_op_t **out, const char *what)
+{
+    if (out) *out = NULL;
+    if (!e || !out) { cx_warn("%s: NULL engine or op pointer", what); return CX_EINVAL; }
+    if ((unsigned)cls > CX_CLASS_BACKGROUND) { cx_warn("%s: class %d is neither critical (0) nor background (1)", what, (int)cls); return CX_EINVAL; }
+    cx_op_t *op = malloc(sizeof *op);
+    if (!op) return CX_ENOMEM;
+    int rc = prep(e, op, kind, xkind, peer, local, remote, len, what);
+    op->cls = (int)cls;
+    op->async = 1;
+    if (!rc) rc = cx_submit(e, op);
+    if (rc) { op_destroy(op); free(op); return rc; }
+    *out = op;
+    return CX_OK;
+}
+
+int cx_read_async(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, size_t len, cx_class_t cls,
+                  cx_op_t **op)
+{
+    return class_op(e, CX_OPK_READ, CX_XFER_READ, peer, dst, remote_src, len, cls, op, "read_async");
+}
+
+int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len,
+                   cx_class_t cls, cx_op_t **op)
+{
+    return class_op(e, CX_OPK_WRITE, CX_XFER_WRITE, peer, (void *)src, remote_dst, len, cls, op, "write_async");
+}
+
 int cx_op_wait(cx_op_t *op, int timeout_ms)
 {
     if (!op) return CX_EINVAL;
@@ -644,7 +677,7 @@ static void stats_fn(cx_engine_t *e, void *arg)
         case CX_PEER_LEFT: st->peers_left++; break;
         default: break;
         }
-        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight += op->kind != CX_OPK_SUB;
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;
     }
     pthread_rwlock_rdlock(&e->reg.lock);
     st->regions = e->reg.n;
@@ -656,6 +689,7 @@ static void stats_fn(cx_engine_t *e, void *arg)
     pthread_mutex_unlock(&e->evq.mu);
     cx_gpu_hook_stats(st);
     cx_staging_stats(e, st);
+    cx_sched_stats(e, st);
 }
 
 int cx_stats(cx_engine_t *e, cx_stats_t *st)

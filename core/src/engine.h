@@ -68,13 +68,26 @@ struct cx_op {
     cx_op_t *next, *prev;
     /* Set: cx_op_complete calls it instead of waking a caller (a group step's child, group.c). */
     void (*on_done)(cx_op_t *op, int status);
+    /* traffic classes (cx_sched.h) */
+    int cls;                  /* CX_CLASS_* the caller asked for */
+    int credit;               /* 1 + the class whose credit the op holds; 0 none */
+    cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
+                                 the peer's list of background transfers */
+    cx_op_t *parent;          /* CX_OPK_CHUNK: the background transfer it is a piece of */
+    size_t bg_off;            /* background transfer: bytes handed to chunks so far */
+    uint32_t bg_out;          /* background transfer: chunks not yet completed */
+    int bg_status;            /* background transfer: first error of a chunk */
+    uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
 #define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
 #define CX_OPK_GROUP 110   /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
+#define CX_OPK_CHUNK 103   /* one chunk of a background-class transfer (cx_sched.h); op->parent */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
-enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING };
+enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
+       OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
+       OPS_CHUNKED };     /* a background transfer moving in chunks, not linked to the peer */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -105,6 +118,13 @@ struct cx_peer {
     int reconnect;            /* reconnect in the background (after FAILED) */
     int suspect_reported;
     cx_peer_t *next;
+    /* traffic classes (cx_sched.h): per class, ops holding a credit and the FIFO of ops waiting */
+    uint32_t cls_inflight[2];
+    cx_op_t *cls_wait[2], *cls_wait_tail[2];
+    cx_op_t *bg_head, *bg_tail;   /* background transfers not yet completed, oldest first */
+    int sched_dirty;              /* a credit came free or work arrived: cx_sched_pump looks */
+    int bg_deferred;              /* a chunk is being held back for critical ops (counted once) */
+    uint64_t crit_last_ns;        /* a critical op completed then (background stays at 1 chunk) */
 };
 
 typedef struct cx_bslot {     /* an opened backend */
@@ -163,6 +183,8 @@ struct cx_engine {
     struct cx_group *groups;  /* open groups (group.c), progress-thread list */
     struct cx_step_rx *steps_rx;  /* receiver-side duplicate filter per sender (step.c) */
     uint64_t last_step;       /* the last group step id this engine issued (group.c) */
+
+    int sched_dirty;          /* traffic classes: some peer has sched_dirty set (cx_sched.h) */
 };
 
 struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */

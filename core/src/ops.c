@@ -3,6 +3,7 @@
 #include "engine.h"
 
 #include "connex/log.h"
+#include "cx_sched.h"
 #include "staging.h"
 #include "mobility/mobility.h"
 
@@ -32,6 +33,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 {
     unlink_op(op);
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
+    if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
     if (op->kind < CX_OPK_COUNT) {
         if (status == CX_OK) {
@@ -94,6 +96,12 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
 }
 
 void cx_op_issue(cx_engine_t *e, cx_op_t *op)
+{
+    if (cx_sched_admit(e, op)) return;   /* waits for a credit, or goes in chunks (cx_sched.h) */
+    cx_op_go(e, op);
+}
+
+void cx_op_go(cx_engine_t *e, cx_op_t *op)
 {
     cx_peer_t *p = op->peer;
     if (op->x.kind == CX_XFER_MSG) {
@@ -215,6 +223,7 @@ void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status)
         op->stage = OPS_DONE;
         cx_op_finish(e, op, status);
     }
+    cx_sched_peer_fail(e, p, status);   /* background transfers: their chunks are all back now */
 }
 
 void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
@@ -254,6 +263,9 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
                     cx_warn("peer %s: not reachable within the %s timeout", p->url, conn_expired ? "connect" : "op");
                     cx_op_finish(e, op, op->kind == CX_OPK_CONNECT ? CX_ETIMEDOUT : CX_EPEER);
                 }
+            } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_CREDIT) {
+                cx_warn("peer %s: op waited for a credit past the op timeout", p->url);
+                cx_op_finish(e, op, CX_ETIMEDOUT);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
                 cx_warn("peer %s: region query unanswered within the op timeout", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
@@ -268,6 +280,7 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
             cx_warn("peer %s: op timed out after %u ms: closing the data connection", p->url, e->cfg.op_timeout_ms);
             cx_peer_drop_ep(e, p, CX_ETIMEDOUT);
         }
+        cx_sched_tick(e, p, now);
         if (p->state == CX_PEER_CONNECTING && now >= p->connect_deadline_ns && p->ops.next == &p->ops) {
             if (p->pending) cx_conn_close(e, p->pending);
             p->state = p->ever_up ? CX_PEER_LEFT : CX_PEER_UNKNOWN;

@@ -4,6 +4,7 @@
 #include "engine.h"
 
 #include "connex/log.h"
+#include "cx_sched.h"
 #include "staging.h"
 #include "mobility/mobility.h"
 
@@ -123,6 +124,7 @@ void *cx_progress_main(void *arg)
         more = progress_backends(e);
         cx_staging_progress(e);   /* after the backends: their completions free staging slots */
         more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
+        more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
     }
     fail_everything(e);
     progress_backends(e);

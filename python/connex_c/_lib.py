@@ -30,6 +30,8 @@ CX_MSG_MAX = 64 << 20
 CX_OPK_NAMES = ("read", "write", "put_signal", "msg")
 CX_OPK_COUNT = len(CX_OPK_NAMES)
 EVENT_NAMES = ("up", "joined", "failed", "suspect", "left", "moved")
+CX_CLASS_CRITICAL = 0     # traffic classes (cx_class_t)
+CX_CLASS_BACKGROUND = 1
 
 
 class LibraryNotFound(ImportError):
@@ -161,6 +163,8 @@ _PROTOTYPES = {
     "cx_write": (_I, [_P, _S, _P, _U64, _Z]),
     "cx_put_signal": (_I, [_P, _S, _P, _U64, _Z, _P, _Z, ctypes.POINTER(_P)]),
     "cx_op_wait": (_I, [_P, _I]),
+    "cx_read_async": (_I, [_P, _S, _P, _U64, _Z, _I, ctypes.POINTER(_P)]),
+    "cx_write_async": (_I, [_P, _S, _P, _U64, _Z, _I, ctypes.POINTER(_P)]),
     "cx_send_msg": (_I, [_P, _S, _P, _Z]),
     "cx_recv_msg": (_I, [_P, ctypes.POINTER(cx_msg_t), _I]),
     "cx_msg_release": (None, [ctypes.POINTER(cx_msg_t)]),

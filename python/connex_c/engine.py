@@ -10,8 +10,9 @@ import threading
 import time
 
 from . import _args
-from ._lib import (CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK, CX_OPK_NAMES, EVENT_NAMES,
-                   cx_config_t, cx_event_t, cx_msg_t, cx_peer_info_t, cx_stats_t, lib, strerror)
+from ._lib import (CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK,
+                   CX_OPK_NAMES, EVENT_NAMES, cx_config_t, cx_event_t, cx_msg_t, cx_peer_info_t,
+                   cx_stats_t, lib, strerror)
 
 # Blocking waits are cut into slices this long so that close() from another thread is noticed:
 # the engine is never destroyed under a thread still inside a C call.
@@ -114,7 +115,8 @@ class Engine:
 
     def __init__(self, model, stage=0, shard=0, replica=0, listen_ip="127.0.0.1", port=0,
                  heartbeat_ms=0, heartbeat_timeout_ms=0, backend=None, op_timeout_ms=0,
-                 connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0, auth_token=None):
+                 connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0, auth_token=None,
+                 credits_critical=0, credits_background=0, background_chunk=0, classes_off=False):
         if not isinstance(model, str):
             raise TypeError("model must be str, not %s" % type(model).__name__)
         if not _MODEL_RE.fullmatch(model):
@@ -140,6 +142,12 @@ class Engine:
         cfg.recv_queue_max = _u32(recv_queue_max, "recv_queue_max")
         cfg.recv_queue_bytes = _args.check_int(recv_queue_bytes, "recv_queue_bytes")
         cfg.auth_token = _args.text(auth_token, "auth_token")   # None: CONNEX_AUTH_TOKEN(_FILE)
+        cfg.credits_critical = _u32(credits_critical, "credits_critical")
+        cfg.credits_background = _u32(credits_background, "credits_background")
+        cfg.background_chunk = _u32(background_chunk, "background_chunk")
+        if not isinstance(classes_off, (bool, int)):
+            raise TypeError("classes_off must be bool, not %s" % type(classes_off).__name__)
+        cfg.classes_off = 1 if classes_off else 0
         self._lib = lib()
         self._e = None
         self._cond = threading.Condition()
@@ -377,6 +385,40 @@ class Engine:
         h = PutSignal(self, op, (p, m))
         self._ops[id(h)] = h
         return h
+
+    # ---- traffic classes (docs/semantics.md) ----
+
+    def _class_op(self, what, fn, peer, local, writable, remote, n, cls):
+        pe = _args.peer(peer)
+        p = _args.pointer(local, writable=writable, what="destination" if writable else "source")
+        _args.remote_addr(remote)
+        _args.length(n)
+        p.check_len(n, what)
+        if isinstance(cls, bool) or not isinstance(cls, int):
+            raise TypeError("%s: cls must be int, not %s" % (what, type(cls).__name__))
+        if cls not in (CX_CLASS_CRITICAL, CX_CLASS_BACKGROUND):
+            raise ValueError("%s: cls %d is neither CX_CLASS_CRITICAL (0) nor CX_CLASS_BACKGROUND (1)"
+                             % (what, cls))
+        op = ctypes.c_void_p()
+        e = self._enter(what)
+        try:
+            rc = fn(e, pe, p.address, remote, n, cls, ctypes.byref(op))
+        finally:
+            self._leave()
+        if rc != CX_OK:
+            return PutSignal(self, None, None, status=rc)
+        h = PutSignal(self, op, (p,))
+        self._ops[id(h)] = h
+        return h
+
+    def read_async(self, peer, dst, src, n, cls=CX_CLASS_CRITICAL):
+        """Read n bytes at the peer's src into dst in a traffic class (CX_CLASS_CRITICAL or
+        CX_CLASS_BACKGROUND: chunked, yields to critical ops). Returns an op handle (wait())."""
+        return self._class_op("read_async", self._lib.cx_read_async, peer, dst, True, src, n, cls)
+
+    def write_async(self, peer, src, dst, n, cls=CX_CLASS_CRITICAL):
+        """Write n bytes of src to the peer's dst in a traffic class; returns an op handle."""
+        return self._class_op("write_async", self._lib.cx_write_async, peer, src, False, dst, n, cls)
 
     def _reap_async(self, h):
         with self._cond:

@@ -1,0 +1,283 @@
+/* Traffic classes: credits per peer and class, chunked background transfers (see cx_sched.h for
+ * the contract with ops.c, docs/semantics.md for what callers are promised). */
+#include "cx_sched.h"
+
+#include "connex/log.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
+
+#define CHUNK_MIN 4096u
+/* Critical ops that follow each other (a decode loop's reads) leave gaps of microseconds between
+ * them; for this long after one completed, background keeps to one chunk in flight as if it were
+ * still running, so the next critical op finds one chunk ahead of it, not credits_background. */
+#define CRIT_RECENT_NS 2000000ull
+/* While critical ops are active, chunks are this much smaller (at least CHUNK_MIN): a critical
+ * op then waits behind a small chunk, and background still moves. */
+#define CHUNK_SHRINK 16u
+
+void cx_sched_config(cx_config_t *cfg)
+{
+    if (!cfg->credits_critical) cfg->credits_critical = 64;
+    if (!cfg->credits_background) cfg->credits_background = 2;
+    if (!cfg->background_chunk) cfg->background_chunk = 1u << 20;
+    /* Whole pages, at least one: smaller chunks only add per-op overhead. */
+    uint64_t c = ((uint64_t)cfg->background_chunk + CHUNK_MIN - 1) / CHUNK_MIN * CHUNK_MIN;
+    if (c > 0xFFFFF000u) c = 0xFFFFF000u;
+    if (c != cfg->background_chunk)
+        cx_info("background_chunk %u rounded to %llu bytes (whole 4 KiB pages)", cfg->background_chunk,
+                (unsigned long long)c);
+    cfg->background_chunk = (uint32_t)c;
+    const char *env = getenv("CONNEX_CLASSES");
+    if (env && *env) {
+        if (!strcasecmp(env, "off") || !strcmp(env, "0")) cfg->classes_off = 1;
+        else if (!strcasecmp(env, "on") || !strcmp(env, "1")) cfg->classes_off = 0;
+        else cx_warn("CONNEX_CLASSES=%.32s: expected on or off; ignored", env);
+    }
+}
+
+static int peer_live(const cx_peer_t *p)
+{
+    return p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT;
+}
+
+static void mark(cx_engine_t *e, cx_peer_t *p)
+{
+    p->sched_dirty = 1;
+    e->sched_dirty = 1;
+}
+
+/* ---------------------------------------------------------------- lists */
+
+/* The peer's op list (ops.c keeps the same shape; a background parent leaves it). */
+static void peer_unlink(cx_op_t *op)
+{
+    if (!op->next) return;
+    op->prev->next = op->next;
+    op->next->prev = op->prev;
+    op->next = op->prev = NULL;
+}
+
+static void q_push(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
+{
+    op->cnext = NULL;
+    op->cprev = *tail;
+    if (*tail) (*tail)->cnext = op;
+    else *head = op;
+    *tail = op;
+}
+
+static void q_remove(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
+{
+    if (op->cprev) op->cprev->cnext = op->cnext;
+    else if (*head == op) *head = op->cnext;
+    else return;   /* not in this list */
+    if (op->cnext) op->cnext->cprev = op->cprev;
+    else *tail = op->cprev;
+    op->cnext = op->cprev = NULL;
+}
+
+static void take_credit(cx_peer_t *p, cx_op_t *op, int cls)
+{
+    op->credit = cls + 1;
+    p->cls_inflight[cls]++;
+}
+
+/* ---------------------------------------------------------------- admission */
+
+int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
+{
+    cx_peer_t *p = op->peer;
+    if (e->cfg.classes_off || op->credit || op->kind == CX_OPK_CHUNK) return 0;
+    int bg = op->cls == BG && (op->kind == CX_OPK_READ || op->kind == CX_OPK_WRITE) &&
+             op->x.local_mem == CX_MEM_HOST && op->x.len > 0;
+    if (bg) {
+        peer_unlink(op);
+        op->stage = OPS_CHUNKED;
+        op->bg_off = 0;
+        op->bg_out = 0;
+        op->bg_status = CX_OK;
+        op->bg_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+        q_push(&p->bg_head, &p->bg_tail, op);
+        mark(e, p);
+        return 1;
+    }
+    /* Critical (and background device memory, which the staging path chunks on its own). */
+    if (!p->cls_wait[CRIT] && p->cls_inflight[CRIT] < e->cfg.credits_critical) {
+        take_credit(p, op, CRIT);
+        return 0;
+    }
+    op->stage = OPS_WAIT_CREDIT;
+    q_push(&p->cls_wait[CRIT], &p->cls_wait_tail[CRIT], op);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- completion */
+
+/* A parent with nothing out and nothing more to start completes (through cx_op_finish, which
+ * counts it and wakes its caller: it must not be touched afterwards). */
+static void parent_maybe_done(cx_engine_t *e, cx_op_t *par)
+{
+    if (par->bg_out) return;
+    if (par->bg_status == CX_OK && par->bg_off < par->x.len) return;
+    cx_peer_t *p = par->peer;
+    q_remove(&p->bg_head, &p->bg_tail, par);
+    if (p->bg_head == NULL) p->bg_deferred = 0;
+    par->stage = OPS_DONE;
+    cx_op_finish(e, par, par->bg_status);
+}
+
+int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
+{
+    cx_peer_t *p = op->peer;
+    if (!p) return 0;
+    if (op->stage == OPS_WAIT_CREDIT) {
+        int c = op->cls == BG && op->kind == CX_OPK_CHUNK ? BG : CRIT;
+        q_remove(&p->cls_wait[c], &p->cls_wait_tail[c], op);
+    }
+    if (op->credit) {
+        if (op->credit - 1 == CRIT) p->crit_last_ns = cx_now_ns();
+        p->cls_inflight[op->credit - 1]--;
+        op->credit = 0;
+        mark(e, p);
+    }
+    if (op->kind != CX_OPK_CHUNK) return 0;
+    cx_op_t *par = op->parent;
+    free(op);
+    par->bg_out--;
+    if (status != CX_OK && par->bg_status == CX_OK) {
+        par->bg_status = status;   /* first error wins; no new chunk starts */
+        cx_debug("peer %s: background transfer of %zu bytes failed at a chunk (%s)", p->url, par->x.len,
+                 cx_strerror(status));
+    } else if (status == CX_OK) {
+        par->bg_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    }
+    parent_maybe_done(e, par);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- issuing */
+
+static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par, int crit_active)
+{
+    size_t left = par->x.len - par->bg_off;
+    size_t max = e->cfg.background_chunk;
+    if (crit_active) max = max / CHUNK_SHRINK > CHUNK_MIN ? max / CHUNK_SHRINK : CHUNK_MIN;
+    size_t n = left < max ? left : max;
+    cx_op_t *c = calloc(1, sizeof *c);
+    if (!c) {
+        cx_error("peer %s: out of memory for a background chunk", p->url);
+        if (par->bg_status == CX_OK) par->bg_status = CX_ENOMEM;
+        parent_maybe_done(e, par);
+        return;
+    }
+    c->e = e;
+    c->kind = CX_OPK_CHUNK;
+    c->cls = BG;
+    c->parent = par;
+    c->status = CX_ERR;
+    c->x.kind = par->x.kind;
+    c->x.local = (uint8_t *)par->x.local + par->bg_off;
+    c->x.len = n;
+    c->x.remote = par->x.remote + par->bg_off;
+    c->x.local_mem = par->x.local_mem;
+    c->deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    par->bg_off += n;
+    par->bg_out++;
+    par->bg_deadline_ns = c->deadline_ns;
+    cx_op_link(p, c);
+    take_credit(p, c, BG);
+    e->st.background_chunks++;
+    /* May complete c (and, with it, par) before it returns: touch neither afterwards. */
+    cx_op_go(e, c);
+}
+
+/* The oldest background transfer with bytes still to start. */
+static cx_op_t *next_parent(cx_peer_t *p)
+{
+    for (cx_op_t *par = p->bg_head; par; par = par->cnext)
+        if (par->bg_status == CX_OK && par->bg_off < par->x.len) return par;
+    return NULL;
+}
+
+static int pump_peer(cx_engine_t *e, cx_peer_t *p)
+{
+    int n = 0;
+    /* Critical first. Each op taken off the FIFO before it is issued: issuing may complete it,
+     * or fail the peer (which empties the FIFO). */
+    for (cx_op_t *op; peer_live(p) && (op = p->cls_wait[CRIT]) && p->cls_inflight[CRIT] < e->cfg.credits_critical;) {
+        q_remove(&p->cls_wait[CRIT], &p->cls_wait_tail[CRIT], op);
+        take_credit(p, op, CRIT);
+        op->stage = OPS_QUEUED;
+        cx_op_go(e, op);
+        n++;
+    }
+    uint64_t now = p->bg_head ? cx_now_ns() : 0;
+    for (cx_op_t *par; peer_live(p) && (par = next_parent(p));) {
+        uint32_t lim = e->cfg.credits_background;
+        /* Critical ops waiting for credit: no new chunk. Critical ops in flight (or just done):
+         * one chunk at most, so background keeps moving but queues little in front of them. */
+        int crit_active = p->cls_inflight[CRIT] || now < p->crit_last_ns + CRIT_RECENT_NS;
+        if (p->cls_wait[CRIT]) lim = 0;
+        else if (crit_active && lim > 1) lim = 1;
+        if (p->cls_inflight[BG] >= lim) {
+            if (p->cls_inflight[BG] < e->cfg.credits_background && !p->bg_deferred) {
+                p->bg_deferred = 1;
+                e->st.background_deferred++;
+            }
+            break;
+        }
+        p->bg_deferred = 0;
+        chunk_start(e, p, par, crit_active);
+        n++;
+    }
+    return n;
+}
+
+int cx_sched_pump(cx_engine_t *e)
+{
+    if (!e->sched_dirty) return 0;
+    e->sched_dirty = 0;
+    int n = 0;
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        if (!p->sched_dirty) continue;
+        p->sched_dirty = 0;
+        n += pump_peer(e, p);
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- timeouts, failures */
+
+void cx_sched_tick(cx_engine_t *e, cx_peer_t *p, uint64_t now)
+{
+    for (cx_op_t *par = p->bg_head, *nx; par; par = nx) {
+        nx = par->cnext;
+        if (par->bg_out || par->bg_status != CX_OK || now < par->bg_deadline_ns) continue;
+        cx_warn("peer %s: background transfer of %zu bytes: no chunk could start within %u ms", p->url,
+                par->x.len, e->cfg.op_timeout_ms);
+        par->bg_status = CX_ETIMEDOUT;
+        parent_maybe_done(e, par);
+    }
+    /* Credits may have come free without a completion marking the peer (defensive, cheap). */
+    if (p->bg_head || p->cls_wait[CRIT]) mark(e, p);
+}
+
+void cx_sched_peer_fail(cx_engine_t *e, cx_peer_t *p, int status)
+{
+    for (cx_op_t *par = p->bg_head, *nx; par; par = nx) {
+        nx = par->cnext;
+        if (par->bg_status == CX_OK) par->bg_status = status;
+        parent_maybe_done(e, par);   /* waits for chunks still out, if any */
+    }
+    p->bg_deferred = 0;
+}
+
+void cx_sched_stats(cx_engine_t *e, cx_stats_t *st)
+{
+    for (cx_peer_t *p = e->peers; p; p = p->next)
+        for (cx_op_t *par = p->bg_head; par; par = par->cnext) st->ops_in_flight++;
+}
