@@ -149,6 +149,16 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         cx_fi_on_ack(b, seq, st);
         return;
     }
+    if (type == CX_FM_RREQ) {
+        void *rp = cx_core_peer_by_incarnation(b->core, inc);
+        if (!rp) {
+            cx_warn("libfabric: read request from unknown incarnation %016llx refused",
+                    (unsigned long long)inc);
+            return;
+        }
+        cx_fi_wb_on_rreq(b, rp, seq, &r);
+        return;
+    }
     int sig = type == CX_FM_SIG || type == CX_FM_SIG_RTS;
     if (type < CX_FM_MSG || type > CX_FM_SIG_RTS) {
         cx_warn("libfabric: unknown message type %u dropped", type);
@@ -176,6 +186,10 @@ static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
     op->posted = 0;
     if (op->kind == CX_FOP_ACK) {
         cx_fi_op_free(b, op);
+        return;
+    }
+    if (op->kind == CX_FOP_WBACK) {
+        cx_fi_wb_done(b, op, status);
         return;
     }
     if (op->kind == CX_FOP_PULL) {

@@ -3,6 +3,7 @@
 #define CX_FI_INT_H
 
 #include "connex/backend.h"
+#include "connex/wire.h"
 
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -44,7 +45,8 @@ enum {
     CX_FOP_PSWRITE,     /* put_signal, phase 1: the write, delivery-complete */
     CX_FOP_SEND,        /* MSG, or put_signal phase 2: header (+ payload or rendezvous) */
     CX_FOP_ACK,         /* target: the ack of a message (no xfer) */
-    CX_FOP_PULL         /* target: fi_read of a large message from its sender (no xfer) */
+    CX_FOP_PULL,        /* target: fi_read of a large message from its sender (no xfer) */
+    CX_FOP_WBACK        /* target of a write-back read: the write into the reader's buffer */
 };
 
 typedef struct cx_fi_op {
@@ -67,6 +69,9 @@ typedef struct cx_fi_op {
     int32_t ack_val;
     uint64_t r_addr, r_key;
     size_t r_len;
+    int rreq;                   /* SEND: a write-back read request (fi_wb.c), x is the read */
+    const void *wb_src;         /* WBACK: the bytes written (in a pinned region, or tmp_buf) */
+    void *wb_pin;               /* WBACK: the core's pin on the source region */
     struct cx_fi_op *enext, *eprev;    /* ep's list */
     struct cx_fi_op *qnext;            /* backlog */
     struct cx_fi_op *hnext;            /* ack hash */
@@ -127,6 +132,7 @@ struct cx_backend {
     cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted */
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
+    int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
     int closing;
     int sweep_now;              /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
@@ -159,6 +165,13 @@ void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);
 
+/* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
+int cx_fi_wb_choose(cx_backend_t *b);
+int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
+void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, cx_rd_t *r);
+int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
+void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
+
 /* fi_fd.c */
 int *cx_fi_fd_list(size_t *n);
 void cx_fi_fd_cloexec_new(const int *before, size_t nbefore);
@@ -175,9 +188,11 @@ void cx_fi_tx_put(cx_backend_t *b, int i);
 static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i) { return b->txmem + (size_t)i * CX_FI_BUF; }
 
 /* Backend message header: type, version, reserved, sender incarnation, sequence. */
-enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5 };
+enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5,
+       CX_FM_RREQ = 6 };
 #define CX_FM_VERSION 1
 #define CX_FM_HDR 20            /* u8 type, u8 ver, u16 rsvd, u64 inc, u64 seq */
 #define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
+#define CX_FM_RREQ_LEN 32       /* after the header: u64 src, u64 len, u64 dst, u64 dst key */
 
 #endif

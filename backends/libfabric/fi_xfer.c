@@ -86,6 +86,8 @@ void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
         cx_fi_tx_put(b, op->txi);
     if (op->tmp_mr)
         fi_close(&op->tmp_mr->fid);
+    if (op->wb_pin)
+        cx_core_region_unpin(op->wb_pin);
     free(op->tmp_buf);
     free(op);
 }
@@ -192,7 +194,20 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         uint8_t *buf = cx_fi_tx_buf(b, op->txi);
         cx_wr_t w;
         cx_wr_init(&w, buf, CX_FI_BUF);
-        if (op->kind == CX_FOP_ACK) {
+        if (op->rreq) {
+            /* A read by write-back (fi_wb.c): the target writes, then acks this sequence. */
+            cx_wr_u8(&w, CX_FM_RREQ);
+            cx_wr_u8(&w, CX_FM_VERSION);
+            cx_wr_u16(&w, 0);
+            cx_wr_u64(&w, b->inc);
+            cx_wr_u64(&w, op->seq);
+            int r = cx_fi_wb_rreq_write(b, op, &w);
+            if (r) {
+                cx_fi_tx_put(b, op->txi);
+                op->txi = -1;
+                return r;
+            }
+        } else if (op->kind == CX_FOP_ACK) {
             cx_wr_u8(&w, CX_FM_ACK);
             cx_wr_u8(&w, CX_FM_VERSION);
             cx_wr_u16(&w, 0);
@@ -306,6 +321,9 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     case CX_FOP_ACK:
         r = cx_fi_post_send(b, op);
         break;
+    case CX_FOP_WBACK:
+        r = cx_fi_wb_post(b, op);
+        break;
     case CX_FOP_PULL:
         r = fi_read(b->ep, op->tmp_buf, op->r_len, fi_mr_desc(op->tmp_mr), op->ep->fa, op->r_addr,
                     op->r_key, &op->c.fc);
@@ -371,9 +389,15 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
         cx_warn("libfabric: submit: bad message (%zu bytes)", x->msg_len);
         return CX_EINVAL;
     }
+    /* tcp (libfabric 1.17.0) cannot tear down a connection with a read half answered: reads
+     * there go as a request the target answers with a write (fi_wb.c). */
+    int rreq = kind == CX_FOP_READ && b->wb;
+    if (rreq)
+        kind = CX_FOP_SEND;
     cx_fi_op_t *op = cx_fi_op_new(b, kind, x, ep);
     if (!op)
         return CX_ENOMEM;
+    op->rreq = rreq;
     if (kind == CX_FOP_SEND || kind == CX_FOP_PSWRITE)
         cx_fi_ack_add(b, op);
     x->bp[0] = op;
