@@ -164,11 +164,14 @@ cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer);
 void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);
+cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq);
 
 /* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
 int cx_fi_wb_choose(cx_backend_t *b);
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, cx_rd_t *r);
+int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
+void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, cx_rd_t *r);
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 
@@ -189,10 +192,11 @@ static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i) { return b->txmem + 
 
 /* Backend message header: type, version, reserved, sender incarnation, sequence. */
 enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5,
-       CX_FM_RREQ = 6 };
+       CX_FM_RREQ = 6, CX_FM_PREQ = 7 };
 #define CX_FM_VERSION 1
 #define CX_FM_HDR 20            /* u8 type, u8 ver, u16 rsvd, u64 inc, u64 seq */
 #define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
 #define CX_FM_RREQ_LEN 32       /* after the header: u64 src, u64 len, u64 dst, u64 dst key */
+#define CX_FM_PREQ_LEN 32       /* after the header: u64 sender's seq, u64 len, u64 dst, u64 key */
 
 #endif

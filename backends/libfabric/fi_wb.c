@@ -13,7 +13,8 @@
  *
  * The guarantee of docs/semantics.md holds as with fi_read: disconnect closes rxm's connection
  * (FI_AV_REMOVE_CLEANUP=1) before the op completes with an error, so a late write cannot land.
- * Large messages (RTS) are still pulled with fi_read: see README "Known limits". */
+ * Large messages (RTS) likewise: the target asks the sender to write the message into its
+ * landing buffer instead of pulling it with fi_read. */
 #include "fi_int.h"
 
 #include "connex/log.h"
@@ -37,19 +38,25 @@ int cx_fi_wb_choose(cx_backend_t *b)
     return 1;
 }
 
-/* Initiator: the request, after the common header. Where the target must write: our own
- * registration of the caller's buffer, addressed as the provider wants (virtual or offset). */
+/* Initiator: the request, after the common header. Where the target must write: a
+ * registration of exactly the caller's range, made for this op (a fresh key) and closed before
+ * the op completes (cx_fi_op_finish), whatever the outcome. The target initiates this write, and
+ * its rxm reconnects by itself after our disconnect: only a dead key keeps a late write (the
+ * target was stopped, resumed after our op timed out) out of the caller's buffer. A write
+ * already under way when the op ends dies with its connection, which disconnect closes first. */
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w)
 {
     cx_xfer_t *x = op->x;
-    cx_fi_mh_t *mh = x->local_mh;
-    uint64_t dst = (uint64_t)(uintptr_t)x->local;
-    if (!(b->mr_mode & FI_MR_VIRT_ADDR))
-        dst -= mh->base;
+    if (!op->tmp_mr) {
+        int r = cx_fi_mr_reg(b, x->local, x->len, FI_REMOTE_WRITE, CX_MEM_HOST, &op->tmp_mr);
+        if (r)
+            return r;
+    }
+    uint64_t dst = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)x->local : 0;
     cx_wr_u64(w, x->remote);
     cx_wr_u64(w, x->len);
     cx_wr_u64(w, dst);
-    cx_wr_u64(w, fi_mr_key(mh->mr));
+    cx_wr_u64(w, fi_mr_key(op->tmp_mr));
     return w->ok ? 0 : -FI_EINVAL;
 }
 
@@ -113,6 +120,54 @@ void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, cx_rd_t *r)
         return;
     cx_fi_op_free(b, op);       /* unpins */
     cx_fi_wb_answer(b, ep, peer, seq, st == CX_OK ? CX_EPEER : st);
+}
+
+/* Large messages (RTS) the same way: the target, instead of pulling with fi_read, asks the
+ * sender to write the message into its landing buffer, then delivers on the sender's answer. */
+int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w)
+{
+    uint64_t dst = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)op->tmp_buf : 0;
+    cx_wr_u64(w, op->ack_seq);   /* the sender's sequence of the message */
+    cx_wr_u64(w, op->r_len);
+    cx_wr_u64(w, dst);
+    cx_wr_u64(w, fi_mr_key(op->tmp_mr));
+    return w->ok ? 0 : -FI_EINVAL;
+}
+
+/* Sender: write the message the target asks for. It must be one of our messages still waiting
+ * for its ack, to this peer, of this length: the target names it by our sequence. */
+void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, cx_rd_t *r)
+{
+    uint64_t sseq = cx_rd_u64(r), len = cx_rd_u64(r), dst = cx_rd_u64(r), dkey = cx_rd_u64(r);
+    cx_bep_t *ep = cx_fi_ep_by_peer(b, peer);
+    if (!ep) {
+        cx_warn("libfabric: pull request from a peer without endpoint; dropped");
+        return;
+    }
+    cx_fi_op_t *m = cx_rd_done(r) ? cx_fi_ack_find(b, sseq) : NULL;
+    if (!m || m->kind != CX_FOP_SEND || m->rreq || !m->x || m->ep != ep || m->x->msg_len != len) {
+        cx_warn("libfabric: pull request for no message of ours (seq %llu, %llu bytes)",
+                (unsigned long long)sseq, (unsigned long long)len);
+        cx_fi_wb_answer(b, ep, peer, seq, CX_EINVAL);
+        return;
+    }
+    cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_WBACK, NULL, ep);
+    if (!op) {
+        cx_fi_wb_answer(b, ep, peer, seq, CX_ENOMEM);
+        return;
+    }
+    /* The message's bytes stay the caller's until the target's ack (sent after our answer), and
+     * a disconnect closes the connection (and with it this write) before the op completes. */
+    op->peer = peer;
+    op->ack_seq = seq;
+    op->r_addr = dst;
+    op->r_key = dkey;
+    op->r_len = (size_t)len;
+    op->wb_src = m->x->msg;
+    if (cx_fi_start(b, op) == 0)
+        return;
+    cx_fi_op_free(b, op);
+    cx_fi_wb_answer(b, ep, peer, seq, CX_EPEER);
 }
 
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op)

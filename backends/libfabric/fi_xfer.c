@@ -97,6 +97,11 @@ void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
 {
     cx_fi_ack_del(b, op);
     cx_fi_ep_unlink(op);
+    if (op->rreq && op->tmp_mr) {
+        /* Write-back read: its key dies before the caller hears the outcome (fi_wb.c). */
+        fi_close(&op->tmp_mr->fid);
+        op->tmp_mr = NULL;
+    }
     cx_xfer_t *x = op->x;
     op->x = NULL;
     if (x)
@@ -126,6 +131,14 @@ cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq)
             return op;
         }
     }
+    return NULL;
+}
+
+cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq)
+{
+    for (cx_fi_op_t *op = b->ack_tab[cx_fi_ack_bucket(seq)]; op; op = op->hnext)
+        if (op->seq == seq)
+            return op;
     return NULL;
 }
 
@@ -202,6 +215,19 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
             cx_wr_u64(&w, b->inc);
             cx_wr_u64(&w, op->seq);
             int r = cx_fi_wb_rreq_write(b, op, &w);
+            if (r) {
+                cx_fi_tx_put(b, op->txi);
+                op->txi = -1;
+                return r;
+            }
+        } else if (op->kind == CX_FOP_PULL) {
+            /* A large message by write-back: ask its sender to write it into tmp_buf. */
+            cx_wr_u8(&w, CX_FM_PREQ);
+            cx_wr_u8(&w, CX_FM_VERSION);
+            cx_wr_u16(&w, 0);
+            cx_wr_u64(&w, b->inc);
+            cx_wr_u64(&w, op->seq);
+            int r = cx_fi_wb_preq_write(b, op, &w);
             if (r) {
                 cx_fi_tx_put(b, op->txi);
                 op->txi = -1;
@@ -325,6 +351,10 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
         r = cx_fi_wb_post(b, op);
         break;
     case CX_FOP_PULL:
+        if (b->wb) {
+            r = cx_fi_post_send(b, op);
+            break;
+        }
         r = fi_read(b->ep, op->tmp_buf, op->r_len, fi_mr_desc(op->tmp_mr), op->ep->fa, op->r_addr,
                     op->r_key, &op->c.fc);
         break;
