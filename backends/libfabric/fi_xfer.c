@@ -491,6 +491,14 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         b->eps->prev = ep;
     b->eps = ep;
     *out = ep;
+    if (b->wb) {
+        /* A write-back read needs rxm's connection in the target's direction too, and rxm
+         * dials only at a first op: both sides send a bare ack of sequence 0 (ignored by the
+         * receiver) now, so the first read after a (re)join does not wait for that dial. */
+        cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
+        if (op && cx_fi_start(b, op))
+            cx_fi_op_free(b, op);
+    }
     return CX_OK;
 }
 

@@ -53,7 +53,13 @@ static const char *why_skip(void)
 
 static int setup_net(void)
 {
+    /* A /24 of our own: a run that crashed leaves its namespace and veth (and subnet) behind. */
     int id = (int)(getpid() % 200) + 20;
+    for (int i = 0; i < 200; i++, id = id >= 219 ? 20 : id + 1) {
+        char probe[96];
+        snprintf(probe, sizeof probe, "ip -o addr show 2>/dev/null | grep -q ' 10\\.213\\.%d\\.'", id);
+        if (system(probe) != 0) break;
+    }
     snprintf(g_ns, sizeof g_ns, "cxpart%d", (int)getpid());
     snprintf(g_va, sizeof g_va, "cxpa%d", (int)getpid() % 100000);
     snprintf(g_vb, sizeof g_vb, "cxpb%d", (int)getpid() % 100000);
