@@ -376,9 +376,11 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
     if (b->cq_fd < 0)
         return;
     uint64_t now = cx_fi_now_ns();
-    if (!b->sweep_now && now < b->next_sweep_ns)
+    int hot = now < b->sweep_hot_until_ns && now >= b->last_sweep_ns + 1000000ull;
+    if (!b->sweep_now && now < b->next_sweep_ns && !hot)
         return;
     b->sweep_now = 0;
+    b->last_sweep_ns = now;
     b->next_sweep_ns = now + 200000000ull;
     cx_fi_fd_sweep(b);
 }
@@ -397,6 +399,8 @@ int cx_fi_progress(cx_backend_t *b)
     for (int round = 0; round < 16; round++) {
         int n = cx_fi_drain(b);
         cx_fi_backlog_run(b);
+        if (b->sweep_hot_until_ns)
+            cx_fi_maybe_sweep(b);   /* a connection accepted just now, inside the drain */
         if (n < 0 || b->qhead) {
             cx_fi_kick(b);      /* more to do: come back after the core served the rest */
             return CX_OK;

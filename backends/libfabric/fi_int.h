@@ -136,6 +136,8 @@ struct cx_backend {
     int closing;
     int sweep_now;              /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
+    uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
+    uint64_t last_sweep_ns;
 };
 
 /* fi_mr.c */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 void cx_fi_kick(cx_backend_t *b)
@@ -493,11 +494,19 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     *out = ep;
     if (b->wb) {
         /* A write-back read needs rxm's connection in the target's direction too, and rxm
-         * dials only at a first op: both sides send a bare ack of sequence 0 (ignored by the
-         * receiver) now, so the first read after a (re)join does not wait for that dial. */
+         * dials only at a first op (and does not send over a connection it accepted: one
+         * side warming up still left the first read waiting ~100 ms for a dial): both sides
+         * send a bare ack of sequence 0 (ignored by the receiver) now; the first read after a
+         * (re)join then took ~7 ms instead of 130-290 ms (conformance_failure, debug log). */
         cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
         if (op && cx_fi_start(b, op))
             cx_fi_op_free(b, op);
+        /* The peer dials us as well: its connection is accepted inside fi_cq_read, with a
+         * socket libfabric opens without close-on-exec. Sweep closely for a while. */
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        b->sweep_hot_until_ns = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec +
+                                2000000000ull;
     }
     return CX_OK;
 }
