@@ -99,7 +99,10 @@ static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq,
         op->r_len = len;
         op->tmp_buf = malloc(len);
         if (op->tmp_buf &&
-            !cx_fi_mr_reg(b, op->tmp_buf, len, FI_READ, CX_MEM_HOST, &op->tmp_mr)) {
+            !cx_fi_mr_reg(b, op->tmp_buf, len, FI_READ | FI_REMOTE_WRITE, CX_MEM_HOST,
+                          &op->tmp_mr)) {
+            if (b->wb)
+                cx_fi_ack_add(b, op);   /* the sender answers the write-back under this seq */
             if (!cx_fi_start(b, op))
                 return;
             rc = CX_ERR;
@@ -111,6 +114,8 @@ static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq,
     cx_fi_send_ack(b, ep, peer, seq, rc);
 }
 
+static void cx_fi_pull_end(cx_backend_t *b, cx_fi_op_t *op, int status);
+
 static void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
 {
     cx_fi_op_t *op = cx_fi_ack_take(b, seq);
@@ -121,6 +126,11 @@ static void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
     }
     op->ack_got = 1;
     op->ack_status = status;
+    if (op->kind == CX_FOP_PULL) {     /* write-back pull: the sender wrote (or failed) */
+        if (op->send_done)
+            cx_fi_pull_end(b, op, status);
+        return;
+    }
     if (op->send_done) {
         cx_fi_op_finish(b, op, status);
         cx_fi_op_free(b, op);
@@ -149,6 +159,25 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
             return;
         }
         cx_fi_on_ack(b, seq, st);
+        return;
+    }
+    if (type == CX_FM_RREQ || type == CX_FM_PREQ) {
+        void *rp = cx_core_peer_by_incarnation(b->core, inc);
+        if (!rp) {
+            cx_warn("libfabric: read request from unknown incarnation %016llx refused",
+                    (unsigned long long)inc);
+            return;
+        }
+        cx_fi_wbreq_t q;
+        if (cx_fi_wbreq_get(buf + CX_FM_HDR, len - CX_FM_HDR, &q)) {
+            cx_warn("libfabric: malformed %s request dropped", type == CX_FM_RREQ ? "read" : "pull");
+            cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
+            return;
+        }
+        if (type == CX_FM_RREQ)
+            cx_fi_wb_on_rreq(b, rp, seq, &q);
+        else
+            cx_fi_wb_on_preq(b, rp, seq, &q);
         return;
     }
     int sig = type == CX_FM_SIG || type == CX_FM_SIG_RTS;
@@ -180,17 +209,23 @@ static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
         cx_fi_op_free(b, op);
         return;
     }
+    if (op->kind == CX_FOP_WBACK) {
+        cx_fi_wb_done(b, op, status);
+        return;
+    }
     if (op->kind == CX_FOP_PULL) {
-        cx_debug("libfabric: %s: pulled %zu bytes: %d", b->prov, op->r_len, status);
-        if (op->ep && status == CX_OK) {
-            void *peer = op->peer;
-            cx_fi_deliver(b, peer, op->mtype == CX_FM_SIG, op->ack_seq, op->tmp_buf, op->r_len);
-        } else if (op->ep) {
-            cx_core_count_served(b->core, op->mtype == CX_FM_SIG ? CX_XFER_PUT_SIGNAL :
-                                 CX_XFER_MSG, 0, 0);
-            cx_fi_send_ack(b, op->ep, op->peer, op->ack_seq, status);
+        if (b->wb && status == CX_OK) {
+            /* Our pull request left; the message is in tmp_buf once its sender's answer came. */
+            op->send_done = 1;
+            if (op->txi >= 0) {
+                cx_fi_tx_put(b, op->txi);
+                op->txi = -1;
+            }
+            if (op->ack_got)
+                cx_fi_pull_end(b, op, op->ack_status);
+            return;
         }
-        cx_fi_op_free(b, op);
+        cx_fi_pull_end(b, op, status);
         return;
     }
     if (!op->x) {               /* completed to the core already (disconnect): just forget it */
@@ -235,6 +270,21 @@ static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
     default:
         cx_fi_op_free(b, op);
     }
+}
+
+/* A large message's pull ended: deliver it, or tell its sender why not. */
+static void cx_fi_pull_end(cx_backend_t *b, cx_fi_op_t *op, int status)
+{
+    cx_debug("libfabric: %s: pulled %zu bytes: %d", b->prov, op->r_len, status);
+    if (op->ep && status == CX_OK) {
+        void *peer = op->peer;
+        cx_fi_deliver(b, peer, op->mtype == CX_FM_SIG, op->ack_seq, op->tmp_buf, op->r_len);
+    } else if (op->ep) {
+        cx_core_count_served(b->core, op->mtype == CX_FM_SIG ? CX_XFER_PUT_SIGNAL :
+                             CX_XFER_MSG, 0, 0);
+        cx_fi_send_ack(b, op->ep, op->peer, op->ack_seq, status);
+    }
+    cx_fi_op_free(b, op);
 }
 
 static int cx_fi_err_status(int err)
@@ -334,9 +384,11 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
     if (b->cq_fd < 0)
         return;
     uint64_t now = cx_fi_now_ns();
-    if (!b->sweep_now && now < b->next_sweep_ns)
+    int hot = now < b->sweep_hot_until_ns && now >= b->last_sweep_ns + 1000000ull;
+    if (!b->sweep_now && now < b->next_sweep_ns && !hot)
         return;
     b->sweep_now = 0;
+    b->last_sweep_ns = now;
     b->next_sweep_ns = now + 200000000ull;
     cx_fi_fd_sweep(b);
 }
@@ -355,6 +407,8 @@ int cx_fi_progress(cx_backend_t *b)
     for (int round = 0; round < 16; round++) {
         int n = cx_fi_drain(b);
         cx_fi_backlog_run(b);
+        if (b->sweep_hot_until_ns)
+            cx_fi_maybe_sweep(b);   /* a connection accepted just now, inside the drain */
         if (n < 0 || b->qhead) {
             cx_fi_kick(b);      /* more to do: come back after the core served the rest */
             return CX_OK;

@@ -45,7 +45,8 @@ enum {
     CX_FOP_PSWRITE,     /* put_signal, phase 1: the write, delivery-complete */
     CX_FOP_SEND,        /* MSG, or put_signal phase 2: header (+ payload or rendezvous) */
     CX_FOP_ACK,         /* target: the ack of a message (no xfer) */
-    CX_FOP_PULL         /* target: fi_read of a large message from its sender (no xfer) */
+    CX_FOP_PULL,        /* target: fi_read of a large message from its sender (no xfer) */
+    CX_FOP_WBACK        /* target of a write-back read: the write into the reader's buffer */
 };
 
 typedef struct cx_fi_op {
@@ -68,6 +69,9 @@ typedef struct cx_fi_op {
     int32_t ack_val;
     uint64_t r_addr, r_key;
     size_t r_len;
+    int rreq;                   /* SEND: a write-back read request (fi_wb.c), x is the read */
+    const void *wb_src;         /* WBACK: the bytes written (in a pinned region, or tmp_buf) */
+    void *wb_pin;               /* WBACK: the core's pin on the source region */
     struct cx_fi_op *enext, *eprev;    /* ep's list */
     struct cx_fi_op *qnext;            /* backlog */
     struct cx_fi_op *hnext;            /* ack hash */
@@ -128,9 +132,12 @@ struct cx_backend {
     cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted */
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
+    int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
     int closing;
     int sweep_now;              /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
+    uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
+    uint64_t last_sweep_ns;
 };
 
 /* fi_mr.c */
@@ -159,6 +166,16 @@ cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer);
 void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);
+cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq);
+
+/* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
+int cx_fi_wb_choose(cx_backend_t *b);
+int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
+void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
+int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
+void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
+int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
+void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 
 /* fi_fd.c */
 int *cx_fi_fd_list(size_t *n);

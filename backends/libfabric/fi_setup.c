@@ -125,6 +125,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     b->mr_mode = in->domain_attr->mr_mode;
     b->hmem = (in->caps & FI_HMEM) != 0;
     b->max_msg = in->ep_attr->max_msg_size;
+    b->wb = cx_fi_wb_choose(b);
     if ((r = fi_fabric(in->fabric_attr, &b->fabric, NULL)) ||
         (r = fi_domain(b->fabric, in, &b->domain, NULL))) {
         cx_warn("libfabric: %s: fabric/domain: %s", b->prov, fi_strerror(-r));
@@ -213,9 +214,9 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
             return -FI_EOTHER;
     }
     cx_fi_progress(b);   /* arms the wait object (fi_trywait) before the core first waits */
-    cx_info("libfabric: opened %s (mr_mode 0x%lx, hmem %d, data_progress %d, gpu_direct %d)",
-            b->prov, (unsigned long)b->mr_mode, b->hmem, (int)in->domain_attr->data_progress,
-            p->gpu_direct);
+    cx_info("libfabric: opened %s (mr_mode 0x%lx, hmem %d, data_progress %d, gpu_direct %d, "
+            "reads %s)", b->prov, (unsigned long)b->mr_mode, b->hmem,
+            (int)in->domain_attr->data_progress, p->gpu_direct, b->wb ? "by write-back" : "fi_read");
     return 0;
 }
 

@@ -58,6 +58,25 @@ int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *rt)
     return cx_rd_done(&r) && rt->len && rt->len <= CX_MSG_MAX ? CX_OK : CX_EINVAL;
 }
 
+void cx_fi_wbreq_put(cx_wr_t *w, const cx_fi_wbreq_t *q)
+{
+    cx_wr_u64(w, q->what);
+    cx_wr_u64(w, q->len);
+    cx_wr_u64(w, q->dst);
+    cx_wr_u64(w, q->key);
+}
+
+int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, body ? len : 0);
+    q->what = cx_rd_u64(&r);
+    q->len = cx_rd_u64(&r);
+    q->dst = cx_rd_u64(&r);
+    q->key = cx_rd_u64(&r);
+    return cx_rd_done(&r) && q->len ? CX_OK : CX_EINVAL;
+}
+
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a)
 {
     cx_wr_u8(w, CX_FI_ADDR_VERSION);

@@ -18,11 +18,13 @@
 
 /* Message header: u8 type, u8 version, u16 reserved (0, ignored), u64 sender incarnation,
  * u64 sequence. After it: MSG / SIG the message itself, ACK the status, *_RTS a cx_fi_rts_t. */
-enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5 };
+enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5,
+       CX_FM_RREQ = 6, CX_FM_PREQ = 7 };
 #define CX_FM_VERSION 1
 #define CX_FM_HDR 20
 #define CX_FM_ACK_LEN 4         /* after the header: i32 status */
 #define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
+#define CX_FM_WBREQ 32          /* RREQ / PREQ after the header: a cx_fi_wbreq_t */
 
 #define CX_FI_ADDR_VERSION 2    /* address blob: provider, format, name, pid */
 #define CX_FI_PROV_MAX 64       /* provider name, including the terminating NUL */
@@ -41,6 +43,14 @@ typedef struct cx_fi_rts {      /* a large message the target pulls with fi_read
     uint64_t addr;              /* as the sender's provider wants it (virtual or offset) */
     uint64_t key;
 } cx_fi_rts_t;
+
+typedef struct cx_fi_wbreq {   /* "write this to me" (reads and large messages on tcp, fi_wb.c) */
+    uint64_t what;              /* RREQ: the source address at the target; PREQ: the target's
+                                   sequence of the message it should write */
+    uint64_t len;               /* 1 .. the backend's largest transfer (checked by the caller) */
+    uint64_t dst;               /* where to write, as the asker's provider wants it */
+    uint64_t key;               /* the asker's key for that one op */
+} cx_fi_wbreq_t;
 
 typedef struct cx_fi_addr {     /* the address blob in HELLO */
     char prov[CX_FI_PROV_MAX];  /* NUL-terminated, no NUL inside */
@@ -63,6 +73,8 @@ void cx_fi_ack_put(cx_wr_t *w, int32_t status);
 int cx_fi_ack_get(const void *body, size_t len, int32_t *status);
 void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *r);
 int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *r);
+void cx_fi_wbreq_put(cx_wr_t *w, const cx_fi_wbreq_t *q);
+int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q);   /* len 0 refused */
 
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a);
 int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a);

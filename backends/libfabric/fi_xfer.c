@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 void cx_fi_kick(cx_backend_t *b)
@@ -86,6 +87,8 @@ void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
         cx_fi_tx_put(b, op->txi);
     if (op->tmp_mr)
         fi_close(&op->tmp_mr->fid);
+    if (op->wb_pin)
+        cx_core_region_unpin(op->wb_pin);
     free(op->tmp_buf);
     free(op);
 }
@@ -95,6 +98,11 @@ void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
 {
     cx_fi_ack_del(b, op);
     cx_fi_ep_unlink(op);
+    if (op->rreq && op->tmp_mr) {
+        /* Write-back read: its key dies before the caller hears the outcome (fi_wb.c). */
+        fi_close(&op->tmp_mr->fid);
+        op->tmp_mr = NULL;
+    }
     cx_xfer_t *x = op->x;
     op->x = NULL;
     if (x)
@@ -124,6 +132,14 @@ cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq)
             return op;
         }
     }
+    return NULL;
+}
+
+cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq)
+{
+    for (cx_fi_op_t *op = b->ack_tab[cx_fi_ack_bucket(seq)]; op; op = op->hnext)
+        if (op->seq == seq)
+            return op;
     return NULL;
 }
 
@@ -192,7 +208,18 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         uint8_t *buf = cx_fi_tx_buf(b, op->txi);
         cx_wr_t w;
         cx_wr_init(&w, buf, CX_FI_BUF);
-        if (op->kind == CX_FOP_ACK) {
+        if (op->rreq || op->kind == CX_FOP_PULL) {
+            /* A read by write-back, or a large message pulled that way (fi_wb.c): ask the target
+             * (or the message's sender) to write, then ack this sequence. */
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = op->rreq ? CX_FM_RREQ : CX_FM_PREQ, .inc = b->inc,
+                                               .seq = op->seq });
+            int r = op->rreq ? cx_fi_wb_rreq_write(b, op, &w) : cx_fi_wb_preq_write(b, op, &w);
+            if (r) {
+                cx_fi_tx_put(b, op->txi);
+                op->txi = -1;
+                return r;
+            }
+        } else if (op->kind == CX_FOP_ACK) {
             cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = op->ack_seq });
             cx_fi_ack_put(&w, op->ack_val);
         } else {
@@ -297,7 +324,14 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     case CX_FOP_ACK:
         r = cx_fi_post_send(b, op);
         break;
+    case CX_FOP_WBACK:
+        r = cx_fi_wb_post(b, op);
+        break;
     case CX_FOP_PULL:
+        if (b->wb) {
+            r = cx_fi_post_send(b, op);
+            break;
+        }
         r = fi_read(b->ep, op->tmp_buf, op->r_len, fi_mr_desc(op->tmp_mr), op->ep->fa, op->r_addr,
                     op->r_key, &op->c.fc);
         break;
@@ -362,9 +396,15 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
         cx_warn("libfabric: submit: bad message (%zu bytes)", x->msg_len);
         return CX_EINVAL;
     }
+    /* tcp (libfabric 1.17.0) cannot tear down a connection with a read half answered: reads
+     * there go as a request the target answers with a write (fi_wb.c). */
+    int rreq = kind == CX_FOP_READ && b->wb;
+    if (rreq)
+        kind = CX_FOP_SEND;
     cx_fi_op_t *op = cx_fi_op_new(b, kind, x, ep);
     if (!op)
         return CX_ENOMEM;
+    op->rreq = rreq;
     if (kind == CX_FOP_SEND || kind == CX_FOP_PSWRITE)
         cx_fi_ack_add(b, op);
     x->bp[0] = op;
@@ -422,6 +462,22 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         b->eps->prev = ep;
     b->eps = ep;
     *out = ep;
+    if (b->wb) {
+        /* A write-back read needs rxm's connection in the target's direction too, and rxm
+         * dials only at a first op (and does not send over a connection it accepted: one
+         * side warming up still left the first read waiting ~100 ms for a dial): both sides
+         * send a bare ack of sequence 0 (ignored by the receiver) now; the first read after a
+         * (re)join then took ~7 ms instead of 130-290 ms (conformance_failure, debug log). */
+        cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
+        if (op && cx_fi_start(b, op))
+            cx_fi_op_free(b, op);
+        /* The peer dials us as well: its connection is accepted inside fi_cq_read, with a
+         * socket libfabric opens without close-on-exec. Sweep closely for a while. */
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        b->sweep_hot_until_ns = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec +
+                                2000000000ull;
+    }
     return CX_OK;
 }
 

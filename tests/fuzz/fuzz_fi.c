@@ -41,6 +41,18 @@ static void rts(const uint8_t *body, size_t n)
     if (!w.ok || w.len != n || memcmp(b, body, n)) abort();
 }
 
+static void wbreq(const uint8_t *body, size_t n)
+{
+    cx_fi_wbreq_t q;
+    if (cx_fi_wbreq_get(body, n, &q) != CX_OK) return;
+    if (n != CX_FM_WBREQ || !q.len) abort();
+    uint8_t b[CX_FM_WBREQ];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_fi_wbreq_put(&w, &q);
+    if (!w.ok || w.len != n || memcmp(b, body, n)) abort();
+}
+
 /* A received message: what cx_fi_on_recv does with it. */
 static void message(const uint8_t *data, size_t size)
 {
@@ -58,6 +70,7 @@ static void message(const uint8_t *data, size_t size)
     size_t n = size - CX_FM_HDR;
     if (h.type == CX_FM_ACK) ack(body, n);
     else if (h.type == CX_FM_MSG_RTS || h.type == CX_FM_SIG_RTS) rts(body, n);
+    else if (h.type == CX_FM_RREQ || h.type == CX_FM_PREQ) wbreq(body, n);
     else if (h.type == CX_FM_MSG || h.type == CX_FM_SIG) inside(body, n, data, size);
 }
 
@@ -107,6 +120,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     message(data, size);
     ack(data, size);
     rts(data, size);
+    wbreq(data, size);
     addr(data, size);
     key(data, size);
     return 0;

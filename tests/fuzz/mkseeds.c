@@ -188,6 +188,14 @@ int main(int argc, char **argv)
     rt.len = CX_MSG_MAX;
     rt.addr = 0;
     PUT_WR("fi", "sig-rts", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rts_put(&w_, &rt));
+    fh.type = CX_FM_RREQ;
+    cx_fi_wbreq_t wq = { .what = 0x7f0012340000ull, .len = 4096, .dst = 0x7f0056780000ull, .key = 9 };
+    PUT_WR("fi", "rreq", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_wbreq_put(&w_, &wq));
+    fh.type = CX_FM_PREQ;
+    wq.what = 17;
+    wq.len = 1 << 20;
+    wq.dst = 0;
+    PUT_WR("fi", "preq", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_wbreq_put(&w_, &wq));
     const uint8_t sin[16] = { 2, 0, 0x13, 0x88, 127, 0, 0, 1 };
     cx_fi_addr_t fa = { .prov = "tcp;ofi_rxm", .fmt = 1, .name = sin, .name_len = sizeof sin,
                         .pid = 4242 };

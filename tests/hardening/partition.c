@@ -53,7 +53,13 @@ static const char *why_skip(void)
 
 static int setup_net(void)
 {
+    /* A /24 of our own: a run that crashed leaves its namespace and veth (and subnet) behind. */
     int id = (int)(getpid() % 200) + 20;
+    for (int i = 0; i < 200; i++, id = id >= 219 ? 20 : id + 1) {
+        char probe[96];
+        snprintf(probe, sizeof probe, "ip -o addr show 2>/dev/null | grep -q ' 10\\.213\\.%d\\.'", id);
+        if (system(probe) != 0) break;
+    }
     snprintf(g_ns, sizeof g_ns, "cxpart%d", (int)getpid());
     snprintf(g_va, sizeof g_va, "cxpa%d", (int)getpid() % 100000);
     snprintf(g_vb, sizeof g_vb, "cxpb%d", (int)getpid() % 100000);
@@ -193,6 +199,102 @@ static void test_link_down_then_up(void **state)
     teardown_net();
 }
 
+/* What the failover bench does, several times over (issues 4 and 7: libfabric 1.17 crashed in
+ * fi_av_remove at the second cycle's FAILED): a stream of reads, the peer's link goes down,
+ * heartbeat timeout (FAILED), the peer is killed while the link is still down, the link comes
+ * back, the peer restarts under the same identity and port and dials us again (JOINED), data is
+ * correct again, and the next cycle repeats on the rejoined peer. Every op must return and this
+ * process must survive every cycle. */
+#define CYCLES 4
+
+static void test_link_down_kill_restart_cycles(void **state)
+{
+    (void)state;
+    const char *skip_why = why_skip();
+    if (skip_why) {
+        fprintf(stderr, "partition: SKIPPED: %s\n", skip_why);
+        skip();
+    }
+    assert_int_equal(setup_net(), 0);
+
+    cx_config_t c;
+    memset(&c, 0, sizeof c);
+    c.model = "partc";
+    c.listen_ip = g_ip_a;
+    c.heartbeat_ms = HB_MS;
+    c.heartbeat_timeout_ms = HBT_MS;
+    c.op_timeout_ms = OP_TIMEOUT_MS;
+    cx_engine_t *e = NULL;
+    assert_int_equal(cx_engine_create(&c, &e), 0);
+    uint8_t *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(cx_register_memory(e, buf, RS), 0);
+
+    char me[CX_URL_MAX];
+    snprintf(me, sizeof me, "%s", cx_engine_local_url(e));
+    cxt_peer_t p;
+    cxt_peer_opts_t o = { .model = "partc-peer", .replica = 2, .region = RS, .seed = 77, .listen_ip = g_ip_b,
+                          .hb_ms = HB_MS, .hb_timeout_ms = HBT_MS, .op_timeout_ms = OP_TIMEOUT_MS,
+                          .connect = me };
+    assert_int_equal(start_peer_in_ns(&p, &o), 0);
+    assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_UP, 10000, NULL, NULL), 0);
+    o.port = p.port;   /* every restart: same identity, same port */
+
+    for (int cyc = 0; cyc < CYCLES; cyc++) {
+        uint64_t t_cycle = cxt_now_ns();
+        streamer_t s;
+        memset(&s, 0, sizeof s);
+        s.e = e;
+        s.p = &p;
+        s.buf = buf;
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, stream_main, &s), 0);
+        for (int i = 0; i < 100 && atomic_load(&s.ok) < 3; i++) usleep(20000);
+        assert_true(atomic_load(&s.ok) > 0);
+
+        /* Link down with reads in flight: FAILED (after SUSPECT) within the heartbeat timeout. */
+        cxt_drain_events(e);
+        uint64_t t_down = cxt_now_ns();
+        assert_int_equal(sh("ip -n %s link set %s down", g_ns, g_vb), 0);
+        unsigned seen = 0;
+        cx_event_t ev;
+        assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, HBT_MS + 2000, &ev, &seen), 0);
+        double failed_ms = cxt_ms_since(t_down);
+        assert_true(seen & (1u << CX_EVENT_SUSPECT));
+        usleep(300000);   /* ops issued against the FAILED peer return too */
+        atomic_store(&s.stop, 1);
+        pthread_join(th, NULL);
+        assert_int_equal(atomic_load(&s.other), 0);
+        assert_true(atomic_load(&s.epeer) + atomic_load(&s.etimedout) > 0);
+        assert_true(atomic_load(&s.worst_ms) <= OP_TIMEOUT_MS + 1000);   /* no op hung */
+
+        /* Killed while its link is down (its sockets die without a word), link back, restart
+         * under the same identity and port: it dials us, we see JOINED. */
+        cxt_peer_crash(&p);
+        assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+        cxt_drain_events(e);
+        uint64_t t_up = cxt_now_ns();
+        assert_int_equal(start_peer_in_ns(&p, &o), 0);
+        assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_JOINED, 10000, &ev, NULL), 0);
+        double joined_ms = cxt_ms_since(t_up);
+
+        /* The restarted process's region: right bytes, first try. */
+        memset(buf, 0, 65536);
+        assert_int_equal(cx_read(e, p.lid, buf, p.base + 4096u * (unsigned)cyc, 65536), 0);
+        assert_int_equal(cxt_check(buf, 65536, 77, 4096u * (unsigned)cyc), -1);
+        printf("partition: cycle %d: FAILED %.0f ms after link down, JOINED %.0f ms after restart; reads "
+               "ok %ld, CX_EPEER %ld, CX_ETIMEDOUT %ld, longest %ld ms; cycle %.0f ms\n",
+               cyc + 1, failed_ms, joined_ms, atomic_load(&s.ok), atomic_load(&s.epeer),
+               atomic_load(&s.etimedout), atomic_load(&s.worst_ms), cxt_ms_since(t_cycle));
+        fflush(stdout);
+    }
+
+    cxt_peer_stop(&p);
+    cx_engine_destroy(e);
+    munmap(buf, RS);
+    teardown_net();
+}
+
 static int teardown(void **state)
 {
     teardown_net();
@@ -204,6 +306,7 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_link_down_then_up, cxt_watchdog_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_link_down_kill_restart_cycles, cxt_watchdog_setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
