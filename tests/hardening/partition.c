@@ -51,6 +51,22 @@ static const char *why_skip(void)
     return NULL;
 }
 
+/* `ip link set up` returns before the veth has its carrier; UCX lists only interfaces that are
+ * running, so a process started in that gap advertises no address on the veth and cannot be
+ * reached over it. Wait (bounded) until both ends say LOWER_UP. */
+static int wait_link_running(void)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "ip -o link show dev %s | grep -q LOWER_UP && ip -n %s -o link show dev %s | grep -q LOWER_UP",
+             g_va, g_ns, g_vb);
+    for (int i = 0; i < 300; i++) {
+        if (system(cmd) == 0) return 0;
+        usleep(10000);
+    }
+    fprintf(stderr, "partition: the veth pair has no carrier after 3 s\n");
+    return -1;
+}
+
 static int setup_net(void)
 {
     /* A /24 of our own: a run that crashed leaves its namespace and veth (and subnet) behind. */
@@ -72,7 +88,7 @@ static int setup_net(void)
         sh("ip -n %s addr add %s/24 dev %s", g_ns, g_ip_b, g_vb) || sh("ip -n %s link set %s up", g_ns, g_vb) ||
         sh("ip -n %s link set lo up", g_ns))
         return -1;
-    return 0;
+    return wait_link_running();
 }
 
 static void teardown_net(void)
@@ -180,6 +196,7 @@ static void test_link_down_then_up(void **state)
     cxt_drain_events(e);
     uint64_t t_up = cxt_now_ns();
     assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+    assert_int_equal(wait_link_running(), 0);
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_JOINED, 10000, &ev, NULL), 0);
     printf("partition: JOINED %.0f ms after link up\n", cxt_ms_since(t_up));
     atomic_store(&s.stop, 1);
@@ -272,6 +289,8 @@ static void test_link_down_kill_restart_cycles(void **state)
          * under the same identity and port: it dials us, we see JOINED. */
         cxt_peer_crash(&p);
         assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+        assert_int_equal(wait_link_running(), 0);
+    assert_int_equal(wait_link_running(), 0);
         cxt_drain_events(e);
         uint64_t t_up = cxt_now_ns();
         assert_int_equal(start_peer_in_ns(&p, &o), 0);
