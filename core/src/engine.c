@@ -305,10 +305,12 @@ void cx_engine_destroy(cx_engine_t *e)
         op = n;
     }
     while (e->conns) cx_conn_close(e, e->conns);
+    /* The staging ring completes the ops it still holds: while their peers (op lists, credits)
+     * still exist. */
+    cx_staging_fini(e);
     cx_peer_free_all(e);
     cx_msgq_close(&e->msgq);
     cx_evq_close(&e->evq);
-    cx_staging_fini(e);
     cx_groups_free_all(e);    /* after everything that could still complete a step's child */
     /* Regions still registered: deregister from the backends before closing them. */
     for (size_t i = 0; i < e->reg.n; i++)

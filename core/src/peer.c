@@ -83,6 +83,15 @@ void cx_peer_free_all(cx_engine_t *e)
     while (e->peers) {
         cx_peer_t *p = e->peers;
         e->peers = p->next;
+        /* Ops the staging ring still holds complete after this (cx_staging_fini): they must not
+         * reach back into the freed peer (its op list, its credits). */
+        while (p->ops.next && p->ops.next != &p->ops) {
+            cx_op_t *op = p->ops.next;
+            p->ops.next = op->next;
+            op->next = op->prev = NULL;
+            op->peer = NULL;
+            op->credit = 0;
+        }
         rregions_free(p);
         adv_free(p);
         free(p);
