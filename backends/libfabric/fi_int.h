@@ -175,6 +175,8 @@ void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
 int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
+int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
+                   uint64_t raddr, uint64_t key);
 void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 
 /* fi_fd.c */

@@ -169,20 +169,8 @@ void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
 
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op)
 {
-    struct iovec iov = { .iov_base = (void *)(uintptr_t)op->wb_src, .iov_len = op->r_len };
-    struct fi_rma_iov riov = { .addr = op->r_addr, .len = op->r_len, .key = op->r_key };
-    void *desc = NULL;
-    struct fi_msg_rma m;
-    memset(&m, 0, sizeof m);
-    m.msg_iov = &iov;
-    m.desc = &desc;
-    m.iov_count = 1;
-    m.addr = op->ep->fa;
-    m.rma_iov = &riov;
-    m.rma_iov_count = 1;
-    m.context = &op->c.fc;
     /* Delivery-complete: the answer may leave only once the bytes are in the reader's buffer. */
-    return (int)fi_writemsg(b->ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+    return cx_fi_write_dc(b, op, op->wb_src, NULL, op->r_len, op->r_addr, op->r_key);
 }
 
 /* The write's completion: release the source, then answer (the reader completes on it). */

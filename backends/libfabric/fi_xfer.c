@@ -305,18 +305,7 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
              * when the source may be reused: on tcp that is before the peer has it). For
              * put_signal the message may only leave then (not fi_writedata: EFA emulates it
              * with send/recv and falls off a cliff at a few hundred in flight). */
-            struct iovec iov = { .iov_base = x->local, .iov_len = x->len };
-            struct fi_rma_iov riov = { .addr = raddr, .len = x->len, .key = rkey };
-            struct fi_msg_rma m;
-            memset(&m, 0, sizeof m);
-            m.msg_iov = &iov;
-            m.desc = &desc;
-            m.iov_count = 1;
-            m.addr = op->ep->fa;
-            m.rma_iov = &riov;
-            m.rma_iov_count = 1;
-            m.context = &op->c.fc;
-            r = fi_writemsg(b->ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+            r = cx_fi_write_dc(b, op, x->local, desc, x->len, raddr, rkey);
         }
         break;
     }
@@ -349,6 +338,25 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
 }
 
 /* Posts now, or queues when the provider or the buffer pool is full. */
+/* One delivery-complete write from src to the peer's (raddr, key): its completion means the
+ * bytes are in the target's memory, not merely that src may be reused. */
+int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
+                   uint64_t raddr, uint64_t key)
+{
+    struct iovec iov = { .iov_base = (void *)(uintptr_t)src, .iov_len = len };
+    struct fi_rma_iov riov = { .addr = raddr, .len = len, .key = key };
+    struct fi_msg_rma m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.desc = &desc;
+    m.iov_count = 1;
+    m.addr = op->ep->fa;
+    m.rma_iov = &riov;
+    m.rma_iov_count = 1;
+    m.context = &op->c.fc;
+    return (int)fi_writemsg(b->ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+}
+
 int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
 {
     int r = b->qhead ? -FI_EAGAIN : cx_fi_op_post(b, op);   /* keep order behind the backlog */

@@ -134,28 +134,35 @@ static void *stream_main(void *arg)
     return NULL;
 }
 
-static void test_link_down_then_up(void **state)
+/* The namespaces, and this process's engine on the veth with one registered buffer (skips the
+ * case where namespaces cannot be made). */
+static void survivor_up(const char *model, cx_engine_t **e, uint8_t **buf)
 {
-    (void)state;
     const char *skip_why = why_skip();
     if (skip_why) {
         fprintf(stderr, "partition: SKIPPED: %s\n", skip_why);
         skip();
     }
     assert_int_equal(setup_net(), 0);
-
     cx_config_t c;
     memset(&c, 0, sizeof c);
-    c.model = "part";
+    c.model = model;
     c.listen_ip = g_ip_a;
     c.heartbeat_ms = HB_MS;
     c.heartbeat_timeout_ms = HBT_MS;
     c.op_timeout_ms = OP_TIMEOUT_MS;
+    assert_int_equal(cx_engine_create(&c, e), 0);
+    *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(*buf != MAP_FAILED);
+    assert_int_equal(cx_register_memory(*e, *buf, RS), 0);
+}
+
+static void test_link_down_then_up(void **state)
+{
+    (void)state;
     cx_engine_t *e = NULL;
-    assert_int_equal(cx_engine_create(&c, &e), 0);
-    uint8_t *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(buf != MAP_FAILED);
-    assert_int_equal(cx_register_memory(e, buf, RS), 0);
+    uint8_t *buf = NULL;
+    survivor_up("part", &e, &buf);
 
     cxt_peer_t p;
     cxt_peer_opts_t o = { .model = "part-peer", .replica = 1, .region = RS, .seed = 42, .listen_ip = g_ip_b,
@@ -227,25 +234,9 @@ static void test_link_down_then_up(void **state)
 static void test_link_down_kill_restart_cycles(void **state)
 {
     (void)state;
-    const char *skip_why = why_skip();
-    if (skip_why) {
-        fprintf(stderr, "partition: SKIPPED: %s\n", skip_why);
-        skip();
-    }
-    assert_int_equal(setup_net(), 0);
-
-    cx_config_t c;
-    memset(&c, 0, sizeof c);
-    c.model = "partc";
-    c.listen_ip = g_ip_a;
-    c.heartbeat_ms = HB_MS;
-    c.heartbeat_timeout_ms = HBT_MS;
-    c.op_timeout_ms = OP_TIMEOUT_MS;
     cx_engine_t *e = NULL;
-    assert_int_equal(cx_engine_create(&c, &e), 0);
-    uint8_t *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    assert_true(buf != MAP_FAILED);
-    assert_int_equal(cx_register_memory(e, buf, RS), 0);
+    uint8_t *buf = NULL;
+    survivor_up("partc", &e, &buf);
 
     char me[CX_URL_MAX];
     snprintf(me, sizeof me, "%s", cx_engine_local_url(e));
