@@ -4,6 +4,7 @@
  * is how put_signal deliveries are checked) and lives until its stdin closes (child) or until
  * SIGINT/SIGTERM (serve). */
 #include "bench.h"
+#include "stable_port.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -183,7 +184,8 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     if (pipe2(in, O_CLOEXEC)) return -1;
     if (pipe2(out, O_CLOEXEC)) { close(in[0]); close(in[1]); return -1; }
     char port[16], region[32], seed[16], hb[16], hbto[16];
-    snprintf(port, sizeof port, "%u", co->port);
+    /* Failover and soak restart the child on the port it first had: see stable_port.h. */
+    snprintf(port, sizeof port, "%u", co->port || co->netns ? co->port : cx_bench_stable_port(co->listen_ip));
     snprintf(region, sizeof region, "%zu", co->region);
     snprintf(seed, sizeof seed, "%u", co->seed);
     snprintf(hb, sizeof hb, "%u", co->hb_ms);

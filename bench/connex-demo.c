@@ -9,6 +9,7 @@
  * Backend: CONNEX_BACKEND (auto, ucx, libfabric, zmq); default auto. Options: --quick (fewer
  * iterations, sizes up to 16 MiB). */
 #include "connex/connex.h"
+#include "stable_port.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -319,7 +320,8 @@ int main(int argc, char **argv)
     child_t ch = { 0 };
     uint32_t seed = 5;
     uint64_t t0 = now_ns();
-    if (spawn(&ch, self, 0, seed, cx_engine_local_url(e))) return 1;
+    /* The child comes back on this port after its kill -9: see stable_port.h. */
+    if (spawn(&ch, self, cx_bench_stable_port(NULL), seed, cx_engine_local_url(e))) return 1;
     if (wait_ev(e, CX_EVENT_UP, 5000, NULL)) { fprintf(stderr, "demo: no UP from the child\n"); failures++; }
     printf("child %d up at %s after %.1f ms, pair backend %s\n", (int)ch.pid, ch.url, (now_ns() - t0) / 1e6,
            cx_peer_backend(e, ch.url) ? cx_peer_backend(e, ch.url) : "?");

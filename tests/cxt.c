@@ -1,4 +1,5 @@
 #include "cxt.h"
+#include "stable_port.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -209,7 +210,7 @@ void cxt_drain_events(cx_engine_t *e)
 
 /* ---- peers ---- */
 
-int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
+static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port, int timeout_ms)
 {
     memset(p, 0, sizeof *p);
     p->pid = -1;
@@ -220,7 +221,7 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
     snprintf(a[0], 32, "%u", o->stage);
     snprintf(a[1], 32, "%u", o->shard);
     snprintf(a[2], 32, "%u", o->replica);
-    snprintf(a[3], 32, "%u", o->port);
+    snprintf(a[3], 32, "%u", port);
     snprintf(a[4], 32, "%u", o->hb_ms);
     snprintf(a[5], 32, "%u", o->hb_timeout_ms);
     snprintf(a[6], 32, "%u", o->op_timeout_ms);
@@ -281,6 +282,23 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
         cx_lid_format(&u.lid, p->lid, sizeof p->lid);
     }
     return 0;
+}
+
+/* A peer asked for "any port" gets one outside the ephemeral range, because tests restart peers
+ * on the port they first had: see bench/stable_port.h. Such a port can still be taken between our
+ * check and the peer's bind by another test picking the same one; then try another. A peer in a
+ * network namespace has that namespace's ports to itself. */
+int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms)
+{
+    if (o->port || o->netns) return peer_start_on(p, o, o->port, timeout_ms);
+    for (int i = 0; i < 3; i++) {
+        const char *ip = o->listen_ip ? o->listen_ip : getenv("CONNEX_TEST_IP");
+        uint16_t port = cx_bench_stable_port(ip && *ip ? ip : NULL);
+        if (!port) break;
+        if (peer_start_on(p, o, port, timeout_ms) == 0) return 0;
+        fprintf(stderr, "cxt: peer did not start on port %u, trying another\n", port);
+    }
+    return peer_start_on(p, o, 0, timeout_ms);
 }
 
 /* Reads one line into line (without '\n') before the deadline. 0, or -1 on timeout/EOF. */

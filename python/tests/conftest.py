@@ -1,7 +1,9 @@
 import json
 import os
+import random
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +21,28 @@ import connex_c  # noqa: E402
 HB_MS = 100
 HB_TIMEOUT_MS = 1000
 REPLY_S = 15.0
+
+def stable_port(ip="127.0.0.1"):
+    """A free port outside the kernel's ephemeral range, for a peer that is restarted on the port
+    it first had: while it is down, an ephemeral port can be handed to anyone's connect() or
+    bind(0) (the C harness does the same: bench/stable_port.h)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = (int(x) for x in f.read().split())
+    except (OSError, ValueError):
+        lo, hi = 32768, 60999
+    lo_port, hi_port = (10000, lo - 1) if lo - 1 >= 11000 else (hi + 1, 65535)
+    for _ in range(64):
+        port = random.randint(lo_port, hi_port)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((ip, port))
+            except OSError:
+                continue
+            return port
+    return 0
+
 
 class Peer:
     """A tests/peer.py process; request() sends one JSON command and waits (bounded) for the

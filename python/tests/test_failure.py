@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from conftest import HB_TIMEOUT_MS, wait_event_type
+from conftest import HB_TIMEOUT_MS, stable_port, wait_event_type
 from peer import pattern
 
 from connex_c import CX_EPEER
@@ -14,7 +14,8 @@ LID = ("victim", 1, 0, 0)
 
 
 def test_kill_then_restart(engine, peers):
-    peer = peers.start("--model", "victim", "--stage", 1, "--size", N, "--seed", 1)
+    peer = peers.start("--model", "victim", "--stage", 1, "--port", stable_port(), "--size", N,
+                       "--seed", 1)
     port = int(peer.url.split("#")[0].rsplit(":", 1)[1])
     buf = bytearray(N)
     assert engine.register_memory(buf) == 0
