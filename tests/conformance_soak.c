@@ -21,19 +21,6 @@
 #define RS ((size_t)1 << 20)
 #define RSS_SLACK_KIB (8 * 1024)
 
-/* fds settle asynchronously (a backend may close its sockets from its own thread): poll a
- * little for the expected count before calling it a leak. */
-static int fds_settle(int want, int ms)
-{
-    uint64_t t0 = cxt_now_ns();
-    int n = cxt_count_fds();
-    while (n != want && cxt_ms_since(t0) < ms) {
-        usleep(10000);
-        n = cxt_count_fds();
-    }
-    return n;
-}
-
 static void test_kill_rejoin_cycles(void **state)
 {
     (void)state;
@@ -112,7 +99,7 @@ static void test_kill_rejoin_cycles(void **state)
             fd0 = cxt_count_fds();
             rss0 = cxt_rss_kib();
         } else if (c == 1 || c == cycles - 1 || c % 10 == 0) {
-            int fdn = fds_settle(fd0, 5000);
+            int fdn = cxt_fds_settle(fd0, 5000);
             long rssn = cxt_rss_kib();
             fprintf(stderr, "cycle %3d: fds %d (first %d) rss %ld KiB (first %ld) joins %" PRIu64
                     " failures %" PRIu64 "\n", c, fdn, fd0, rssn, rss0, st.peer_joins, st.peer_failures);

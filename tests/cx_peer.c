@@ -196,7 +196,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
                     "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n"
-                    "       [--listen IP] [--mem host|sim|cuda]\n");
+                    "       [--listen IP] [--mem host|sim|cuda] [--ballast MIB]\n");
     exit(2);
 }
 
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
     cx_config_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.model = "peer";
-    size_t region = 1 << 20;
+    size_t region = 1 << 20, ballast = 0;
     uint32_t seed = 1;
     const char *connect_url = NULL;
     g_kind = cxt_mem_env(CX_MEM_HOST);
@@ -213,7 +213,8 @@ int main(int argc, char **argv)
         { "model", 1, 0, 'm' }, { "stage", 1, 0, 's' }, { "shard", 1, 0, 'd' },
         { "replica", 1, 0, 'r' }, { "port", 1, 0, 'p' }, { "hb", 1, 0, 'h' },
         { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' }, { "region", 1, 0, 'g' },
-        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { "mem", 1, 0, 'k' }, { 0, 0, 0, 0 }
+        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { "mem", 1, 0, 'k' },
+        { "ballast", 1, 0, 'b' }, { 0, 0, 0, 0 }
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -232,10 +233,18 @@ int main(int argc, char **argv)
         case 'c': connect_url = optarg; break;
         case 'l': cfg.listen_ip = optarg; break;
         case 'k': g_kind = cxt_mem_parse(optarg); break;
+        case 'b': ballast = v << 20; break;
         default: usage();
         }
     }
     if (region == 0 || g_kind < 0) usage();
+    /* Touched memory that is not registered: a process that holds a lot, so that its kill -9
+     * takes a while (the kernel unmaps it before closing the sockets). */
+    if (ballast) {
+        void *b = mmap(NULL, ballast, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (b == MAP_FAILED) { fprintf(stderr, "cx_peer: no %zu bytes of ballast\n", ballast); return 1; }
+        memset(b, 1, ballast);
+    }
     cxt_apply_test_env(&cfg);
     int rc = cx_engine_create(&cfg, &g_e);
     if (rc) {

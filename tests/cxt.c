@@ -93,6 +93,17 @@ int cxt_fds_without_cloexec(const int *known, int nknown)
     return bad;
 }
 
+int cxt_fds_settle(int want, int ms)
+{
+    uint64_t t0 = cxt_now_ns();
+    int n = cxt_count_fds();
+    while (n != want && cxt_ms_since(t0) < ms) {
+        usleep(10000);
+        n = cxt_count_fds();
+    }
+    return n;
+}
+
 /* Socket inodes of the TCP sockets (v4 and v6) with a local or remote port in ports[]. */
 static int cxt_port_inodes(const uint16_t *ports, int nports, unsigned long *out, int max)
 {
@@ -235,6 +246,12 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
     if (o->connect) { argv[ac++] = "--connect"; argv[ac++] = o->connect; }
     if (o->listen_ip) { argv[ac++] = "--listen"; argv[ac++] = o->listen_ip; }
     if (o->mem) { argv[ac++] = "--mem"; argv[ac++] = o->mem; }
+    char ballast[16];
+    if (o->ballast_mib) {
+        snprintf(ballast, sizeof ballast, "%u", o->ballast_mib);
+        argv[ac++] = "--ballast";
+        argv[ac++] = ballast;
+    }
     argv[ac] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();

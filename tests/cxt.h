@@ -29,6 +29,9 @@ static inline double cxt_ms_since(uint64_t t0) { return (double)(cxt_now_ns() - 
 
 /* ---- process probes ---- */
 int cxt_count_fds(void);
+/* fds settle asynchronously (a backend may close its sockets from its own thread): polls up to
+ * ms for the count `want` before the caller calls it a leak. Returns the last count. */
+int cxt_fds_settle(int want, int ms);
 long cxt_rss_kib(void);
 /* Number of open fds >= 3 without FD_CLOEXEC and not in the `known` list (fds open before). */
 int cxt_fds_without_cloexec(const int *known, int nknown);
@@ -63,6 +66,7 @@ typedef struct cxt_peer_opts {
     const char *connect;      /* URL to connect to at start (NULL: none) */
     const char *listen_ip;    /* NULL: the engine's default (127.0.0.1) */
     const char *mem;          /* region memory: host|sim|cuda (NULL: CONNEX_TEST_MEM, else host) */
+    uint32_t ballast_mib;     /* touched, unregistered memory it holds (its kill -9 takes longer) */
     const char *netns;        /* run it in this network namespace through `ip netns exec`, which
                                  also remounts /sys for it (UCX lists its interfaces there) */
 } cxt_peer_opts_t;

@@ -79,7 +79,7 @@ static void get_lid(cx_rd_t *r, cx_lid_t *lid)
 
 void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
                             const cx_lid_t *target, const char *host_id, uint32_t hb_ms, uint32_t hbt_ms,
-                            int nb, const char *const *names, const char *const *choices,
+                            uint32_t live_pid, int32_t live_fd, int nb, const char *const *names, const char *const *choices,
                             const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions)
 {
     cx_wr_u32(w, CX_CTL_MAGIC);
@@ -90,6 +90,8 @@ void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const
     cx_wr_str8(w, host_id);
     cx_wr_u32(w, hb_ms);
     cx_wr_u32(w, hbt_ms);
+    cx_wr_u32(w, live_pid);
+    cx_wr_u32(w, (uint32_t)live_fd);
     cx_wr_u8(w, (uint8_t)nb);
     for (int i = 0; i < nb; i++) {
         cx_wr_str8(w, names[i]);
@@ -115,6 +117,12 @@ int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char 
     cx_rd_str8(&r, h->host_id, sizeof h->host_id);
     h->hb_ms = cx_rd_u32(&r);
     h->hb_timeout_ms = cx_rd_u32(&r);
+    h->live_pid = cx_rd_u32(&r);
+    h->live_fd = (int32_t)cx_rd_u32(&r);
+    if (h->live_fd < -1 || (h->live_fd >= 0 && !h->live_pid)) {
+        snprintf(err, errlen, "malformed HELLO: liveness fd %d of pid %u", h->live_fd, h->live_pid);
+        return CX_EINVAL;
+    }
     h->nb = cx_rd_u8(&r);
     if (!r.ok || h->nb > CX_MAX_BACKENDS) {
         snprintf(err, errlen, "truncated or malformed HELLO");

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define CX_CTL_MAGIC 0x31584e43u   /* "CNX1" */
-#define CX_CTL_VERSION 1
+#define CX_CTL_VERSION 2   /* 2: HELLO carries the same-host death watch (live.h) */
 #define CX_CTL_HDR 8
 #define CX_CTL_MAX_BODY (64u << 20)
 #define CX_BNAME_MAX 16
@@ -45,6 +45,8 @@ typedef struct cx_wire_hello {
     cx_lid_t target;             /* HELLO: whom the dialler means to reach; HELLO_ACK: the dialler */
     char host_id[128];           /* equal on two engines = same host (shared memory possible) */
     uint32_t hb_ms, hb_timeout_ms;
+    uint32_t live_pid;           /* same-host death watch (live.h): the sender's pid and the fd of */
+    int32_t live_fd;             /* its page; 0 / -1: none */
     uint8_t nb;
     cx_wire_backend_t b[CX_MAX_BACKENDS];
     uint32_t nregions;
@@ -69,7 +71,7 @@ int cx_wire_get_region(cx_rd_t *r, cx_wire_region_t *out);
 
 void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
                             const cx_lid_t *target, const char *host_id, uint32_t hb_ms, uint32_t hbt_ms,
-                            int nb, const char *const *names, const char *const *choices,
+                            uint32_t live_pid, int32_t live_fd, int nb, const char *const *names, const char *const *choices,
                             const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions);
 /* Decodes a HELLO body up to its regions (iterate them with cx_wire_get_region on h->regions). */
 int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char *err, size_t errlen);

@@ -1,6 +1,7 @@
 /* Engine lifecycle and the public API entry points. Callers validate what they can locally,
  * then hand an op to the progress thread and wait for its completion. */
 #include "engine.h"
+#include "live.h"
 
 #include "connex/log.h"
 #include "gpu_hook.h"
@@ -191,6 +192,7 @@ static void engine_free(cx_engine_t *e)
         if (e->be[i].w.kind) cx_watch_del(e, e->be[i].ops->wait_fd(e->be[i].b));
         e->be[i].ops->close(e->be[i].b);
     }
+    cx_live_close(e);
     if (e->lfd >= 0) close(e->lfd);
     if (e->cmdfd >= 0) close(e->cmdfd);
     if (e->timerfd >= 0) close(e->timerfd);
@@ -269,6 +271,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
         rc = cx_watch_add(e, bfd, EPOLLIN, &e->be[i].w);
     }
     if (rc) { engine_free(e); return CX_ERR; }
+    cx_live_open(e);
     if (pthread_create(&e->thread, NULL, cx_progress_main, e)) {
         cx_error("engine: cannot start the progress thread");
         engine_free(e);
@@ -305,6 +308,7 @@ void cx_engine_destroy(cx_engine_t *e)
         op = n;
     }
     while (e->conns) cx_conn_close(e, e->conns);
+    cx_live_stop_all(e);      /* before the peers its watchers point at go */
     /* The staging ring completes the ops it still holds: while their peers (op lists, credits)
      * still exist. */
     cx_staging_fini(e);
@@ -414,6 +418,7 @@ static void peer_list_fn(cx_engine_t *e, void *arg)
         for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
             i->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;   /* as cx_stats */
         i->same_host = p->same_host;
+        i->death_watch = cx_live_watching(e, p);
     }
 }
 

@@ -18,7 +18,7 @@
 typedef struct cx_peer cx_peer_t;
 typedef struct cx_conn cx_conn_t;
 
-enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE };
+enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE };
 typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
 
 struct cx_conn {
@@ -185,6 +185,8 @@ struct cx_engine {
     uint64_t last_step;       /* the last group step id this engine issued (group.c) */
 
     int sched_dirty;          /* traffic classes: some peer has sched_dirty set (cx_sched.h) */
+
+    struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
 };
 
 struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */

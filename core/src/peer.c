@@ -5,6 +5,7 @@
 
 #include "connex/log.h"
 #include "gpu_hook.h"
+#include "live.h"
 #include "mobility/dir_impl.h"
 #include "mobility/mobility.h"
 
@@ -186,8 +187,11 @@ static void send_hello(cx_engine_t *e, cx_conn_t *c, uint8_t type, const cx_lid_
     }
     cx_wr_t w;
     cx_wr_init(&w, buf, cap);
+    uint32_t live_pid;
+    int32_t live_fd;
+    cx_live_advert(e, &live_pid, &live_fd);
     cx_wire_put_hello_head(&w, e->incarnation, &e->lid, e->url, target, e->host_id, e->cfg.heartbeat_ms,
-                           e->cfg.heartbeat_timeout_ms, e->nb, e->bnames, e->bchoice_p, addrs, lens,
+                           e->cfg.heartbeat_timeout_ms, live_pid, live_fd, e->nb, e->bnames, e->bchoice_p, addrs, lens,
                            (uint32_t)e->reg.n);
     for (size_t i = 0; i < e->reg.n; i++) cx_wire_put_region(&w, e->reg.v[i], e->bnames, e->nb);
     pthread_rwlock_unlock(&e->reg.lock);
@@ -336,6 +340,7 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->n_their = h->nb;
     for (int j = 0; j < h->nb; j++) snprintf(p->their_choice[j], sizeof p->their_choice[j], "%s", h->b[j].choice);
     p->same_host = h->host_id[0] && !strcmp(h->host_id, e->host_id);
+    if (p->same_host) cx_live_watch(e, p, h->live_pid, h->live_fd, h->incarnation);
     for (int j = 0; j < h->nb; j++)
         for (int i = 0; i < e->nb; i++) {
             if (strcmp(h->b[j].name, e->bnames[i]) || p->adv[i]) continue;

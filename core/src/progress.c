@@ -6,6 +6,7 @@
 #include "connex/log.h"
 #include "cx_sched.h"
 #include "staging.h"
+#include "live.h"
 #include "mobility/mobility.h"
 
 #include <errno.h>
@@ -98,17 +99,23 @@ void *cx_progress_main(void *arg)
     cx_engine_t *e = arg;
     struct epoll_event evs[64];
     int more = 0;
+    cx_live_hold(e);   /* before any HELLO goes out: it advertises this mutex */
     while (!atomic_load(&e->stop)) {
         int n = epoll_wait(e->epfd, evs, 64, more ? 0 : 1000);
         if (n < 0 && errno != EINTR) {
             cx_error("epoll_wait: %s", strerror(errno));
             break;
         }
+        /* A death seen by the same-host watch goes first: the same batch may hold the dead
+         * process's connection closing, which would report it with less to say. */
+        for (int i = 0; i < n; i++)
+            if (((cx_watch_t *)evs[i].data.ptr)->kind == CX_W_LIVE) cx_live_reap(e);
         for (int i = 0; i < n; i++) {
             cx_watch_t *w = evs[i].data.ptr;
             if (w == &e->lw) cx_accept_all(e);
             else if (w == &e->cw) drain_commands(e);
             else if (w == &e->tw) tick(e);
+            else if (w->kind == CX_W_LIVE) continue;
             else if (!is_backend_watch(e, w)) {
                 /* A control connection. One closed by an earlier event of this batch is freed:
                  * find it by address before touching it. */
@@ -128,5 +135,6 @@ void *cx_progress_main(void *arg)
     }
     fail_everything(e);
     progress_backends(e);
+    cx_live_release(e);   /* a clean end: same-host watchers stop without a report */
     return NULL;
 }

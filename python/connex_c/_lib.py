@@ -133,7 +133,8 @@ class cx_peer_info_t(ctypes.Structure):
                 ("why", ctypes.c_char * 192),
                 ("incarnation", ctypes.c_uint64),
                 ("ops_in_flight", ctypes.c_uint64),
-                ("same_host", ctypes.c_int)]
+                ("same_host", ctypes.c_int),
+                ("death_watch", ctypes.c_int)]
 
 
 STRUCTS = {"cx_lid_t": cx_lid_t, "cx_config_t": cx_config_t, "cx_msg_t": cx_msg_t,

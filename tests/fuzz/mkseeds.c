@@ -79,7 +79,7 @@ int main(int argc, char **argv)
     cx_wr_init(&w, body, sizeof body);
     const char *choices[2] = { "ucx//0x7", "zmq//0x1" };
     cx_wire_put_hello_head(&w, 0x1122334455667788ull, &me, "127.0.0.1:5000#llama|1|0|0", &you, "host/boot",
-                           1000, 3000, 2, names, choices, addrs, lens, 2);
+                           1000, 3000, 4242, 7, 2, names, choices, addrs, lens, 2);
     cx_wire_put_region(&w, &r1, names, 2);
     cx_wire_put_region(&w, &r2, names, 2);
     if (!w.ok) return 1;

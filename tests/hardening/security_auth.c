@@ -237,7 +237,7 @@ static void test_replayed_hello(void **state)
     uint8_t hb[512];
     cx_wr_t w;
     cx_wr_init(&w, hb, sizeof hb);
-    cx_wire_put_hello_head(&w, 0x1234, &me, "127.0.0.1:9#raw|0|0|9", &target, "", 1000, 3000, 0, NULL, NULL, NULL, NULL, 0);
+    cx_wire_put_hello_head(&w, 0x1234, &me, "127.0.0.1:9#raw|0|0|9", &target, "", 1000, 3000, 0, -1, 0, NULL, NULL, NULL, NULL, 0);
     assert_true(w.ok);
     raw_send(fd, CX_CTL_HELLO, hb, w.len, rec_hello, &rec_hello_len);
     uint8_t type, body[4096];

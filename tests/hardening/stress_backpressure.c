@@ -291,7 +291,7 @@ static void test_control_flood_without_reading(void **state)
     cx_wr_t w;
     cx_wr_init(&w, buf + CX_CTL_HDR, sizeof buf - CX_CTL_HDR);
     cx_lid_t me = { .model = "bp-raw" };
-    cx_wire_put_hello_head(&w, 0x77, &me, "127.0.0.1:9#bp-raw|0|0|0", &u.lid, "", 1000, 3000, 0, NULL, NULL, NULL, NULL, 0);
+    cx_wire_put_hello_head(&w, 0x77, &me, "127.0.0.1:9#bp-raw|0|0|0", &u.lid, "", 1000, 3000, 0, -1, 0, NULL, NULL, NULL, NULL, 0);
     assert_true(w.ok);
     cx_ctl_hdr(buf, (uint32_t)w.len, CX_CTL_HELLO);
     assert_int_equal(send(fd, buf, CX_CTL_HDR + w.len, MSG_NOSIGNAL), (ssize_t)(CX_CTL_HDR + w.len));

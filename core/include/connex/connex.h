@@ -115,6 +115,8 @@ typedef struct cx_peer_info {
     uint64_t incarnation;     /* the peer's current (or last) incarnation, 0 before any */
     uint64_t ops_in_flight;   /* ops this engine has bound to that peer */
     int same_host;            /* 1: the peer runs on this host (shared-memory paths apply) */
+    int death_watch;          /* 1: a same-host death watch follows its process: a crash of it is
+                                 reported at once, not when its sockets close (docs/semantics.md) */
 } cx_peer_info_t;
 /* Fills up to max entries; returns the number of known peers (may exceed max), or an error. */
 int cx_peer_list(cx_engine_t *e, cx_peer_info_t *out, int max);

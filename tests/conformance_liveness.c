@@ -1,0 +1,316 @@
+/* Conformance, same-host death watch (core/src/live.h): a peer process on this host that dies is
+ * reported FAILED by the watch, before its sockets close; a clean close, a hung process and a
+ * watch switched off are not; several engines watching one process all hear of its death; a
+ * restarted process is watched again; a HELLO pointing at a page that is not the sender's is not
+ * watched. Every wait is bounded. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ctl_wire.h"
+#include "cxt.h"
+
+/* Every engine here and every peer (they inherit it) call this host the same. */
+#define HOST_ID "cx-liveness-host"
+/* A peer holding this much (MiB, touched) takes a while to unmap at its kill -9, so its sockets
+ * close well after the watch has spoken. A small process races the two paths (both are right). */
+#define BIG 384
+
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+static int threads_settle(int want, int ms)
+{
+    uint64_t t0 = cxt_now_ns();
+    int n = count_threads();
+    while (n != want && cxt_ms_since(t0) < ms) {
+        usleep(5000);
+        n = count_threads();
+    }
+    return n;
+}
+
+/* The peer's row in cx_peer_list; fails the test when it is missing. */
+static cx_peer_info_t info_of(cx_engine_t *e, const char *lid)
+{
+    cx_peer_info_t v[16];
+    int n = cx_peer_list(e, v, 16);
+    assert_true(n >= 0);
+    for (int i = 0; i < n && i < 16; i++) {
+        char s[CX_URL_MAX];
+        cx_lid_format(&v[i].lid, s, sizeof s);
+        if (!strcmp(s, lid)) return v[i];
+    }
+    fail_msg("peer %s not in cx_peer_list", lid);
+    cx_peer_info_t none;
+    memset(&none, 0, sizeof none);
+    return none;
+}
+
+static void start_as(cxt_peer_t *p, const char *model, uint16_t port, uint32_t ballast_mib, uint32_t seed)
+{
+    cxt_peer_opts_t o = { .model = model, .replica = 1, .port = port, .seed = seed, .ballast_mib = ballast_mib };
+    if (cxt_peer_start(p, &o, 20000)) fail_msg("peer did not start");
+}
+
+static void start(cxt_peer_t *p, uint16_t port, uint32_t ballast_mib, uint32_t seed)
+{
+    start_as(p, NULL, port, ballast_mib, seed);
+}
+
+static void up(cx_engine_t *e, cxt_peer_t *p)
+{
+    int rc = cx_connect(e, p->url, 5000);
+    if (rc) fail_msg("connect %s: %s", p->url, cx_strerror(rc));
+    if (cxt_wait_event(e, p->lid, CX_EVENT_UP, 5000, NULL, NULL)) fail_msg("no UP for %s", p->lid);
+}
+
+/* kill -9; the FAILED event's reason (in why) within 1 s, and the time it took. */
+static double kill_and_wait(cx_engine_t *e, cxt_peer_t *p, char *why, size_t n)
+{
+    uint64_t t0 = cxt_now_ns();
+    kill(p->pid, SIGKILL);
+    cx_event_t ev;
+    if (cxt_wait_event(e, p->lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("no FAILED within 1 s of kill -9");
+    double ms = cxt_ms_since(t0);
+    snprintf(why, n, "%s", ev.reason);
+    cxt_peer_crash(p);   /* reaps it */
+    return ms;
+}
+
+static void test_kill_seen_by_the_watch(void **state)
+{
+    (void)state;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    /* A first peer comes and dies: what a backend opens once, at its first connection, is then
+     * part of the baseline. */
+    cxt_peer_t p;
+    char why[128];
+    start_as(&p, "first", 0, 0, 9);
+    up(e, &p);
+    kill_and_wait(e, &p, why, sizeof why);
+    usleep(200000);   /* the first peer's watcher and sockets are gone */
+    int th0 = count_threads(), fd0 = cxt_count_fds();
+    uint32_t big = getenv("CXT_LIVE_MIB") ? (uint32_t)atoi(getenv("CXT_LIVE_MIB")) : BIG;
+    start(&p, 0, big, 1);
+    up(e, &p);
+    cx_peer_info_t i = info_of(e, p.lid);
+    assert_int_equal(i.same_host, 1);
+    assert_int_equal(i.death_watch, 1);
+    uint8_t buf[4096];
+    assert_int_equal(cx_register_memory(e, buf, sizeof buf), CX_OK);
+    assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_OK);
+    assert_true(cxt_check(buf, sizeof buf, 1, 0) < 0);
+
+    double ms = kill_and_wait(e, &p, why, sizeof why);
+    fprintf(stderr, "FAILED %.2f ms after kill -9 of a peer holding %u MiB: '%s'\n", ms, big, why);
+    assert_non_null(strstr(why, "same-host watch"));
+    assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_EPEER);
+    assert_int_equal(info_of(e, p.lid).death_watch, 0);
+    /* The watcher thread is joined and nothing stays mapped or open. */
+    int th = threads_settle(th0, 2000), fds = cxt_fds_settle(fd0, 2000);
+    if (th != th0) fail_msg("%d threads after the peer died, %d before it came", th, th0);
+    if (fds != fd0) fail_msg("%d fds after the peer died, %d before it came", fds, fd0);
+    cx_unregister_memory(e, buf);
+    cx_engine_destroy(e);
+}
+
+static void test_watch_switched_off(void **state)
+{
+    (void)state;
+    setenv("CONNEX_SAME_HOST_WATCH", "0", 1);   /* engine and peer both */
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    cxt_peer_t p;
+    start(&p, 0, 0, 2);
+    unsetenv("CONNEX_SAME_HOST_WATCH");
+    up(e, &p);
+    assert_int_equal(info_of(e, p.lid).death_watch, 0);
+    char why[128];
+    kill_and_wait(e, &p, why, sizeof why);
+    fprintf(stderr, "watch off: FAILED reason '%s'\n", why);
+    assert_null(strstr(why, "same-host watch"));
+    cx_engine_destroy(e);
+}
+
+/* The kernel wakes one waiter at the owner's death; the others are woken by the first. */
+static void test_every_watcher_hears(void **state)
+{
+    (void)state;
+    enum { N = 3 };
+    cx_engine_t *e[N];
+    for (int k = 0; k < N; k++) assert_int_equal(cxt_engine(&e[k], "survivor", (uint32_t)k, 0, 0, 0), 0);
+    cxt_peer_t p;
+    start(&p, 0, BIG, 3);   /* its sockets close late: each FAILED must come from the watch */
+    for (int k = 0; k < N; k++) {
+        up(e[k], &p);
+        assert_int_equal(info_of(e[k], p.lid).death_watch, 1);
+    }
+    kill(p.pid, SIGKILL);
+    for (int k = 0; k < N; k++) {
+        cx_event_t ev;
+        if (cxt_wait_event(e[k], p.lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("engine %d: no FAILED", k);
+        if (!strstr(ev.reason, "same-host watch")) fail_msg("engine %d: FAILED by '%s'", k, ev.reason);
+    }
+    cxt_peer_crash(&p);
+    for (int k = 0; k < N; k++) cx_engine_destroy(e[k]);
+}
+
+/* A clean close releases the mutex: LEFT, and no FAILED after it. */
+static void test_clean_close_is_not_a_death(void **state)
+{
+    (void)state;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    int th0 = count_threads();
+    cxt_peer_t p;
+    start(&p, 0, 0, 4);
+    up(e, &p);
+    assert_int_equal(info_of(e, p.lid).death_watch, 1);
+    cxt_peer_stop(&p);   /* stdin EOF: cx_engine_destroy, exit 0 */
+    unsigned seen = 0;
+    if (cxt_wait_event(e, p.lid, CX_EVENT_LEFT, 5000, NULL, &seen)) fail_msg("no LEFT (seen 0x%x)", seen);
+    assert_int_equal(seen & (1u << CX_EVENT_FAILED), 0);
+    assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 300, NULL, NULL), CX_ETIMEDOUT);
+    int th = threads_settle(th0, 2000);
+    if (th != th0) fail_msg("%d threads after a clean close, %d before", th, th0);
+    cx_engine_destroy(e);
+}
+
+/* A stopped process is alive: heartbeats judge it, not the watch. It resumes, then dies. */
+static void test_stopped_is_not_dead(void **state)
+{
+    (void)state;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 1000, 3000, 0), 0);
+    cxt_peer_t p;
+    start(&p, 0, BIG, 5);
+    up(e, &p);
+    kill(p.pid, SIGSTOP);
+    assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 1200, NULL, NULL), CX_ETIMEDOUT);
+    kill(p.pid, SIGCONT);
+    usleep(100000);
+    assert_int_equal(cx_peer_state(e, p.lid), CX_PEER_UP);
+    char why[128];
+    kill_and_wait(e, &p, why, sizeof why);
+    assert_non_null(strstr(why, "same-host watch"));
+    cx_engine_destroy(e);
+}
+
+/* The same identity restarted on its port: the new process is watched, the old watch is gone. */
+static void test_rejoined_process_is_watched(void **state)
+{
+    (void)state;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    cxt_peer_t p;
+    start(&p, 0, BIG, 6);
+    up(e, &p);
+    uint16_t port = p.port;
+    for (int c = 0; c < 3; c++) {
+        char why[128];
+        kill_and_wait(e, &p, why, sizeof why);
+        if (!strstr(why, "same-host watch")) fail_msg("round %d: FAILED by '%s'", c, why);
+        start(&p, port, BIG, 7 + (uint32_t)c);
+        if (cxt_wait_event(e, p.lid, CX_EVENT_JOINED, 8000, NULL, NULL)) fail_msg("round %d: no JOINED", c);
+        cx_peer_info_t i = info_of(e, p.lid);
+        assert_int_equal(i.death_watch, 1);
+    }
+    cxt_peer_crash(&p);
+    cx_engine_destroy(e);
+}
+
+/* ---- a HELLO that points the watch somewhere else ---- */
+
+static int raw_hello(const cx_engine_t *e, uint32_t pid, int32_t fd, const char *replica_lid_url)
+{
+    cx_url_t u;
+    assert_int_equal(cx_url_parse(cx_engine_local_url(e), &u, NULL, 0), 0);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(u.port) };
+    inet_pton(AF_INET, u.host, &a.sin_addr);
+    assert_int_equal(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+    cx_url_t me;
+    assert_int_equal(cx_url_parse(replica_lid_url, &me, NULL, 0), 0);
+    uint8_t frame[CX_CTL_HDR + 512];
+    cx_wr_t w;
+    cx_wr_init(&w, frame + CX_CTL_HDR, sizeof frame - CX_CTL_HDR);
+    cx_wire_put_hello_head(&w, 0x5151, &me.lid, replica_lid_url, &u.lid, HOST_ID, 1000, 3000, pid, fd, 0, NULL,
+                           NULL, NULL, NULL, 0);
+    assert_true(w.ok);
+    cx_ctl_hdr(frame, (uint32_t)w.len, CX_CTL_HELLO);
+    assert_int_equal(send(s, frame, CX_CTL_HDR + w.len, MSG_NOSIGNAL), (ssize_t)(CX_CTL_HDR + w.len));
+    /* HELLO_ACK (or a REFUSE) proves the engine handled it. */
+    struct pollfd pf = { .fd = s, .events = POLLIN };
+    assert_int_equal(poll(&pf, 1, 5000), 1);
+    uint8_t hdr[CX_CTL_HDR];
+    assert_int_equal(recv(s, hdr, sizeof hdr, MSG_WAITALL), CX_CTL_HDR);
+    uint32_t blen;
+    uint8_t type;
+    assert_int_equal(cx_ctl_hdr_parse(hdr, &blen, &type), 0);
+    assert_int_equal(type, CX_CTL_HELLO_ACK);
+    return s;
+}
+
+static void test_forged_page_is_not_watched(void **state)
+{
+    (void)state;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    /* Our own memfd, the right size, but not a connex page of that incarnation. */
+    int mfd = (int)syscall(SYS_memfd_create, "not-connex", 0);
+    assert_true(mfd >= 0);
+    assert_int_equal(ftruncate(mfd, 4096), 0);
+    int s1 = raw_hello(e, (uint32_t)getpid(), mfd, "127.0.0.1:9#forged|0|0|1");
+    assert_int_equal(info_of(e, "forged|0|0|1").same_host, 1);
+    assert_int_equal(info_of(e, "forged|0|0|1").death_watch, 0);
+    /* A pid and fd that name no such file. */
+    int s2 = raw_hello(e, 0x7ffffff0u, 3, "127.0.0.1:9#forged|0|0|2");
+    assert_int_equal(info_of(e, "forged|0|0|2").death_watch, 0);
+    close(s1);
+    close(s2);
+    close(mfd);
+    cx_engine_destroy(e);
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setenv("CONNEX_HOST_ID", HOST_ID, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_kill_seen_by_the_watch, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_watch_switched_off, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_every_watcher_hears, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_clean_close_is_not_a_death, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_stopped_is_not_dead, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_rejoined_process_is_watched, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_page_is_not_watched, cxt_watchdog_setup, cxt_watchdog_teardown),
+    };
+    if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
