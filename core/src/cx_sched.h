@@ -38,6 +38,9 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status);
 /* Progress loop, every iteration: starts waiting ops and chunks where credits allow. Returns
  * nonzero when it handed anything to a backend (the loop then polls again without sleeping). */
 int cx_sched_pump(cx_engine_t *e);
+/* How long the progress thread may sleep (at most max_ms) before background held back for
+ * critical ops is due to be looked at again. */
+int cx_sched_timeout_ms(cx_engine_t *e, int max_ms);
 /* From cx_ops_tick: background transfers that waited op_timeout_ms without a chunk starting. */
 void cx_sched_tick(cx_engine_t *e, cx_peer_t *p, uint64_t now);
 /* From cx_peer_ops_fail, after the peer's linked ops failed: its background transfers fail. */

@@ -124,7 +124,8 @@ struct cx_peer {
     cx_op_t *bg_head, *bg_tail;   /* background transfers not yet completed, oldest first */
     int sched_dirty;              /* a credit came free or work arrived: cx_sched_pump looks */
     int bg_deferred;              /* a chunk is being held back for critical ops (counted once) */
-    uint64_t crit_last_ns;        /* a critical op completed then (background stays at 1 chunk) */
+    uint64_t crit_last_ns;        /* a critical op completed then (background keeps waiting) */
+    uint64_t bg_last_ns;          /* the last background chunk started then */
 };
 
 typedef struct cx_bslot {     /* an opened backend */
@@ -185,6 +186,7 @@ struct cx_engine {
     uint64_t last_step;       /* the last group step id this engine issued (group.c) */
 
     int sched_dirty;          /* traffic classes: some peer has sched_dirty set (cx_sched.h) */
+    uint64_t sched_wake_ns;   /* traffic classes: background held back is due then (0: never) */
 
     struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
 };

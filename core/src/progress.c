@@ -101,7 +101,7 @@ void *cx_progress_main(void *arg)
     int more = 0;
     cx_live_hold(e);   /* before any HELLO goes out: it advertises this mutex */
     while (!atomic_load(&e->stop)) {
-        int n = epoll_wait(e->epfd, evs, 64, more ? 0 : 1000);
+        int n = epoll_wait(e->epfd, evs, 64, more ? 0 : cx_sched_timeout_ms(e, 1000));
         if (n < 0 && errno != EINTR) {
             cx_error("epoll_wait: %s", strerror(errno));
             break;

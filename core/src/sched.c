@@ -15,9 +15,13 @@ enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
  * them; for this long after one completed, background keeps to one chunk in flight as if it were
  * still running, so the next critical op finds one chunk ahead of it, not credits_background. */
 #define CRIT_RECENT_NS 2000000ull
-/* While critical ops are active, chunks are this much smaller (at least CHUNK_MIN): a critical
- * op then waits behind a small chunk, and background still moves. */
+/* While critical ops are active, background waits: one chunk of it in flight delays every
+ * critical op that finds it there (by the chunk's time on the wire and on both CPUs, several
+ * times a small read's latency). It is not starved, though: one chunk starts at least every
+ * BG_FLOOR_NS, this much smaller than background_chunk (at least CHUNK_MIN), so that under a
+ * steady stream of critical ops about one in a hundred meets a chunk. */
 #define CHUNK_SHRINK 16u
+#define BG_FLOOR_NS 50000000ull
 
 void cx_sched_config(cx_config_t *cfg)
 {
@@ -219,10 +223,18 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
     for (cx_op_t *par; peer_live(p) && (par = next_parent(p));) {
         uint32_t lim = e->cfg.credits_background;
         /* Critical ops waiting for credit: no new chunk. Critical ops in flight (or just done):
-         * one chunk at most, so background keeps moving but queues little in front of them. */
+         * none, but for one small chunk per BG_FLOOR_NS. */
         int crit_active = p->cls_inflight[CRIT] || now < p->crit_last_ns + CRIT_RECENT_NS;
         if (p->cls_wait[CRIT]) lim = 0;
-        else if (crit_active && lim > 1) lim = 1;
+        else if (crit_active) lim = now >= p->bg_last_ns + BG_FLOOR_NS ? 1 : 0;
+        if (crit_active && lim == 0) {
+            /* Nothing of ours completes to bring us back here: wake when the floor comes due or
+             * the critical ops have gone quiet, whichever is first. */
+            uint64_t wake = p->bg_last_ns + BG_FLOOR_NS;
+            if (!p->cls_inflight[CRIT] && p->crit_last_ns + CRIT_RECENT_NS < wake)
+                wake = p->crit_last_ns + CRIT_RECENT_NS;
+            if (!e->sched_wake_ns || wake < e->sched_wake_ns) e->sched_wake_ns = wake;
+        }
         if (p->cls_inflight[BG] >= lim) {
             if (p->cls_inflight[BG] < e->cfg.credits_background && !p->bg_deferred) {
                 p->bg_deferred = 1;
@@ -231,14 +243,29 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
             break;
         }
         p->bg_deferred = 0;
+        p->bg_last_ns = now;
         chunk_start(e, p, par, crit_active);
         n++;
     }
     return n;
 }
 
+int cx_sched_timeout_ms(cx_engine_t *e, int max_ms)
+{
+    if (!e->sched_wake_ns) return max_ms;
+    uint64_t now = cx_now_ns();
+    if (now >= e->sched_wake_ns) return 0;
+    uint64_t ms = (e->sched_wake_ns - now + 999999) / 1000000;
+    return ms < (uint64_t)max_ms ? (int)ms : max_ms;
+}
+
 int cx_sched_pump(cx_engine_t *e)
 {
+    if (e->sched_wake_ns && cx_now_ns() >= e->sched_wake_ns) {
+        e->sched_wake_ns = 0;
+        for (cx_peer_t *p = e->peers; p; p = p->next)
+            if (p->bg_head) mark(e, p);
+    }
     if (!e->sched_dirty) return 0;
     e->sched_dirty = 0;
     int n = 0;
