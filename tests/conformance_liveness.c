@@ -245,6 +245,34 @@ static void test_rejoined_process_is_watched(void **state)
     cx_engine_destroy(e);
 }
 
+/* A process on "another host" dies: a peer on its host watched it and tells us (DEATH), long
+ * before its connection to us closes. */
+static void test_death_told_by_a_neighbour(void **state)
+{
+    (void)state;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    cxt_peer_t v, w;
+    cxt_peer_opts_t ov = { .model = "victim", .replica = 1, .seed = 11, .ballast_mib = BIG, .host_id = "other-host" };
+    cxt_peer_opts_t ow = { .model = "neighbour", .replica = 1, .seed = 12, .host_id = "other-host" };
+    if (cxt_peer_start(&v, &ov, 20000) || cxt_peer_start(&w, &ow, 20000)) fail_msg("peers did not start");
+    up(e, &v);
+    up(e, &w);
+    char rep[128];
+    assert_int_equal(cxt_peer_cmd(&w, 10000, rep, sizeof rep, "CONNECT %s 5000", v.url), 0);
+    cx_peer_info_t i = info_of(e, v.lid);
+    assert_int_equal(i.same_host, 0);   /* we are not its neighbour: no watch of ours */
+    assert_int_equal(i.death_watch, 0);
+    char why[128];
+    double ms = kill_and_wait(e, &v, why, sizeof why);
+    fprintf(stderr, "FAILED %.2f ms after kill -9 (another host's process): '%s'\n", ms, why);
+    if (!strstr(why, "seen by neighbour|0|0|1")) fail_msg("FAILED by '%s', not by the neighbour's report", why);
+    /* The neighbour itself stays up. */
+    assert_int_equal(cx_peer_state(e, w.lid), CX_PEER_UP);
+    cxt_peer_stop(&w);
+    cx_engine_destroy(e);
+}
+
 /* ---- a HELLO that points the watch somewhere else ---- */
 
 static int raw_hello(const cx_engine_t *e, uint32_t pid, int32_t fd, const char *replica_lid_url)
@@ -309,6 +337,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_clean_close_is_not_a_death, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_stopped_is_not_dead, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_rejoined_process_is_watched, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_death_told_by_a_neighbour, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_forged_page_is_not_watched, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));

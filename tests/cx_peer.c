@@ -196,7 +196,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
                     "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n"
-                    "       [--listen IP] [--mem host|sim|cuda] [--ballast MIB]\n");
+                    "       [--listen IP] [--mem host|sim|cuda] [--ballast MIB]\n"
+                    "       [--host-id ID]\n");
     exit(2);
 }
 
@@ -214,7 +215,7 @@ int main(int argc, char **argv)
         { "replica", 1, 0, 'r' }, { "port", 1, 0, 'p' }, { "hb", 1, 0, 'h' },
         { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' }, { "region", 1, 0, 'g' },
         { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { "mem", 1, 0, 'k' },
-        { "ballast", 1, 0, 'b' }, { 0, 0, 0, 0 }
+        { "ballast", 1, 0, 'b' }, { "host-id", 1, 0, 'H' }, { 0, 0, 0, 0 }
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -234,6 +235,7 @@ int main(int argc, char **argv)
         case 'l': cfg.listen_ip = optarg; break;
         case 'k': g_kind = cxt_mem_parse(optarg); break;
         case 'b': ballast = v << 20; break;
+        case 'H': setenv("CONNEX_HOST_ID", optarg, 1); break;   /* before the engine probes */
         default: usage();
         }
     }

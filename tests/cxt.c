@@ -246,6 +246,7 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
     if (o->connect) { argv[ac++] = "--connect"; argv[ac++] = o->connect; }
     if (o->listen_ip) { argv[ac++] = "--listen"; argv[ac++] = o->listen_ip; }
     if (o->mem) { argv[ac++] = "--mem"; argv[ac++] = o->mem; }
+    if (o->host_id) { argv[ac++] = "--host-id"; argv[ac++] = o->host_id; }
     char ballast[16];
     if (o->ballast_mib) {
         snprintf(ballast, sizeof ballast, "%u", o->ballast_mib);

@@ -66,6 +66,7 @@ typedef struct cxt_peer_opts {
     const char *connect;      /* URL to connect to at start (NULL: none) */
     const char *listen_ip;    /* NULL: the engine's default (127.0.0.1) */
     const char *mem;          /* region memory: host|sim|cuda (NULL: CONNEX_TEST_MEM, else host) */
+    const char *host_id;      /* CONNEX_HOST_ID for it: stands in for a process on another host */
     uint32_t ballast_mib;     /* touched, unregistered memory it holds (its kill -9 takes longer) */
     const char *netns;        /* run it in this network namespace through `ip netns exec`, which
                                  also remounts /sys for it (UCX lists its interfaces there) */

@@ -21,7 +21,7 @@ int cx_ctl_hdr_parse(const uint8_t *hdr, uint32_t *blen, uint8_t *type)
     *type = cx_rd_u8(&r);
     uint8_t ver = cx_rd_u8(&r);
     (void)cx_rd_u16(&r);
-    if (ver != CX_CTL_VERSION || *blen > CX_CTL_MAX_BODY || *type < CX_CTL_HELLO || *type > CX_CTL_AUTH)
+    if (ver != CX_CTL_VERSION || *blen > CX_CTL_MAX_BODY || *type < CX_CTL_HELLO || *type > CX_CTL_LAST)
         return CX_EINVAL;
     return CX_OK;
 }
@@ -75,6 +75,22 @@ static void get_lid(cx_rd_t *r, cx_lid_t *lid)
     lid->stage = cx_rd_u32(r);
     lid->shard = cx_rd_u32(r);
     lid->replica = cx_rd_u32(r);
+}
+
+void cx_wire_put_death(cx_wr_t *w, const cx_lid_t *lid, uint64_t inc)
+{
+    put_lid(w, lid);
+    cx_wr_u64(w, inc);
+}
+
+int cx_wire_get_death(const uint8_t *body, size_t len, cx_lid_t *lid, uint64_t *inc)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, len);
+    memset(lid, 0, sizeof *lid);
+    get_lid(&r, lid);
+    *inc = cx_rd_u64(&r);
+    return cx_rd_done(&r) && lid->model[0] && *inc ? CX_OK : CX_EINVAL;
 }
 
 void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,

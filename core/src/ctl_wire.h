@@ -27,8 +27,10 @@ enum {
     CX_CTL_HB = 7,        /* heartbeat */
     CX_CTL_BYE = 8,       /* clean close */
     CX_CTL_REFUSE = 9,    /* handshake refused: i32 status, str8 reason; then the acceptor closes */
-    CX_CTL_AUTH = 10      /* before HELLO when a token is set: the exchange in auth.h */
+    CX_CTL_AUTH = 10,     /* before HELLO when a token is set: the exchange in auth.h */
+    CX_CTL_DEATH = 11     /* the sender's same-host watch saw a process die: LID, incarnation */
 };
+#define CX_CTL_LAST CX_CTL_DEATH
 
 #define CX_WCHOICE_MAX 64
 typedef struct cx_wire_backend {
@@ -73,6 +75,9 @@ void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const
                             const cx_lid_t *target, const char *host_id, uint32_t hb_ms, uint32_t hbt_ms,
                             uint32_t live_pid, int32_t live_fd, int nb, const char *const *names, const char *const *choices,
                             const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions);
+/* DEATH: which process (LID and incarnation) the sender saw die on its host (live.h). */
+void cx_wire_put_death(cx_wr_t *w, const cx_lid_t *lid, uint64_t inc);
+int cx_wire_get_death(const uint8_t *body, size_t len, cx_lid_t *lid, uint64_t *inc);
 /* Decodes a HELLO body up to its regions (iterate them with cx_wire_get_region on h->regions). */
 int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char *err, size_t errlen);
 

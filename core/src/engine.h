@@ -231,6 +231,8 @@ void cx_accept_all(cx_engine_t *e);
 void cx_peers_tick(cx_engine_t *e, uint64_t now);
 void cx_peer_broadcast(cx_engine_t *e, uint8_t type, const void *body, size_t len);
 void cx_peer_send_bye_all(cx_engine_t *e);
+/* The same-host watch saw dead's process die: tell every other peer that is up (CX_CTL_DEATH). */
+void cx_peer_report_death(cx_engine_t *e, cx_peer_t *dead);
 void cx_peer_free_all(cx_engine_t *e);
 void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status);
 void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *reason);

@@ -265,6 +265,8 @@ void cx_live_reap(cx_engine_t *e)
             char why[64];
             snprintf(why, sizeof why, "process %u exited (same-host watch)", w->pid);
             cx_peer_fail(e, p, why);
+            /* Peers on other hosts would hear of it only once the kernel has unmapped it. */
+            cx_peer_report_death(e, p);
         }
         watch_free(w);
     }

@@ -206,6 +206,18 @@ void cx_peer_broadcast(cx_engine_t *e, uint8_t type, const void *body, size_t le
         if (p->conn) cx_conn_send(e, p->conn, type, body, len);
 }
 
+void cx_peer_report_death(cx_engine_t *e, cx_peer_t *dead)
+{
+    uint8_t buf[128];
+    cx_wr_t w;
+    cx_wr_init(&w, buf, sizeof buf);
+    cx_wire_put_death(&w, &dead->lid, dead->incarnation);
+    if (!w.ok) return;
+    for (cx_peer_t *p = e->peers; p; p = p->next)
+        if (p != dead && p->conn && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT))
+            cx_conn_send(e, p->conn, CX_CTL_DEATH, buf, w.len);
+}
+
 void cx_peer_send_bye_all(cx_engine_t *e)
 {
     for (cx_peer_t *p = e->peers; p; p = p->next) {
@@ -663,6 +675,23 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
         return 0;
     }
     case CX_CTL_REG_QUERY: on_reg_query(e, p, &r); return 0;
+    case CX_CTL_DEATH: {
+        /* One hop, no forwarding: only a watcher reports what it saw itself. A report about
+         * another incarnation (already restarted) or a peer not up is stale and dropped. */
+        cx_lid_t lid;
+        uint64_t inc;
+        if (cx_wire_get_death(body, len, &lid, &inc)) {
+            cx_warn("peer %s: malformed DEATH ignored", p->url);
+            return 0;
+        }
+        cx_peer_t *q = cx_peer_find(e, &lid);
+        if (q && q != p && q->incarnation == inc && (q->state == CX_PEER_UP || q->state == CX_PEER_SUSPECT)) {
+            char why[160];
+            snprintf(why, sizeof why, "process exited (seen by %s on its host)", p->lid_str);
+            cx_peer_fail(e, q, why);
+        }
+        return 0;
+    }
     case CX_CTL_REG_REPLY: {
         uint64_t qid = cx_rd_u64(&r);
         int found = cx_rd_u8(&r);

@@ -64,6 +64,12 @@ static void body(uint8_t type, const uint8_t *b, size_t n)
         if (!memchr(why, 0, sizeof why)) abort();
         return;
     }
+    case CX_CTL_DEATH: {
+        cx_lid_t lid;
+        uint64_t inc;
+        if (cx_wire_get_death(b, n, &lid, &inc) == CX_OK && (!inc || !memchr(lid.model, 0, sizeof lid.model))) abort();
+        return;
+    }
     case CX_CTL_AUTH: {
         cx_auth_frame_t f;
         if (cx_auth_frame_get(b, n, &f) == CX_OK && (f.step < 1 || f.step > 4 || n != CX_AUTH_BODY)) abort();
@@ -80,7 +86,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint32_t blen;
         uint8_t type;
         if (cx_ctl_hdr_parse(data + off, &blen, &type) != CX_OK) return 0;   /* garbage: closed */
-        if (blen > CX_CTL_MAX_BODY || type < CX_CTL_HELLO || type > CX_CTL_AUTH) abort();
+        if (blen > CX_CTL_MAX_BODY || type < CX_CTL_HELLO || type > CX_CTL_LAST) abort();
         if (size - off - CX_CTL_HDR < blen) return 0;                        /* waits for more */
         body(type, data + off + CX_CTL_HDR, blen);
         off += CX_CTL_HDR + blen;

@@ -102,6 +102,9 @@ int main(int argc, char **argv)
     cx_wr_u64(&w, 5); cx_wr_u8(&w, 1);
     cx_wire_put_region(&w, &r2, names, 2);
     off += frame(stream + off, CX_CTL_REG_REPLY, body, w.len);
+    cx_wr_init(&w, body, sizeof body);
+    cx_wire_put_death(&w, &you, 0x99aabbccddeeff01ull);
+    off += frame(stream + off, CX_CTL_DEATH, body, w.len);
     off += frame(stream + off, CX_CTL_HB, NULL, 0);
     off += frame(stream + off, CX_CTL_BYE, NULL, 0);
     put("ctl", "session", stream, off);
