@@ -405,3 +405,21 @@ def test_bad_member_and_step_arguments(engine):
     with pytest.raises(ConnexError) as ei:
         s.wait(1)
     assert ei.value.code == CX_ECLOSED
+
+
+def test_many_groups_back_to_baseline():
+    """Opening and closing groups (with a step each, ended by the close) leaves no fds, no step
+    handles and no registered group behind."""
+    with Engine("churn", heartbeat_ms=HB_MS, heartbeat_timeout_ms=HB_TIMEOUT_MS,
+                backend="zmq") as e:
+        e.group("warm|1|*|*").close()
+        fds = len(os.listdir("/proc/self/fd"))
+        for i in range(200):
+            with e.group("churn%d|1|*|*" % (i % 7), policy=("round_robin", "least_inflight")[i % 2]) as g:
+                s = g.send(b"x")
+            with pytest.raises(ConnexError) as ei:
+                s.wait(5)
+            assert ei.value.code == CX_ECLOSED and g.steps_pending == 0
+        assert len(e._groups) == 0
+        assert len(os.listdir("/proc/self/fd")) == fds
+        assert e.stats()["ops_in_flight"] == 0
