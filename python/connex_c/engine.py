@@ -23,6 +23,7 @@ _log = logging.getLogger("connex_c")
 _MODEL_RE = re.compile(r"[A-Za-z0-9._:/-]{1,63}")
 _PEER_STATES = ("unknown", "connecting", "up", "suspect", "failed", "left")
 
+
 class Message(collections.namedtuple("Message", "peer data url")):
     """A received message: peer is the sender's LID tuple (model, stage, shard, replica), data
     the bytes, url the sender's full URL (usable as a peer argument). Attributes besides the
@@ -30,7 +31,6 @@ class Message(collections.namedtuple("Message", "peer data url")):
     sender's incarnation: (peer, from_incarnation, step) names a group step uniquely."""
     step = 0
     from_incarnation = 0
-
 
 
 class ConnexError(RuntimeError):
