@@ -14,6 +14,8 @@ from ._lib import (CX_EAGAIN, CX_EAUTH, CX_ECLOSED, CX_EINVAL, CX_ENOMEM, CX_EPE
                    CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MSG_MAX, CX_OK, LibraryNotFound, strerror)
 from ._lib import lib as _lib
 from .engine import ConnexError, Engine, EngineClosed, InvalidArgument, Message, PutSignal
+from .group import Group, GroupClosed, Step, WaitTimeout
+from ._lib import CX_PICK_LEAST_INFLIGHT, CX_PICK_ROUND_ROBIN
 from .transfer_engine import TransferEngine, default_lid
 
 __version__ = "0.1.0"
@@ -38,4 +40,6 @@ __all__ = ["Engine", "TransferEngine", "PutSignal", "Message", "ConnexError", "E
            "InvalidArgument", "LibraryNotFound", "library_path", "set_log_level", "strerror",
            "default_lid", "CX_OK", "CX_ERR", "CX_EPEER", "CX_ETIMEDOUT", "CX_EINVAL",
            "CX_ENOMEM", "CX_EUNSUPPORTED", "CX_ECLOSED", "CX_EAUTH", "CX_EAGAIN", "CX_MSG_MAX",
-           "CX_CLASS_CRITICAL", "CX_CLASS_BACKGROUND"]
+           "CX_CLASS_CRITICAL", "CX_CLASS_BACKGROUND",
+           "Group", "Step", "GroupClosed", "WaitTimeout", "CX_PICK_ROUND_ROBIN",
+           "CX_PICK_LEAST_INFLIGHT"]

@@ -186,3 +186,39 @@ def text(s, what, allow_none=True):
     if "\0" in s:
         raise ValueError("%s contains NUL" % what)
     return s.encode("utf-8")
+
+
+def timeout_s(s, what="timeout_s"):
+    """Seconds (int or float) to whole milliseconds; None, a negative number or infinity wait
+    forever (-1)."""
+    if s is None:
+        return -1
+    if isinstance(s, bool) or not isinstance(s, (int, float)):
+        raise TypeError("%s must be a number of seconds or None, not %s" % (what, _name_of(s)))
+    if s != s:
+        raise ValueError("%s is NaN" % what)
+    if s < 0 or s == float("inf"):
+        return -1
+    return int(min(s * 1000.0, _INT_MAX))
+
+
+def lid(x, what="LID"):
+    """A member's LID as `model|stage|shard|replica` bytes: a LID tuple, a LID string, or a URL
+    (its part after '#')."""
+    b = peer(x)
+    if b"#" in b:
+        b = b.split(b"#", 1)[1]
+        if not b:
+            raise ValueError("%s: URL %r has no LID after '#'" % (what, x))
+    return b
+
+
+def pattern(p, what="pattern"):
+    """A LID pattern `model|stage|shard|replica` (any field may be `*`); the core parses it."""
+    if isinstance(p, bytes):
+        p = p.decode("utf-8")
+    if not isinstance(p, str):
+        raise TypeError("%s must be str like 'model|1|*|*', not %s" % (what, _name_of(p)))
+    if not p or "\0" in p:
+        raise ValueError("%s must be a non-empty string without NUL: %r" % (what, p))
+    return p.encode("utf-8")

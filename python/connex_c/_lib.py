@@ -32,6 +32,8 @@ CX_OPK_COUNT = len(CX_OPK_NAMES)
 EVENT_NAMES = ("up", "joined", "failed", "suspect", "left", "moved")
 CX_CLASS_CRITICAL = 0     # traffic classes (cx_class_t)
 CX_CLASS_BACKGROUND = 1
+CX_PICK_ROUND_ROBIN = 0   # group pick policies (cx_pick_t)
+CX_PICK_LEAST_INFLIGHT = 1
 
 
 class LibraryNotFound(ImportError):
@@ -137,8 +139,15 @@ class cx_peer_info_t(ctypes.Structure):
                 ("death_watch", ctypes.c_int)]
 
 
+class cx_dir_entry_t(ctypes.Structure):
+    _fields_ = [("lid", cx_lid_t),
+                ("url", ctypes.c_char * CX_URL_MAX),
+                ("version", ctypes.c_uint64)]
+
+
 STRUCTS = {"cx_lid_t": cx_lid_t, "cx_config_t": cx_config_t, "cx_msg_t": cx_msg_t,
-           "cx_event_t": cx_event_t, "cx_stats_t": cx_stats_t, "cx_peer_info_t": cx_peer_info_t}
+           "cx_event_t": cx_event_t, "cx_stats_t": cx_stats_t, "cx_peer_info_t": cx_peer_info_t,
+           "cx_dir_entry_t": cx_dir_entry_t}
 
 _P = ctypes.c_void_p
 _S = ctypes.c_char_p
@@ -174,6 +183,18 @@ _PROTOTYPES = {
     "cx_stats": (_I, [_P, ctypes.POINTER(cx_stats_t)]),
     "cx_lid_parse": (_I, [_S, ctypes.POINTER(cx_lid_t), ctypes.c_char_p, _Z]),
     "cx_log_set_level": (None, [_I]),
+    # mobility: directory and replica groups (python/connex_c/group.py)
+    "cx_directory_list": (_I, [_P, _S, ctypes.POINTER(cx_dir_entry_t), _I]),
+    "cx_directory_kind": (_S, [_P]),
+    "cx_group_open": (_I, [_P, _S, _I, ctypes.POINTER(_P)]),
+    "cx_group_close": (None, [_P]),
+    "cx_group_add": (_I, [_P, _S]),
+    "cx_group_members": (_I, [_P, ctypes.POINTER(cx_lid_t), ctypes.POINTER(_I), _I]),
+    "cx_group_pick": (_I, [_P, ctypes.POINTER(cx_lid_t)]),
+    "cx_group_mark_failed": (_I, [_P, _S]),
+    "cx_group_send": (_I, [_P, _P, _Z, ctypes.POINTER(_P)]),
+    "cx_group_put_signal": (_I, [_P, _P, _Z, _U64, _P, _Z, ctypes.POINTER(_P)]),
+    "cx_group_wait": (_I, [_P, _I, ctypes.POINTER(cx_lid_t), ctypes.POINTER(_U64)]),
 }
 
 

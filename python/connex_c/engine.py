@@ -8,11 +8,12 @@ import logging
 import re
 import threading
 import time
+import weakref
 
 from . import _args
 from ._lib import (CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK,
-                   CX_OPK_NAMES, EVENT_NAMES, cx_config_t, cx_event_t, cx_msg_t, cx_peer_info_t,
-                   cx_stats_t, lib, strerror)
+                   CX_OPK_NAMES, EVENT_NAMES, cx_config_t, cx_dir_entry_t, cx_event_t, cx_msg_t,
+                   cx_peer_info_t, cx_stats_t, lib, strerror)
 
 # Blocking waits are cut into slices this long so that close() from another thread is noticed:
 # the engine is never destroyed under a thread still inside a C call.
@@ -22,9 +23,14 @@ _log = logging.getLogger("connex_c")
 _MODEL_RE = re.compile(r"[A-Za-z0-9._:/-]{1,63}")
 _PEER_STATES = ("unknown", "connecting", "up", "suspect", "failed", "left")
 
-Message = collections.namedtuple("Message", "peer data url")
-Message.__doc__ = """A received message: peer is the sender's LID tuple (model, stage, shard,
-replica), data the bytes, url the sender's full URL (usable as a peer argument)."""
+
+class Message(collections.namedtuple("Message", "peer data url")):
+    """A received message: peer is the sender's LID tuple (model, stage, shard, replica), data
+    the bytes, url the sender's full URL (usable as a peer argument). Attributes besides the
+    tuple: step, the group step's id (0 for a plain message), and from_incarnation, the
+    sender's incarnation: (peer, from_incarnation, step) names a group step uniquely."""
+    step = 0
+    from_incarnation = 0
 
 
 class ConnexError(RuntimeError):
@@ -116,7 +122,8 @@ class Engine:
     def __init__(self, model, stage=0, shard=0, replica=0, listen_ip="127.0.0.1", port=0,
                  heartbeat_ms=0, heartbeat_timeout_ms=0, backend=None, op_timeout_ms=0,
                  connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0, auth_token=None,
-                 credits_critical=0, credits_background=0, background_chunk=0, classes_off=False):
+                 credits_critical=0, credits_background=0, background_chunk=0, classes_off=False,
+                 directory=None, peers=None, lease_ms=0):
         if not isinstance(model, str):
             raise TypeError("model must be str, not %s" % type(model).__name__)
         if not _MODEL_RE.fullmatch(model):
@@ -148,6 +155,12 @@ class Engine:
         if not isinstance(classes_off, (bool, int)):
             raise TypeError("classes_off must be bool, not %s" % type(classes_off).__name__)
         cfg.classes_off = 1 if classes_off else 0
+        # mobility (docs/mobility.md): None -> CONNEX_DIRECTORY / CONNEX_PEERS, else "static"
+        cfg.directory = _args.text(directory, "directory")      # "static" or "etcd://ip:port"
+        if isinstance(peers, (list, tuple)):
+            peers = ",".join(peers)
+        cfg.peers = _args.text(peers, "peers")                  # static directory: URLs
+        cfg.lease_ms = _u32(lease_ms, "lease_ms")
         self._lib = lib()
         self._e = None
         self._cond = threading.Condition()
@@ -156,6 +169,7 @@ class Engine:
         self._regions = {}     # address -> what pins it (bytearray export, tensor)
         self._ops = {}         # id(handle) -> handle, waited for in close()
         self._reaper = None    # thread pool for PutSignal waits shorter than the op timeout
+        self._groups = weakref.WeakSet()   # open Groups, closed before the engine is destroyed
         self._op_bound_ms = (op_timeout_ms or 30000) + 1000
         out = ctypes.c_void_p()
         rc = self._lib.cx_engine_create(ctypes.byref(cfg), ctypes.byref(out))
@@ -191,6 +205,8 @@ class Engine:
             e, self._e = self._e, None
         if e is None:
             return
+        for g in list(self._groups):   # the C groups go before their engine (group.py)
+            g._shutdown()
         # Destroy first: it completes every op still in flight (CX_ECLOSED) after closing the
         # data connections, so the handles below are reaped at once and no byte moves later.
         self._lib.cx_engine_destroy(e)
@@ -468,7 +484,10 @@ class Engine:
             _raise(rc, "recv_msg")
         try:
             data = ctypes.string_at(m.data, m.len) if m.len else b""
-            return Message(m.from_.as_tuple(), data, m.from_url.decode())
+            msg = Message(m.from_.as_tuple(), data, m.from_url.decode())
+            msg.step = m.step
+            msg.from_incarnation = m.from_incarnation
+            return msg
         finally:
             self._lib.cx_msg_release(ctypes.byref(m))
 
@@ -509,3 +528,36 @@ class Engine:
                 v = dict(zip(CX_OPK_NAMES, list(v)))
             out[name] = v
         return out
+
+    # ---- mobility (docs/mobility.md): directory and replica groups ----
+
+    def group(self, pattern, policy="round_robin"):
+        """Open a replica group over the members matching pattern ("model|stage|*|*"); policy
+        "round_robin" or "least_inflight". Returns a connex_c.Group (see group.py)."""
+        from .group import Group
+        return Group(self, pattern, policy)
+
+    def directory(self, pattern=None):
+        """Directory entries whose LID matches pattern (None: all), this engine's own included:
+        a list of {"lid": (model, stage, shard, replica), "url": str, "version": int}."""
+        pat = None if pattern is None else _args.pattern(pattern)
+        n = 16
+        while True:
+            arr = (cx_dir_entry_t * n)()
+            e = self._enter("directory")
+            try:
+                rc = self._lib.cx_directory_list(e, pat, arr, n)
+            finally:
+                self._leave()
+            if rc < 0:
+                _raise(rc, "directory(%r)" % (pattern,))
+            if rc <= n:
+                break
+            n = rc + 16   # entries appeared meanwhile: ask again with room for them
+        return [{"lid": d.lid.as_tuple(), "url": d.url.decode("utf-8", "replace"),
+                 "version": d.version} for d in arr[:rc]]
+
+    @property
+    def directory_kind(self):
+        """"static" or "etcd"."""
+        return self._str_call(self._lib.cx_directory_kind)

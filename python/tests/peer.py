@@ -20,6 +20,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="peer")
     ap.add_argument("--stage", type=int, default=0)
+    ap.add_argument("--shard", type=int, default=0)
+    ap.add_argument("--replica", type=int, default=0)
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--size", type=int, default=1 << 20)
     ap.add_argument("--seed", type=int, default=1)
@@ -44,12 +46,13 @@ def main():
         e = te.engine
         out({"url": e.local_url, "port": te.get_rpc_port(), "session": te.get_session_id()})
     else:
-        e = connex_c.Engine(a.model, stage=a.stage, port=a.port, heartbeat_ms=a.hb,
-                            heartbeat_timeout_ms=a.hbt, backend=a.backend)
+        e = connex_c.Engine(a.model, stage=a.stage, shard=a.shard, replica=a.replica, port=a.port,
+                            heartbeat_ms=a.hb, heartbeat_timeout_ms=a.hbt, backend=a.backend)
         buf = bytearray(pattern(a.size, a.seed))
         rc = e.register_memory(buf)
         addr = connex_c._args.pointer(buf, True).address
-        out({"url": e.local_url, "addr": addr, "size": a.size, "rc": rc})
+        out({"url": e.local_url, "addr": addr, "size": a.size, "rc": rc,
+             "incarnation": e.incarnation})
 
     for line in sys.stdin:
         c = json.loads(line)
@@ -61,11 +64,21 @@ def main():
             if m is None:
                 out({"msg": None})
                 continue
-            r = {"msg": m.data.hex(), "peer": list(m.peer), "url": m.url}
+            r = {"msg": m.data.hex(), "peer": list(m.peer), "url": m.url, "step": m.step,
+                 "from_incarnation": m.from_incarnation}
             if c.get("snap"):     # the bytes the message refers to, as they are on arrival
                 spec = json.loads(m.data)
                 r["snap"] = bytes(buf[spec["off"]:spec["off"] + spec["n"]]).hex()
             out(r)
+        elif cmd == "drain":          # every message until none comes for `quiet` ms
+            msgs = []
+            while len(msgs) < c.get("max", 10000):
+                m = e.recv_msg(c.get("quiet", 500))
+                if m is None:
+                    break
+                msgs.append({"msg": m.data.hex(), "peer": list(m.peer), "step": m.step,
+                             "from_incarnation": m.from_incarnation})
+            out({"msgs": msgs})
         elif cmd == "send":
             out({"rc": e.send_msg(c["to"], bytes.fromhex(c["data"]))})
         elif cmd == "event":
