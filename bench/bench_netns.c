@@ -63,10 +63,10 @@ int cx_bench_netns_setup(cx_bench_netns_t *n, char *why, size_t len)
         if (access(cands[i], X_OK) == 0) snprintf(ip_path, sizeof ip_path, "%s", cands[i]);
     if (!ip_path[0]) { snprintf(why, len, "skipped: no ip(8) (Debian: iproute2)"); return -1; }
     int pid = (int)getpid();
-    char va[16];
+    char *va = n->veth_a;
     snprintf(n->ns_a, sizeof n->ns_a, "cxb-a-%d", pid);
     snprintf(n->ns_b, sizeof n->ns_b, "cxb-b-%d", pid);
-    snprintf(va, sizeof va, "cxba%d", pid % 10000000);
+    snprintf(va, sizeof n->veth_a, "cxba%d", pid % 10000000);
     snprintf(n->veth_b, sizeof n->veth_b, "cxbb%d", pid % 10000000);
     snprintf(del_a, sizeof del_a, "%s", n->ns_a);
     snprintf(del_b, sizeof del_b, "%s", n->ns_b);
@@ -105,7 +105,31 @@ int cx_bench_netns_enter(const cx_bench_netns_t *n)
     return mount(n->ns_a, "/sys", "sysfs", 0, NULL);
 }
 
+/* 1 when `ip -n ns -o link show dev dev` says LOWER_UP. */
+static int lower_up(const char *ns, const char *dev)
+{
+    char cmd[160], line[512];
+    snprintf(cmd, sizeof cmd, "%s -n %s -o link show dev %s 2>/dev/null", ip_path, ns, dev);
+    FILE *f = popen(cmd, "r");
+    if (!f) return 0;
+    int up = 0;
+    while (fgets(line, sizeof line, f))
+        if (strstr(line, "LOWER_UP")) up = 1;
+    pclose(f);
+    return up;
+}
+
 int cx_bench_netns_link(const cx_bench_netns_t *n, int up)
 {
-    return IP("-n", n->ns_b, "link", "set", n->veth_b, up ? "up" : "down");
+    int rc = IP("-n", n->ns_b, "link", "set", n->veth_b, up ? "up" : "down");
+    if (rc || !up) return rc;
+    /* `ip link set up` returns before the veth has its carrier. UCX lists only interfaces that
+     * are running: a peer started in that gap advertises no address on the veth and cannot be
+     * reached (half the ucx_tcp link-down runs failed so). Wait, bounded, for both ends. */
+    for (int i = 0; i < 300; i++) {
+        if (lower_up(n->ns_a, n->veth_a) && lower_up(n->ns_b, n->veth_b)) return 0;
+        usleep(10000);
+    }
+    fprintf(stderr, "connex-bench: the veth pair has no carrier 3 s after link up\n");
+    return -1;
 }

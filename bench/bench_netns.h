@@ -10,6 +10,7 @@
 
 typedef struct cx_bench_netns {
     char ns_a[32], ns_b[32];
+    char veth_a[16];                     /* the survivor's end */
     char veth_b[16];                     /* the peer's end: taken down to cut it off */
 } cx_bench_netns_t;
 
