@@ -248,6 +248,11 @@ void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint6
     cx_debug("peer %s: same-host death watch on pid %u", p->url, pid);
 }
 
+int cx_live_is_watch(const cx_engine_t *e, const void *w)
+{
+    return e->live && w == (const void *)&e->live->w;
+}
+
 void cx_live_reap(cx_engine_t *e)
 {
     cx_live_t *l = e->live;

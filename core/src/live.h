@@ -34,6 +34,9 @@ void cx_live_release(cx_engine_t *e);
 /* Progress thread: a HELLO from a same-host peer advertised (pid, fd) for incarnation inc.
  * Starts a watch unless one already follows that incarnation; a watch of an older one stops. */
 void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint64_t inc);
+/* 1 when w (an epoll event's pointer) is the watchers' eventfd. Compares addresses only: the
+ * pointer may be a connection closed by an earlier event of the same batch. */
+int cx_live_is_watch(const cx_engine_t *e, const void *w);
 /* Progress thread: the eventfd fired. Joins finished watchers; each that saw its process die
  * fails the peer, if the peer still is that incarnation. */
 void cx_live_reap(cx_engine_t *e);

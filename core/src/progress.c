@@ -109,13 +109,13 @@ void *cx_progress_main(void *arg)
         /* A death seen by the same-host watch goes first: the same batch may hold the dead
          * process's connection closing, which would report it with less to say. */
         for (int i = 0; i < n; i++)
-            if (((cx_watch_t *)evs[i].data.ptr)->kind == CX_W_LIVE) cx_live_reap(e);
+            if (cx_live_is_watch(e, evs[i].data.ptr)) cx_live_reap(e);
         for (int i = 0; i < n; i++) {
             cx_watch_t *w = evs[i].data.ptr;
             if (w == &e->lw) cx_accept_all(e);
             else if (w == &e->cw) drain_commands(e);
             else if (w == &e->tw) tick(e);
-            else if (w->kind == CX_W_LIVE) continue;
+            else if (cx_live_is_watch(e, w)) continue;   /* reaped above */
             else if (!is_backend_watch(e, w)) {
                 /* A control connection. One closed by an earlier event of this batch is freed:
                  * find it by address before touching it. */
