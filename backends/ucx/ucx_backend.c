@@ -77,6 +77,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     b->done.next = b->done.prev = &b->done;
     b->zombies.next = b->zombies.prev = &b->zombies;
 
+    cx_ucx_log_route();
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {

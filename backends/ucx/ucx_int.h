@@ -145,6 +145,9 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
 void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep);
 cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer);
 
+/* ucx_log.c: UCX's log lines into connex's log (once per process) */
+void cx_ucx_log_route(void);
+
 /* ucx_am.c */
 int cx_ucx_am_init(cx_ucx_t *b);
 void cx_ucx_inbox_drain(cx_ucx_t *b);

@@ -10,6 +10,7 @@
 
 fake_core_t fx;
 int cx_log_level = CX_LOG_WARN;
+char fx_last_log[512];
 
 __attribute__((constructor)) static void fx_log_init(void)
 {
@@ -23,10 +24,9 @@ void cx_log_write(int level, const char *file, int line, const char *fmt, ...)
     static const char *const names[] = { "ERROR", "WARN", "INFO", "DEBUG" };
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "[%s %s:%d] ", names[level & 3], file, line);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(fx_last_log, sizeof fx_last_log, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "[%s %s:%d] %s\n", names[level & 3], file, line, fx_last_log);
 }
 
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)

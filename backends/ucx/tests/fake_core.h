@@ -20,6 +20,7 @@ typedef struct fake_core {
 } fake_core_t;
 
 extern fake_core_t fx;
+extern char fx_last_log[512];   /* the last line logged */
 #define FX_CORE ((cx_core_t *)(void *)&fx)
 
 #endif

@@ -11,6 +11,9 @@
 
 #include "fake_core.h"
 
+#include <ucs/config/global_opts.h>
+#include <ucs/debug/log_def.h>
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -476,6 +479,16 @@ static void test_peer_killed(void **state)
     }
 }
 
+/* UCX's own log lines come through connex's log (stderr), not UCX's default stdout. */
+static void test_ucx_log_routed(void **state)
+{
+    (void)state;
+    fx_last_log[0] = 0;
+    ucs_log_dispatch(__FILE__, __LINE__, __func__, UCS_LOG_LEVEL_WARN, &ucs_global_opts.log_component,
+                     "connex probe line %d", 42);
+    assert_non_null(strstr(fx_last_log, "ucx (library): connex probe line 42"));
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -489,6 +502,7 @@ int main(void)
         cmocka_unit_test(test_forget_region_reunpacks),
         cmocka_unit_test(test_disconnect_completes_outstanding),
         cmocka_unit_test(test_peer_killed),
+        cmocka_unit_test(test_ucx_log_routed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
