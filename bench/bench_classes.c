@@ -63,7 +63,7 @@ static int phase(const cx_bench_opts_t *o, const cx_bench_child_t *ch, uint8_t *
             /* Finished since the last read: restart it before the next one, so every timed read
              * starts with a transfer running. */
             int w = cx_op_wait(bg, 0);
-            if (w != CX_EAGAIN) {
+            if (w != CX_EINPROGRESS) {
                 bg = NULL;
                 if (w) { rc = w; goto out; }
                 r->bg_done++;

@@ -631,7 +631,8 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
         if (cx_cond_wait_ms(&op->cv, &op->mu, timeout_ms >= 0 ? &dl : NULL) == ETIMEDOUT) break;
     int done = op->done, st = op->status;
     pthread_mutex_unlock(&op->mu);
-    if (!done) return CX_EAGAIN;   /* not CX_ETIMEDOUT: that is the op's own status */
+    /* Neither CX_ETIMEDOUT nor CX_EAGAIN: both are ops' own statuses, after which the op is gone. */
+    if (!done) return CX_EINPROGRESS;
     op_destroy(op);
     free(op);
     return st;

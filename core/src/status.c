@@ -13,6 +13,7 @@ const char *cx_strerror(int rc)
     case CX_ECLOSED: return "engine closed";
     case CX_EAUTH: return "authentication refused";
     case CX_EAGAIN: return "receiver queue full, try again";
+    case CX_EINPROGRESS: return "still in progress (the wait expired; wait again)";
     default: return "unknown status";
     }
 }

@@ -10,7 +10,7 @@ system linker path. LibraryNotFound says where it looked.
 """
 
 from ._lib import CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL
-from ._lib import (CX_EAGAIN, CX_EAUTH, CX_ECLOSED, CX_EINVAL, CX_ENOMEM, CX_EPEER, CX_ERR,
+from ._lib import (CX_EAGAIN, CX_EAUTH, CX_EINPROGRESS, CX_ECLOSED, CX_EINVAL, CX_ENOMEM, CX_EPEER, CX_ERR,
                    CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MSG_MAX, CX_OK, LibraryNotFound, strerror)
 from ._lib import lib as _lib
 from .engine import ConnexError, Engine, EngineClosed, InvalidArgument, Message, PutSignal
@@ -39,7 +39,7 @@ def _args_int(v):
 __all__ = ["Engine", "TransferEngine", "PutSignal", "Message", "ConnexError", "EngineClosed",
            "InvalidArgument", "LibraryNotFound", "library_path", "set_log_level", "strerror",
            "default_lid", "CX_OK", "CX_ERR", "CX_EPEER", "CX_ETIMEDOUT", "CX_EINVAL",
-           "CX_ENOMEM", "CX_EUNSUPPORTED", "CX_ECLOSED", "CX_EAUTH", "CX_EAGAIN", "CX_MSG_MAX",
+           "CX_ENOMEM", "CX_EUNSUPPORTED", "CX_ECLOSED", "CX_EAUTH", "CX_EAGAIN", "CX_EINPROGRESS", "CX_MSG_MAX",
            "CX_CLASS_CRITICAL", "CX_CLASS_BACKGROUND",
            "Group", "Step", "GroupClosed", "WaitTimeout", "CX_PICK_ROUND_ROBIN",
            "CX_PICK_LEAST_INFLIGHT"]

@@ -23,6 +23,7 @@ CX_EUNSUPPORTED = -6
 CX_ECLOSED = -7
 CX_EAUTH = -8
 CX_EAGAIN = -9
+CX_EINPROGRESS = -10   # cx_op_wait / cx_group_wait: the wait expired, the op is still valid
 
 CX_MODEL_MAX = 64
 CX_URL_MAX = 160

@@ -91,11 +91,11 @@ class PutSignal:
             return CX_ETIMEDOUT
         return self._status
 
-    # cx_op_wait frees the op when it returns its status, and returns CX_ETIMEDOUT both for
-    # "the wait expired, op still valid" and "the op timed out, op freed". Only an unbounded
-    # cx_op_wait is unambiguous, so exactly one thread (the claimant, or a pooled reaper thread
-    # when the caller's timeout is shorter than the op timeout) makes that call; a bounded Python
-    # wait waits on an Event instead. The op itself is bounded by the engine's op timeout.
+    # cx_op_wait frees the op when it returns its status (CX_EINPROGRESS: the wait expired, the
+    # op is still valid). Only one thread may call it on an op, so exactly one thread (the
+    # claimant, or a pooled reaper thread when the caller's timeout is shorter than the op
+    # timeout) makes an unbounded call; a bounded Python wait waits on an Event instead. The op
+    # itself is bounded by the engine's op timeout.
     def _claim(self):
         with self._claim_lock:
             if self._claimed:

@@ -17,7 +17,7 @@ import threading
 import time
 
 from . import _args
-from ._lib import (CX_EAGAIN, CX_ECLOSED, CX_OK, CX_PICK_LEAST_INFLIGHT, CX_PICK_ROUND_ROBIN,
+from ._lib import (CX_ECLOSED, CX_EINPROGRESS, CX_OK, CX_PICK_LEAST_INFLIGHT, CX_PICK_ROUND_ROBIN,
                    cx_lid_t)
 from .engine import _PEER_STATES, _SLICE_MS, ConnexError, Engine, EngineClosed, _raise
 
@@ -43,11 +43,11 @@ class GroupClosed(ConnexError):
 
 class WaitTimeout(ConnexError, TimeoutError):
     """Step.wait(timeout_s) expired before the step completed; the step is still in flight:
-    wait again. .code is CX_EAGAIN (what cx_group_wait returns then). Not the step's own
+    wait again. .code is CX_EINPROGRESS (what cx_group_wait returns then). Not the step's own
     CX_ETIMEDOUT, which is a ConnexError with code -3."""
 
     def __init__(self, what):
-        self.code = CX_EAGAIN
+        self.code = CX_EINPROGRESS
         RuntimeError.__init__(self, "%s: not complete yet (wait again)" % what)
 
 
@@ -128,15 +128,13 @@ class Step:
         return self._result()
 
     # cx_group_wait frees the op when it returns its status; when its timeout expires first it
-    # returns CX_EAGAIN and the op stays valid. CX_EAGAIN is also a step's own final status (a
-    # receiver's queue stayed full), so the step id tells them apart: a completed step always
-    # reports its id (ids start at 1, assigned before any completion can happen), a pending one
-    # leaves it at 0. Called with self._mu held.
+    # returns CX_EINPROGRESS (never a step's own status) and the op stays valid. Called with
+    # self._mu held.
     def _poll(self, ms):
         lid = cx_lid_t()
         sid = ctypes.c_uint64(0)
         rc = self._group._lib.cx_group_wait(self._op, ms, ctypes.byref(lid), ctypes.byref(sid))
-        if rc == CX_EAGAIN and sid.value == 0:
+        if rc == CX_EINPROGRESS:
             return False
         self._status = rc
         self._id = sid.value

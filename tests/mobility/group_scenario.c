@@ -203,8 +203,8 @@ static void test_scenario(void **state)
     cx_lid_t by;
     uint64_t id = 0;
     int early = cx_group_wait(op, 150, &by, &id);
-    if (early != CX_EAGAIN) fprintf(stderr, "step %" PRIu64 " done early (%d) by replica %u\n", id, early, by.replica);
-    assert_int_equal(early, CX_EAGAIN);   /* A is stopped: not yet */
+    if (early != CX_EINPROGRESS) fprintf(stderr, "step %" PRIu64 " done early (%d) by replica %u\n", id, early, by.replica);
+    assert_int_equal(early, CX_EINPROGRESS);   /* A is stopped: not yet */
     kill(f.r[0].pid, SIGKILL);   /* no SIGCONT first: A must not run again */
     cxt_peer_crash(&f.r[0]);
     uint64_t t0 = cxt_now_ns();
@@ -269,7 +269,7 @@ static void test_mark_failed(void **state)
     assert_int_equal(cx_group_send(f.g, "marked", 6, &op), CX_OK);
     cx_lid_t by;
     uint64_t id;
-    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EAGAIN);
+    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EINPROGRESS);
     assert_int_equal(cx_group_mark_failed(f.g, f.r[a].lid), CX_OK);
     assert_int_equal(cx_group_wait(op, 5000, &by, &id), CX_OK);
     assert_int_equal((int)by.replica, b);
@@ -321,7 +321,7 @@ static void test_least_inflight(void **state)
             continue;
         }
         assert_int_equal(cx_group_send(f.g, "x", 1, &held), CX_OK);
-        assert_int_equal(cx_group_wait(held, 300, &by, &id), CX_EAGAIN);
+        assert_int_equal(cx_group_wait(held, 300, &by, &id), CX_EINPROGRESS);
     }
     assert_non_null(held);
     /* One step outstanding at A, none at B: each next step goes to B. */
@@ -442,12 +442,12 @@ static void test_resend_same_receiver(void **state)
     assert_int_equal(cx_group_send(f.g, "twice", 5, &op), CX_OK);
     cx_lid_t by;
     uint64_t id = 0;
-    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EAGAIN);
+    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EINPROGRESS);
     assert_int_equal(cx_group_mark_failed(f.g, f.r[0].lid), CX_OK);
     kill(f.r[0].pid, SIGCONT);
     uint64_t first = next_step(&f.r[0], 5000, NULL);   /* the first send, queued */
     assert_true(first > 0);
-    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EAGAIN);   /* the step waits for a member */
+    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EINPROGRESS);   /* the step waits for a member */
     assert_int_equal(cx_group_add(f.g, f.r[0].url), CX_OK);           /* A is back: sent again */
     assert_int_equal(cx_group_wait(op, 5000, &by, &id), CX_OK);
     assert_int_equal(by.replica, 0);

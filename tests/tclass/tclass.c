@@ -207,9 +207,9 @@ static void ordering(int write)
     int bg_rc = cx_op_wait(bg, 0);
     assert_int_equal(cx_stats(E, &st1), CX_OK);
     fprintf(stderr, "%s: background after the critical op: %s; chunks so far %" PRIu64 ", deferred %" PRIu64 "\n",
-            write ? "write" : "read", bg_rc == CX_EAGAIN ? "still running" : cx_strerror(bg_rc),
+            write ? "write" : "read", bg_rc == CX_EINPROGRESS ? "still running" : cx_strerror(bg_rc),
             st1.background_chunks - st0.background_chunks, st1.background_deferred - st0.background_deferred);
-    if (bg_rc != CX_EAGAIN) fail_msg("the 64 MiB background transfer finished before a 16 KiB critical op");
+    if (bg_rc != CX_EINPROGRESS) fail_msg("the 64 MiB background transfer finished before a 16 KiB critical op");
     assert_int_equal(cx_op_wait(bg, WAIT_MS), CX_OK);
     if (!write) {
         long long bad = cxt_check(R, big, PSEED, 0);

@@ -29,7 +29,9 @@ enum {
     CX_EUNSUPPORTED = -6, /* backend or feature not available here */
     CX_ECLOSED = -7,      /* the engine is closing */
     CX_EAUTH = -8,        /* authentication refused */
-    CX_EAGAIN = -9        /* the receiver's bounded queue is full: retry later */
+    CX_EAGAIN = -9,       /* the receiver's bounded queue is full: retry later */
+    CX_EINPROGRESS = -10  /* cx_op_wait / cx_group_wait: the wait expired, the op is still in
+                             flight and valid: wait again (never an op's own status) */
 };
 const char *cx_strerror(int rc);
 
@@ -134,8 +136,9 @@ int cx_write(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_
  * *op is set on success and must be passed to cx_op_wait exactly once. */
 int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst,
                   size_t len, const void *msg, size_t msg_len, cx_op_t **op);
-/* Returns the op's status and frees it; when timeout_ms expires first it returns CX_EAGAIN and
- * the op stays valid (wait again). timeout_ms < 0 waits until the op completes (ops always complete:
+/* Returns the op's status and frees it; when timeout_ms expires first it returns CX_EINPROGRESS
+ * and the op stays valid (wait again). Any other value is the op's own status (CX_EAGAIN included:
+ * a put_signal whose message the receiver refused), and the op is gone. timeout_ms < 0 waits until the op completes (ops always complete:
  * the engine's op timeout bounds them). */
 int cx_op_wait(cx_op_t *op, int timeout_ms);
 
@@ -253,7 +256,8 @@ int cx_group_send(cx_group_t *g, const void *msg, size_t len, cx_op_t **op);
 int cx_group_put_signal(cx_group_t *g, const void *src, size_t len, uint64_t remote_offset,
                         const void *msg, size_t msg_len, cx_op_t **op);
 /* cx_op_wait for a group step that also says which member queued it (taken_by may be NULL) and
- * its step id (step may be NULL). CX_EPEER: no member was left. */
+ * its step id (step may be NULL). CX_EPEER: no member was left. CX_EINPROGRESS: the wait expired,
+ * the step is still in flight (wait again). */
 int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *step);
 
 /* Logging: CONNEX_LOG=error|warn|info|debug (default warn), to stderr. */

@@ -754,6 +754,6 @@ int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *ste
         if (step) *step = op->query_id;
     }
     pthread_mutex_unlock(&op->mu);
-    if (!done) return CX_EAGAIN;
+    if (!done) return CX_EINPROGRESS;
     return cx_op_wait(op, 0);
 }
