@@ -11,6 +11,7 @@ import time
 import weakref
 
 from . import _args
+from ._closable import Closable
 from ._lib import (CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK,
                    CX_OPK_NAMES, EVENT_NAMES, cx_config_t, cx_dir_entry_t, cx_event_t, cx_msg_t,
                    cx_peer_info_t, cx_stats_t, lib, strerror)
@@ -112,7 +113,7 @@ class PutSignal:
         self._done.set()
 
 
-class Engine:
+class Engine(Closable):
     """One connex engine: a control port, a LID, registered memory, peers.
 
     Methods that move data return 0 or a negative CX_* code (-2 peer failed, -3 timed out,
@@ -224,19 +225,6 @@ class Engine:
     @property
     def closed(self):
         return self._e is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "<connex_c.Engine %s>" % (self.local_url if self._e else "closed")

@@ -17,6 +17,7 @@ import threading
 import time
 
 from . import _args
+from ._closable import Closable
 from ._lib import (CX_ECLOSED, CX_EINPROGRESS, CX_OK, CX_PICK_LEAST_INFLIGHT, CX_PICK_ROUND_ROBIN,
                    cx_lid_t)
 from .engine import _PEER_STATES, _SLICE_MS, ConnexError, Engine, EngineClosed, _raise
@@ -179,7 +180,7 @@ class Step:
         return "<connex_c.Step %d status %d taken_by %r>" % (self._id, self._status, self._taken_by)
 
 
-class Group:
+class Group(Closable):
     """A replica group: Group(engine, "model|stage|*|*", policy="round_robin") or
     engine.group(...). Policies: "round_robin", "least_inflight". Use it as a context manager
     or close() it. Wrong Python types raise TypeError, impossible values ValueError, arguments
@@ -269,20 +270,6 @@ class Group:
     @property
     def closed(self):
         return self._g is None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            if self._g is not None:
-                self.close()
-        except Exception:
-            pass
 
     def __repr__(self):
         return "<connex_c.Group %s %s%s>" % (self.pattern, self.policy,
