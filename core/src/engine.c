@@ -8,6 +8,7 @@
 #include "mobility/mobility.h"
 #include "cx_sched.h"
 #include "staging.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -49,7 +50,7 @@ void cx_op_complete(cx_op_t *op, int status)
     if (op->on_done) { op->on_done(op, status); return; }   /* a group step's child */
     pthread_mutex_lock(&op->mu);
     op->status = status;
-    op->done = 1;
+    cx_op_set_done(op);
     pthread_cond_signal(&op->cv);
     pthread_mutex_unlock(&op->mu);
 }
@@ -77,8 +78,9 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
 
 static int wait_done(cx_op_t *op)
 {
+    cx_op_spin(op, op->e->spin_ns);
     pthread_mutex_lock(&op->mu);
-    while (!op->done) pthread_cond_wait(&op->cv, &op->mu);
+    while (!cx_op_is_done(op)) pthread_cond_wait(&op->cv, &op->mu);
     int st = op->status;
     pthread_mutex_unlock(&op->mu);
     return st;
@@ -225,6 +227,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
         if (getrandom(&e->incarnation, sizeof e->incarnation, 0) != sizeof e->incarnation)
             e->incarnation = cx_now_ns() ^ ((uint64_t)getpid() << 32);
     e->next_query_id = 1;
+    e->spin_ns = cx_spin_window_ns();
 
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -626,10 +629,11 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
     if (!op) return CX_EINVAL;
     struct timespec dl;
     if (timeout_ms >= 0) cx_deadline_ms(&dl, timeout_ms);
+    if (timeout_ms) cx_op_spin(op, op->e->spin_ns);
     pthread_mutex_lock(&op->mu);
-    while (!op->done)
+    while (!cx_op_is_done(op))
         if (cx_cond_wait_ms(&op->cv, &op->mu, timeout_ms >= 0 ? &dl : NULL) == ETIMEDOUT) break;
-    int done = op->done, st = op->status;
+    int done = cx_op_is_done(op), st = op->status;
     pthread_mutex_unlock(&op->mu);
     /* Neither CX_ETIMEDOUT nor CX_EAGAIN: both are ops' own statuses, after which the op is gone. */
     if (!done) return CX_EINPROGRESS;

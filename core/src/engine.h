@@ -61,7 +61,7 @@ struct cx_op {
     void *arg;
     void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
     int async;                /* put_signal: freed by cx_op_wait */
-    int done;
+    int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
     int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -189,6 +189,9 @@ struct cx_engine {
     uint64_t sched_wake_ns;   /* traffic classes: background held back is due then (0: never) */
 
     struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
+
+    uint64_t spin_ns;         /* poll window after work (spin.h, CONNEX_POLL_US); 0: never poll */
+    uint64_t last_work_ns;    /* progress thread: when an iteration last found something to do */
 };
 
 struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */

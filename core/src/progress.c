@@ -7,6 +7,7 @@
 #include "cx_sched.h"
 #include "staging.h"
 #include "live.h"
+#include "spin.h"
 #include "mobility/mobility.h"
 
 #include <errno.h>
@@ -101,7 +102,7 @@ void *cx_progress_main(void *arg)
     int more = 0;
     cx_live_hold(e);   /* before any HELLO goes out: it advertises this mutex */
     while (!atomic_load(&e->stop)) {
-        int n = epoll_wait(e->epfd, evs, 64, more ? 0 : cx_sched_timeout_ms(e, 1000));
+        int n = epoll_wait(e->epfd, evs, 64, more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), cx_sched_timeout_ms(e, 1000)));
         if (n < 0 && errno != EINTR) {
             cx_error("epoll_wait: %s", strerror(errno));
             break;
@@ -132,6 +133,7 @@ void *cx_progress_main(void *arg)
         cx_staging_progress(e);   /* after the backends: their completions free staging slots */
         more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
         more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
+        if (n > 0 || more) e->last_work_ns = cx_now_ns();   /* poll a while before sleeping (spin.h) */
     }
     fail_everything(e);
     progress_backends(e);

@@ -14,6 +14,7 @@
 
 #include "connex/log.h"
 #include "engine.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -745,10 +746,11 @@ int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *ste
     if (!op) return CX_EINVAL;
     struct timespec dl;
     if (timeout_ms >= 0) cx_deadline_ms(&dl, timeout_ms);
+    if (timeout_ms) cx_op_spin(op, op->e->spin_ns);
     pthread_mutex_lock(&op->mu);
-    while (!op->done)
+    while (!cx_op_is_done(op))
         if (cx_cond_wait_ms(&op->cv, &op->mu, timeout_ms >= 0 ? &dl : NULL) == ETIMEDOUT) break;
-    int done = op->done;
+    int done = cx_op_is_done(op);
     if (done && op->kind == CX_OPK_GROUP) {
         if (taken_by) *taken_by = op->lid;
         if (step) *step = op->query_id;
