@@ -371,7 +371,7 @@ static int cx_fi_drain(cx_backend_t *b)
     return -1;
 }
 
-static uint64_t cx_fi_now_ns(void)
+uint64_t cx_fi_now_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -398,6 +398,7 @@ int cx_fi_progress(cx_backend_t *b)
     uint64_t v;
     cx_fi_maybe_sweep(b);
     cx_fi_report_dead(b);
+    cx_fi_shm_progress(b, 0);
     if (read(b->evfd, &v, sizeof v) < 0) {
         /* EAGAIN: nobody asked for another round */
     }

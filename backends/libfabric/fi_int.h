@@ -85,6 +85,7 @@ struct cx_bep {
     int used;                   /* an op was posted: rxm has (or is making) a connection */
     int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
+    char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
     cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
 };
@@ -94,6 +95,14 @@ typedef struct cx_fi_mh {
     void *desc;
     uint64_t base;
 } cx_fi_mh_t;
+
+/* fi_shm.c: a closed endpoint's peer whose region is unlinked once the process is gone. */
+#define CX_FI_SHM_WAITS 32
+typedef struct cx_fi_shm_wait {
+    int pidfd;
+    uint64_t until_ns;
+    char name[64];
+} cx_fi_shm_wait_t;
 
 struct cx_backend {
     cx_core_t *core;
@@ -136,6 +145,9 @@ struct cx_backend {
     int closing;
     int sweep_now;              /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
+    cx_fi_shm_wait_t shm_wait[CX_FI_SHM_WAITS];   /* fi_shm.c */
+    int shm_nwait;
+    uint64_t shm_next_ns;
     uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
     uint64_t last_sweep_ns;
 };
@@ -185,6 +197,14 @@ void cx_fi_fd_cloexec_new(const int *before, size_t nbefore);
 void cx_fi_fd_sweep(cx_backend_t *b);
 
 int cx_fi_peer_dead(struct cx_bep *ep);
+
+/* fi_shm.c: shm region names (connex's own, per incarnation), a dead peer's region unlinked,
+ * regions of vanished connex processes swept at open. */
+int cx_fi_shm_name(cx_backend_t *b);
+void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
+void cx_fi_shm_reap(struct cx_bep *ep);
+void cx_fi_shm_progress(cx_backend_t *b, int closing);
+uint64_t cx_fi_now_ns(void);   /* fi_cq.c: CLOCK_MONOTONIC */
 void cx_fi_report_dead(cx_backend_t *b);
 
 /* fi_cq.c */

@@ -139,7 +139,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     memset(&aa, 0, sizeof aa);
     aa.type = FI_AV_TABLE;
     if ((r = fi_av_open(b->domain, &aa, &b->av, NULL)) ||
-        (r = fi_endpoint(b->domain, in, &b->ep, NULL)) ||
+        (r = fi_endpoint(b->domain, in, &b->ep, NULL)) || (r = cx_fi_shm_name(b)) ||
         (r = fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV)) ||
         (r = fi_ep_bind(b->ep, &b->av->fid, 0)) || (r = fi_enable(b->ep))) {
         cx_warn("libfabric: %s: endpoint setup: %s", b->prov, fi_strerror(-r));
@@ -305,6 +305,7 @@ static void cx_fi_close(cx_backend_t *b)
     b->closing = 1;
     while (b->eps)
         cx_fi_disconnect(b, b->eps);
+    cx_fi_shm_progress(b, 1);   /* last look at dead peers' regions; closes the pidfds */
     /* Closing the endpoint first: afterwards the provider owns no context of ours. */
     if (b->ep) {
         fi_close(&b->ep->fid);

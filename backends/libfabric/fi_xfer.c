@@ -463,8 +463,10 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     /* shm takes a spinlock inside the peer's shared region to queue a command; a peer killed
      * while holding it makes every later post spin forever (libfabric 1.17). A pidfd tells us
      * the peer is gone before we post, long before the control channel's verdict arrives. */
-    if (!strcmp(b->prov, "shm") && pid)
+    if (!strcmp(b->prov, "shm") && pid) {
         ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+        cx_fi_shm_remember(ep, a.name, a.name_len);
+    }
     ep->next = b->eps;
     if (b->eps)
         b->eps->prev = ep;
@@ -510,6 +512,7 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep)
         if (!op->posted && !op->in_backlog)
             cx_fi_op_free(b, op);
     }
+    cx_fi_shm_reap(ep);
     if (ep->pidfd >= 0)
         close(ep->pidfd);
     if (ep->prev)

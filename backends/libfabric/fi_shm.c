@@ -1,0 +1,132 @@
+/* shm provider hygiene (libfabric 1.17): the names of its shared regions.
+ *
+ * The provider names an endpoint's region "<pid>:<domain>:<ep>" in /dev/shm (16 MiB each) and
+ * removes it only at a clean close or on a catchable signal: a SIGKILLed process leaves it
+ * behind. A later process that is given the same pid then fails fi_enable with EBUSY (seen:
+ * conformance_failure's restart of a killed peer, on a host that had run many), and /dev/shm
+ * fills up. So connex names each region after its engine's pid and incarnation, unlinks a dead
+ * peer's region when it closes the endpoint to it, and at open removes connex regions whose
+ * process is gone. */
+#include "fi_int.h"
+
+#include "connex/log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define CX_FI_SHM_PREFIX "cx-fi-"
+
+static int cx_fi_shm_parse(const char *name, pid_t *pid)
+{
+    unsigned p;
+    unsigned long long inc;
+    int n = 0;
+    if (sscanf(name, CX_FI_SHM_PREFIX "%u-%16llx%n", &p, &inc, &n) != 2 || name[n] || !p)
+        return -1;
+    *pid = (pid_t)p;
+    return 0;
+}
+
+/* Regions of connex processes that no longer exist (ESRCH: a process of another user answers
+ * EPERM and is left alone). */
+static void cx_fi_shm_sweep(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return;
+    int n = 0;
+    for (struct dirent *de; (de = readdir(d)) && n < 4096; n++) {
+        pid_t pid;
+        if (cx_fi_shm_parse(de->d_name, &pid))
+            continue;
+        if (kill(pid, 0) == -1 && errno == ESRCH && !shm_unlink(de->d_name))
+            cx_info("libfabric: shm: removed %s, left by a process that is gone", de->d_name);
+    }
+    closedir(d);
+}
+
+int cx_fi_shm_name(cx_backend_t *b)
+{
+    if (strcmp(b->prov, "shm"))
+        return 0;
+    cx_fi_shm_sweep();
+    char name[64];
+    snprintf(name, sizeof name, CX_FI_SHM_PREFIX "%u-%016" PRIx64, (unsigned)getpid(), b->inc);
+    int r = fi_setname(&b->ep->fid, name, strlen(name) + 1);
+    if (r)
+        cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", name, fi_strerror(-r));
+    return 0;   /* the provider's default name still works, short of the hygiene */
+}
+
+void cx_fi_shm_remember(cx_bep_t *ep, const void *name, size_t len)
+{
+    ep->shm_name[0] = 0;
+    if (len < 2 || len >= sizeof ep->shm_name || memchr(name, 0, len) != (const char *)name + len - 1)
+        return;
+    pid_t pid;
+    if (cx_fi_shm_parse(name, &pid))
+        return;   /* not a connex name: never unlink what connex did not name */
+    memcpy(ep->shm_name, name, len);
+}
+
+static void cx_fi_shm_unlink(const char *name)
+{
+    if (!shm_unlink(name))
+        cx_info("libfabric: shm: removed %s, left by a dead peer", name);
+}
+
+/* The core fails a peer as soon as its death begins (the same-host watch sees it when the
+ * kernel starts unmapping its memory); its pidfd turns readable only once it has exited. So a
+ * peer not yet dead at disconnect is watched for a while (it may also be alive: stopped, or cut
+ * off by a timeout, and then its region stays). */
+#define CX_FI_SHM_WAIT_NS 30000000000ull
+#define CX_FI_SHM_CHECK_NS 20000000ull
+
+void cx_fi_shm_reap(cx_bep_t *ep)
+{
+    if (!ep->shm_name[0])
+        return;
+    if (cx_fi_peer_dead(ep)) {
+        cx_fi_shm_unlink(ep->shm_name);
+        return;
+    }
+    cx_backend_t *b = ep->b;
+    if (ep->pidfd < 0 || b->shm_nwait == CX_FI_SHM_WAITS)
+        return;   /* the next open's sweep removes it */
+    cx_fi_shm_wait_t *w = &b->shm_wait[b->shm_nwait++];
+    w->pidfd = ep->pidfd;
+    ep->pidfd = -1;   /* now the wait's */
+    w->until_ns = cx_fi_now_ns() + CX_FI_SHM_WAIT_NS;
+    memcpy(w->name, ep->shm_name, sizeof w->name);
+}
+
+void cx_fi_shm_progress(cx_backend_t *b, int closing)
+{
+    if (!b->shm_nwait)
+        return;
+    uint64_t now = cx_fi_now_ns();
+    if (!closing && now < b->shm_next_ns)
+        return;
+    b->shm_next_ns = now + CX_FI_SHM_CHECK_NS;
+    for (int i = 0; i < b->shm_nwait;) {
+        cx_fi_shm_wait_t *w = &b->shm_wait[i];
+        struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+        int gone = poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP));
+        if (!gone && !closing && now < w->until_ns) {
+            i++;
+            continue;
+        }
+        if (gone)
+            cx_fi_shm_unlink(w->name);
+        close(w->pidfd);
+        *w = b->shm_wait[--b->shm_nwait];
+    }
+}
