@@ -260,18 +260,23 @@ static void test_stats(void **state)
     assert_int_equal(cx_stats(E, &st), CX_OK);
     fprintf(stderr, "staged: d2h %" PRIu64 " B, h2d %" PRIu64 " B, gpudirect %d, in flight %" PRIu64 "\n",
             st.staged_d2h_bytes, st.staged_h2d_bytes, st.gpudirect, st.ops_in_flight);
-    /* every write and put_signal from D went through the ring, and every read into it */
+    /* every write and put_signal from D went through the ring, and every read into it; where
+     * the peer's device memory is served by its core (an RDMA backend without GPUDirect,
+     * core/src/rstage.h), the device-to-device half copies straight into the control frames */
     size_t sum = 0;
     for (size_t i = 0; i < NSIZES; i++) sum += sizes[i];
-    assert_true(st.staged_d2h_bytes >= 4 * sum);
-    assert_true(st.staged_h2d_bytes >= 2 * sum);
+    const char *be = getenv("CONNEX_BACKEND");
+    int soft = be && !strcmp(be, "zmq");
+    assert_true(st.staged_d2h_bytes >= (soft ? 4 : 2) * sum);
+    assert_true(st.staged_h2d_bytes >= (soft ? 2 : 1) * sum);
     assert_int_equal(st.gpudirect, 0);
     assert_int_equal(st.ops_in_flight, 0);
     expect_ring_idle(E, "after the transfers");
     cx_staging_debug_t d;
     assert_int_equal(cx_staging_debug(E, &d), CX_OK);
     assert_int_equal(d.jobs_failed, 0);
-    assert_true(d.jobs_ok >= 3 * 2 * NSIZES);   /* write, read, put_signal; two device combos each */
+    /* write, read, put_signal; two device combos each (one where the peer's core serves it) */
+    assert_true(d.jobs_ok >= 3 * (soft ? 2 : 1) * NSIZES);
     char rep[256];
     assert_int_equal(cxt_peer_cmd(&PD, 10000, rep, sizeof rep, "STATS"), 0);
     unsigned long long h2d = 0, d2h = 0;
@@ -441,9 +446,10 @@ static void test_gdr_policy_and_teardown(void **state)
         uint8_t *d3 = cxt_mem_alloc(DK, MB);
         assert_non_null(d3);
         assert_int_equal(cxt_mem_fill(d3, MB, TSEED, 0), 0);
+        /* read when device memory is first registered (RDMA backends) or staged (zmq) */
+        setenv("CONNEX_GDR", modes[m], 1);
         assert_int_equal(cx_register_memory(e3, d3, MB), CX_OK);
         assert_int_equal(connect_up(e3, &PH), 0);
-        setenv("CONNEX_GDR", modes[m], 1);
         int rc = cx_write(e3, PH.url, d3, PH.base, MB);
         unsetenv("CONNEX_GDR");
         cx_stats_t st;

@@ -274,4 +274,5 @@ const struct cx_backend_ops cx_zmq_ops = {
     .disconnect = zmq_be_disconnect,
     .submit = zmq_be_submit,
     .forget_region = NULL,
+    .software_target = 1,   /* the target copies every request itself (device memory included) */
 };

@@ -9,6 +9,7 @@
 #include "cx_sched.h"
 #include "staging.h"
 #include "spin.h"
+#include "rstage.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -451,6 +452,9 @@ static void reg_fn(cx_engine_t *e, void *arg)
     for (int i = 0; i < e->nb; i++) {
         uint8_t key[CX_KEY_MAX];
         size_t klen = sizeof key;
+        /* Device memory a backend cannot reach itself is served by this core (rstage.h): no
+         * registration, so no key for that backend goes to peers. */
+        if (!cx_rstage_register_with(e, i, kind)) continue;
         int rc = e->be[i].ops->mem_reg(e->be[i].b, a->addr, a->len, kind, &r->mh[i], key, &klen);
         if (rc == CX_OK && klen > CX_KEY_MAX) rc = CX_ERR;
         if (rc == CX_OK) {

@@ -78,6 +78,12 @@ struct cx_op {
     uint32_t bg_out;          /* background transfer: chunks not yet completed */
     int bg_status;            /* background transfer: first error of a chunk */
     uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
+    /* served by the target's core over the control connection (rstage.h) */
+    size_t rs_off;            /* bytes asked for so far */
+    uint32_t rs_out;          /* chunks asked for, not yet answered */
+    uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
+    int rs_status;            /* first error of a chunk */
+    int rs_signalled;         /* put_signal: the message went out */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
@@ -87,7 +93,8 @@ struct cx_op {
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
        OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
-       OPS_CHUNKED };     /* a background transfer moving in chunks, not linked to the peer */
+       OPS_CHUNKED,       /* a background transfer moving in chunks, not linked to the peer */
+       OPS_RSTAGE };      /* served by the target's core over the control connection (rstage.h) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -98,6 +105,7 @@ struct cx_peer {
     int ever_up;
     int bye;                  /* BYE received on the active connection */
     uint64_t incarnation;     /* of the current (or last) HELLO; 0 before any */
+    int rs_logged;            /* rstage.h: said once that its device memory goes through its core */
     cx_conn_t *conn;          /* active control connection */
     cx_conn_t *pending;       /* outgoing connection before HELLO_ACK */
     /* what the peer advertised, indexed by our backend index */
@@ -216,6 +224,10 @@ void cx_watch_del(cx_engine_t *e, int fd);
 int cx_sock_listen(const char *ip, uint16_t port, uint16_t *bound_port);
 int cx_sock_connect(const cx_url_t *u, int *in_progress);
 void cx_conn_send(cx_engine_t *e, cx_conn_t *c, uint8_t type, const void *body, size_t len);
+/* A frame of `len` body bytes written in place: fill the returned body (NULL: out of memory,
+ * nothing queued), then commit it. Nothing may be queued on `c` in between. */
+uint8_t *cx_conn_reserve(cx_conn_t *c, uint8_t type, size_t len);
+void cx_conn_commit(cx_engine_t *e, cx_conn_t *c, size_t len);
 int cx_conn_flush(cx_engine_t *e, cx_conn_t *c);     /* CX_EPEER when the socket failed */
 cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up);
 void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine and frees */

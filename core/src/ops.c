@@ -5,6 +5,7 @@
 #include "connex/log.h"
 #include "cx_sched.h"
 #include "staging.h"
+#include "rstage.h"
 #include "mobility/mobility.h"
 
 #include <stdio.h>
@@ -84,6 +85,10 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         x->remote_base = rr->addr;
         x->rkey = rr->key[p->bidx];
         x->rkey_len = rr->key_len[p->bidx];
+        if (cx_rstage_wanted(e, p, rr)) {
+            cx_rstage_start(e, op);
+            return;
+        }
         if (cx_staging_needed(e, p->bidx, x->local_mem)) {
             cx_staging_submit(e, op, rr);
             return;
@@ -265,6 +270,10 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
                 }
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_CREDIT) {
                 cx_warn("peer %s: op waited for a credit past the op timeout", p->url);
+                cx_op_finish(e, op, CX_ETIMEDOUT);
+            } else if (now >= op->deadline_ns && op->stage == OPS_RSTAGE) {
+                /* Its answers land only while it waits (rstage.c): nothing to close. */
+                cx_warn("peer %s: op served by the peer's core timed out", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
                 cx_warn("peer %s: region query unanswered within the op timeout", p->url);

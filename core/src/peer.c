@@ -2,6 +2,7 @@
  * This is the shared mobility layer: every backend's failure reports end up here, and only
  * here is it decided what they mean. */
 #include "engine.h"
+#include "rstage.h"
 
 #include "connex/log.h"
 #include "gpu_hook.h"
@@ -675,6 +676,8 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
         return 0;
     }
     case CX_CTL_REG_QUERY: on_reg_query(e, p, &r); return 0;
+    case CX_CTL_RMA_REQ: cx_rstage_on_req(e, p, body, len); return 0;
+    case CX_CTL_RMA_RESP: cx_rstage_on_resp(e, p, body, len); return 0;
     case CX_CTL_DEATH: {
         /* One hop, no forwarding: only a watcher reports what it saw itself. A report about
          * another incarnation (already restarted) or a peer not up is stale and dropped. */

@@ -142,6 +142,24 @@ void cx_conn_send(cx_engine_t *e, cx_conn_t *c, uint8_t type, const void *body, 
     if (c->tcp_up) cx_conn_flush(e, c);
 }
 
+uint8_t *cx_conn_reserve(cx_conn_t *c, uint8_t type, size_t len)
+{
+    if (c->tx_off == c->tx_len) c->tx_off = c->tx_len = 0;
+    if (reserve(&c->tx, &c->tx_cap, c->tx_len + CX_CTL_HDR + len)) {
+        cx_error("out of memory queueing a control frame");
+        return NULL;
+    }
+    cx_ctl_hdr(c->tx + c->tx_len, (uint32_t)len, type);
+    return c->tx + c->tx_len + CX_CTL_HDR;
+}
+
+void cx_conn_commit(cx_engine_t *e, cx_conn_t *c, size_t len)
+{
+    c->tx_len += CX_CTL_HDR + len;
+    if (c->peer && c->bound) c->peer->last_tx_ns = cx_now_ns();
+    if (c->tcp_up) cx_conn_flush(e, c);
+}
+
 int cx_conn_flush(cx_engine_t *e, cx_conn_t *c)
 {
     while (c->tx_off < c->tx_len) {

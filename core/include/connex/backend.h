@@ -78,6 +78,10 @@ struct cx_backend_ops {
     int (*submit)(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
     /* Optional: the peer dropped a region; forget any cached key for it. */
     void (*forget_region)(cx_backend_t *b, cx_bep_t *ep, uint64_t region_id);
+    /* 1: the target serves every request in software (cx_core_mem_copy), so it reaches device
+     * memory without registering it. 0 (RDMA backends): device memory the backend cannot
+     * register is not registered with it, and ops on it go through the target's core. */
+    int software_target;
 };
 
 /* ---- what the core offers a backend (all on the progress thread) ---- */
