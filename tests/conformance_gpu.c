@@ -431,6 +431,68 @@ static int count_threads(void)
     return n;
 }
 
+/* The peer's region is device memory. On RDMA backends without GPUDirect, ops on it are served
+ * by the peer's core over the control connection (core/src/rstage.h); on zmq by its target.
+ * Killed with ops in flight: every op completes, ok or CX_EPEER. Stopped: ops time out, and once
+ * it resumes, no late answer lands in a buffer whose op ended; then it serves again. */
+static void test_device_peer_killed_and_stopped(void **state)
+{
+    (void)state;
+    cxt_peer_t PK;
+    assert_int_equal(start_peer(&PK, 5, cxt_mem_name(DK), NULL), 0);
+    assert_int_equal(connect_up(E, &PK), 0);
+    enum { N = 4 };
+    cx_op_t *ops[N];
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cx_put_signal(E, PK.url, (i & 1 ? H : D) + (size_t)i * 4096, PK.base, BIG, "k", 1, &ops[i]),
+                         CX_OK);
+    struct timespec ts = { 0, 20000000 };
+    nanosleep(&ts, NULL);
+    cxt_peer_crash(&PK);
+    int failed = 0;
+    for (int i = 0; i < N; i++) {
+        int rc = cx_op_wait(ops[i], 20000);
+        assert_int_not_equal(rc, CX_EINPROGRESS);
+        if (rc != CX_OK) assert_int_equal(rc, CX_EPEER);
+        failed += rc != CX_OK;
+    }
+    fprintf(stderr, "device peer killed: %d of %d put_signals failed with CX_EPEER\n", failed, N);
+    cx_stats_t st;
+    assert_int_equal(cx_stats(E, &st), CX_OK);
+    assert_int_equal(st.ops_in_flight, 0);
+    cxt_drain_events(E);
+
+    cx_engine_t *e2;
+    assert_int_equal(cxt_engine(&e2, "tester5", 0, 200, 10000, 500), CX_OK);
+    uint8_t *h2 = cxt_mem_alloc(CX_MEM_HOST, MB);
+    assert_non_null(h2);
+    assert_int_equal(cx_register_memory(e2, h2, MB), CX_OK);
+    cxt_peer_t PS;
+    assert_int_equal(start_peer(&PS, 6, cxt_mem_name(DK), NULL), 0);
+    assert_int_equal(connect_up(e2, &PS), 0);
+    assert_int_equal(cx_read(e2, PS.url, h2, PS.base, MB), CX_OK);
+    cxt_peer_signal(&PS, SIGSTOP);
+    memset(h2, 0x3c, MB);
+    int rc = cx_read(e2, PS.url, h2, PS.base, MB);
+    if (rc == CX_OK) fprintf(stderr, "the backend read a stopped process's device memory (one-sided)\n");
+    else assert_int_equal(rc, CX_ETIMEDOUT);
+    int late_checked = rc != CX_OK;
+    if (late_checked) memset(h2, 0x3c, MB);
+    cxt_peer_signal(&PS, SIGCONT);
+    char rep[256];
+    assert_int_equal(cxt_peer_cmd(&PS, 20000, rep, sizeof rep, "FILL 9"), 0);   /* it runs again */
+    if (late_checked)
+        for (size_t i = 0; i < MB; i++)
+            if (h2[i] != 0x3c) fail_msg("a late answer landed at byte %zu of a read that timed out", i);
+    assert_int_equal(cx_read(e2, PS.url, h2, PS.base + 5, MB - 5), CX_OK);
+    assert_int_equal(cx_write(e2, PS.url, h2, PS.base + 3, MB - 5), CX_OK);
+    expect_peer_hash(&PS, 3, MB - 5, cxt_mem_hash(h2, MB - 5), "write to a device peer after it resumed");
+    cxt_peer_stop(&PS);
+    cx_unregister_memory(e2, h2);
+    cx_engine_destroy(e2);
+    cxt_mem_free(CX_MEM_HOST, h2, MB);
+}
+
 /* CONNEX_GDR: 1 with the sim lets the backend register it directly (no staging; "GPUDirect");
  * with CUDA it cannot work anywhere yet (no backend reports GPU registration) and is refused;
  * a value that is not auto|0|1 is refused. Then: an engine that staged leaves nothing behind. */
@@ -516,6 +578,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_many_at_once, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_timeout_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_device_peer_killed_and_stopped, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_gdr_policy_and_teardown, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
