@@ -494,7 +494,7 @@ static void test_device_peer_killed_and_stopped(void **state)
 }
 
 /* CONNEX_GDR: 1 with the sim lets the backend register it directly (no staging; "GPUDirect");
- * with CUDA it cannot work anywhere yet (no backend reports GPU registration) and is refused;
+ * with CUDA it needs an RDMA backend that can register GPU memory (none on a test host) and is refused;
  * a value that is not auto|0|1 is refused. Then: an engine that staged leaves nothing behind. */
 static void test_gdr_policy_and_teardown(void **state)
 {

@@ -205,6 +205,7 @@ void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
 void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);
 uint64_t cx_fi_now_ns(void);   /* fi_cq.c: CLOCK_MONOTONIC */
+void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps);   /* fi_mr.c */
 void cx_fi_report_dead(cx_backend_t *b);
 
 /* fi_cq.c */

@@ -101,3 +101,12 @@ int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t 
     *rkey = k.key;
     return CX_OK;
 }
+
+/* GPUDirect: EFA and verbs register GPU virtual addresses through FI_HMEM (nvidia_peermem under
+ * the provider); tcp and shm reach no NIC. dma-buf registration (FI_MR_DMABUF) is not used. */
+void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps)
+{
+    memset(caps, 0, sizeof *caps);
+    caps->rdma = !strcmp(b->prov, "efa") || !strncmp(b->prov, "verbs", 5);
+    caps->peermem = caps->rdma && b->hmem;
+}

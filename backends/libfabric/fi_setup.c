@@ -349,4 +349,5 @@ const struct cx_backend_ops cx_libfabric_ops = {
     .disconnect = cx_fi_disconnect,
     .submit = cx_fi_submit,
     .forget_region = cx_fi_forget_region,
+    .gpu_caps = cx_fi_gpu_caps,
 };

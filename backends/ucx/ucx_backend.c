@@ -240,4 +240,5 @@ const struct cx_backend_ops cx_ucx_ops = {
     .disconnect = cx_ucx_disconnect,
     .submit = cx_ucx_submit,
     .forget_region = cx_ucx_forget_region,
+    .gpu_caps = cx_ucx_gpu_caps,
 };

@@ -135,6 +135,8 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x);
 int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh,
                    void *key, size_t *key_len);
 void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh);
+/* ucx_gdr.c: GPU registration abilities (the core decides GPUDirect from them) */
+void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps);
 int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out);
 void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id);
 void cx_ucx_rkeys_drop(cx_bep_t *ep);

@@ -71,11 +71,17 @@ int cx_staging_needed(cx_engine_t *e, int bidx, int mem_kind)
     if (!s || bidx < 0 || bidx >= CX_MAX_BACKENDS) return 1;   /* submit reports it */
     int *d = &s->decided[bidx][mem_kind];
     if (*d) return *d != 2;
-    /* The backends report no GPU registration caps yet (zmq never will: a TCP socket reaches no
-     * GPU), so GPUDirect is only the sim's "registered as host memory" path of CONNEX_GDR=1, and
-     * CONNEX_GDR=1 with CUDA memory is refused (cx_gdr_decide says why). */
+    /* An RDMA backend says what it can register (gpu_caps); zmq never can (a TCP socket reaches
+     * no GPU). For the sim, CONNEX_GDR=1 registers it as host memory wherever it runs. */
     cx_gdr_info_t info;
     cx_gdr_caps_t caps = { 0 };
+    if (e->be[bidx].ops->gpu_caps) {
+        cx_backend_gpu_caps_t bc = { 0 };
+        e->be[bidx].ops->gpu_caps(e->be[bidx].b, &bc);
+        caps.rdma = bc.rdma;
+        caps.peermem = bc.peermem;
+        caps.dmabuf = bc.dmabuf;
+    }
     int rc = cx_gdr_decide(mem_kind, 0, &caps, &info);
     *d = rc ? rc : info.use ? 2 : 1;
     cx_info("%s memory over %s: %s", cx_mem_kind_name(mem_kind), e->bnames[bidx], info.reason);

@@ -40,6 +40,13 @@ typedef struct cx_xfer {
     void *bp[6];               /* backend scratch (list links, request handles, ...) */
 } cx_xfer_t;
 
+/* What a backend can do with GPU memory, for the core's GPUDirect decision (docs/gpu.md). */
+typedef struct cx_backend_gpu_caps {
+    int rdma;                  /* it drives an RDMA NIC (not TCP, not shared memory) */
+    int peermem;               /* it can register GPU virtual addresses (nvidia_peermem) */
+    int dmabuf;                /* it can register GPU memory through a dma-buf fd */
+} cx_backend_gpu_caps_t;
+
 typedef struct cx_backend_params {
     cx_core_t *core;
     const char *listen_ip;     /* the engine's listen address (numeric) */
@@ -82,6 +89,8 @@ struct cx_backend_ops {
      * memory without registering it. 0 (RDMA backends): device memory the backend cannot
      * register is not registered with it, and ops on it go through the target's core. */
     int software_target;
+    /* Optional: what it can do with GPU memory (NULL: nothing; device memory is then staged). */
+    void (*gpu_caps)(cx_backend_t *b, cx_backend_gpu_caps_t *caps);
 };
 
 /* ---- what the core offers a backend (all on the progress thread) ---- */
