@@ -85,6 +85,8 @@ struct cx_bep {
     int used;                   /* an op was posted: rxm has (or is making) a connection */
     int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
+    int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
+    uint64_t q_blocked;         /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
 };
@@ -109,6 +111,7 @@ struct cx_backend {
     int efd;                    /* epoll fd handed to the core: cq_fd + evfd */
     int evfd;                   /* "call progress again" (backlog, failed trywait) */
     int tfd;                    /* polling tick, only without a CQ wait fd */
+    int qfd;                    /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
     int busy_poll;              /* CONNEX_FI_POLL_US=0 */
     uint64_t hot_until_ns;      /* poll continuously until then (recent traffic) */
     uint64_t mr_mode;
@@ -129,7 +132,9 @@ struct cx_backend {
 
     uint64_t next_seq;
     cx_fi_op_t *ack_tab[CX_FI_ACK_BUCKETS];
-    cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted */
+    cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted; in order per endpoint only */
+    uint64_t q_pass;            /* backlog passes, for cx_bep.q_blocked */
+    int q_stuck;                /* the last pass posted nothing: every queued endpoint waits */
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
