@@ -310,6 +310,10 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
         cx_warn("libfabric: %s: CQ error without context: %s", b->prov, fi_strerror(ee->err));
         return;
     }
+    if (c->type == CX_FI_CTX_WARM) {
+        cx_fi_warm_done(b);
+        return;
+    }
     if (c->type == CX_FI_CTX_RX) {
         if (b->closing || ee->err == FI_ECANCELED)
             return;
@@ -359,7 +363,9 @@ static int cx_fi_drain(cx_backend_t *b)
             cx_fi_ctx_t *c = e[i].op_context;
             if (!c)
                 continue;
-            if (c->type == CX_FI_CTX_RX) {
+            if (c->type == CX_FI_CTX_WARM) {
+                cx_fi_warm_done(b);
+            } else if (c->type == CX_FI_CTX_RX) {
                 cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
                 cx_fi_on_recv(b, rx->buf, e[i].len);
                 cx_fi_rx_post(b, rx);

@@ -26,7 +26,7 @@
 #define CX_FI_ACK_BUCKETS 256
 /* CX_FI_ADDR_VERSION, CX_FI_KEY_*, the message header (CX_FM_*): fi_wire.h */
 
-enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2 };
+enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2, CX_FI_CTX_WARM = 3 };
 
 /* What each posted fi_* call carries as its context: providers may need FI_CONTEXT2 space. */
 typedef struct cx_fi_ctx {
@@ -112,6 +112,8 @@ struct cx_backend {
     int evfd;                   /* "call progress again" (backlog, failed trywait) */
     int tfd;                    /* polling tick, only without a CQ wait fd */
     int qfd;                    /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
+    cx_fi_ctx_t warm_ctx;       /* the send to ourselves at open (fi_warm.c) */
+    int warm_txi;               /* its send buffer until its completion, -1 none */
     int busy_poll;              /* CONNEX_FI_POLL_US=0 */
     uint64_t hot_until_ns;      /* poll continuously until then (recent traffic) */
     uint64_t mr_mode;
@@ -183,6 +185,10 @@ int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
 int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
                    uint64_t raddr, uint64_t key);
 void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
+
+/* fi_warm.c: ofi_rxm's first-send allocations made at open (a send to ourselves) */
+void cx_fi_warm_self(cx_backend_t *b, const void *name);
+void cx_fi_warm_done(cx_backend_t *b);
 
 /* fi_fd.c */
 int *cx_fi_fd_list(size_t *n);

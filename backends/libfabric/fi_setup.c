@@ -183,6 +183,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
         if ((r = cx_fi_rx_post(b, &b->rx[i])))
             return r;
     }
+    cx_fi_warm_self(b, name);
 
     b->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     b->efd = epoll_create1(EPOLL_CLOEXEC);
@@ -290,6 +291,7 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->inc = p->incarnation;
     b->info = info;
     b->cq_fd = b->efd = b->evfd = b->tfd = b->qfd = -1;
+    b->warm_txi = -1;
     b->next_key = 1;
     b->next_seq = 1;
     r = cx_fi_setup(b, p);
