@@ -24,6 +24,10 @@
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
 #define CX_FI_ACK_BUCKETS 256
+/* Per peer: what one peer may hold of the shared resources, so that a peer that stops reading
+ * (SIGSTOP, a hung host) cannot take them all from the others until its op timeout. */
+#define CX_FI_EP_POSTED_MAX 256             /* ops posted to the provider (rxm's tx queue is 2048) */
+#define CX_FI_EP_TX_MAX (CX_FI_NTX / 2)     /* send buffers of our pool */
 /* CX_FI_ADDR_VERSION, CX_FI_KEY_*, the message header (CX_FM_*): fi_wire.h */
 
 enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2, CX_FI_CTX_WARM = 3 };
@@ -86,6 +90,7 @@ struct cx_bep {
     int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
     int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
+    int nops;                   /* ops linked in ops (cheap bound before counting them) */
     uint64_t q_blocked;         /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;

@@ -38,6 +38,7 @@ static void cx_fi_ep_link(cx_fi_op_t *op)
     if (ep->ops)
         ep->ops->eprev = op;
     ep->ops = op;
+    ep->nops++;
 }
 
 static void cx_fi_ep_unlink(cx_fi_op_t *op)
@@ -46,6 +47,7 @@ static void cx_fi_ep_unlink(cx_fi_op_t *op)
         return;
     if (op->in_backlog)
         op->ep->nq--;       /* it stays in the backlog as an orphan, dropped unposted */
+    op->ep->nops--;
     if (op->eprev)
         op->eprev->enext = op->enext;
     else
@@ -308,6 +310,22 @@ void cx_fi_report_dead(cx_backend_t *b)
     }
 }
 
+/* Whether op must wait because its peer holds its share already (CX_FI_EP_*_MAX). */
+static int cx_fi_ep_full(cx_backend_t *b, cx_fi_op_t *op)
+{
+    cx_bep_t *ep = op->ep;
+    if (ep->nops <= CX_FI_EP_TX_MAX)
+        return 0;       /* fewer ops than either bound */
+    int posted = 0, tx = 0;
+    for (cx_fi_op_t *o = ep->ops; o; o = o->enext) {
+        posted += o->posted;
+        tx += o->txi >= 0;
+    }
+    int needs_tx = op->txi < 0 && (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK ||
+                                   (op->kind == CX_FOP_PULL && b->wb));
+    return posted >= CX_FI_EP_POSTED_MAX || (needs_tx && tx >= CX_FI_EP_TX_MAX);
+}
+
 int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
 {
     cx_xfer_t *x = op->x;
@@ -315,6 +333,8 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     ssize_t r;
     if (cx_fi_peer_dead(op->ep))
         return -FI_ENOTCONN;
+    if (cx_fi_ep_full(b, op))
+        return -FI_EAGAIN;  /* waits in the backlog behind this peer's own ops only */
     switch (op->kind) {
     case CX_FOP_READ:
     case CX_FOP_WRITE:
