@@ -191,8 +191,8 @@ void cx_fi_backlog_run(cx_backend_t *b)
     while (*pp) {
         cx_fi_op_t *op = *pp;
         int r = 0;
+        /* Orphans (op->ep NULL: their endpoint was disconnected) are dropped unposted. */
         if (op->ep) {
-            /* Orphans (their endpoint was disconnected) are dropped unposted. */
             if (op->ep->q_blocked == pass) {
                 prev = op;
                 pp = &op->qnext;
