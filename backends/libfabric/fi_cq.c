@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -309,6 +310,10 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
         cx_warn("libfabric: %s: CQ error without context: %s", b->prov, fi_strerror(ee->err));
         return;
     }
+    if (c->type == CX_FI_CTX_WARM) {
+        cx_fi_warm_done(b);
+        return;
+    }
     if (c->type == CX_FI_CTX_RX) {
         if (b->closing || ee->err == FI_ECANCELED)
             return;
@@ -358,7 +363,9 @@ static int cx_fi_drain(cx_backend_t *b)
             cx_fi_ctx_t *c = e[i].op_context;
             if (!c)
                 continue;
-            if (c->type == CX_FI_CTX_RX) {
+            if (c->type == CX_FI_CTX_WARM) {
+                cx_fi_warm_done(b);
+            } else if (c->type == CX_FI_CTX_RX) {
                 cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
                 cx_fi_on_recv(b, rx->buf, e[i].len);
                 cx_fi_rx_post(b, rx);
@@ -393,6 +400,17 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
     cx_fi_fd_sweep(b);
 }
 
+/* One-shot: the backlog is retried CX_FI_RETRY_US from now (or earlier, on a CQ event). A
+ * queued op waits there only while the provider refuses it (-FI_EAGAIN): rxm connecting to the
+ * peer, or its send queue full, which completions (the CQ fd) resolve anyway. */
+#define CX_FI_RETRY_US 1000
+static void cx_fi_retry_tick(cx_backend_t *b)
+{
+    struct itimerspec it = { .it_value = { 0, CX_FI_RETRY_US * 1000 } };
+    if (timerfd_settime(b->qfd, 0, &it, NULL))
+        cx_fi_kick(b);
+}
+
 int cx_fi_progress(cx_backend_t *b)
 {
     uint64_t v;
@@ -405,15 +423,20 @@ int cx_fi_progress(cx_backend_t *b)
     if (b->tfd >= 0 && read(b->tfd, &v, sizeof v) < 0) {
         /* EAGAIN: woken by something else */
     }
+    if (read(b->qfd, &v, sizeof v) < 0) {
+        /* EAGAIN: the retry tick is not what woke us */
+    }
     for (int round = 0; round < 16; round++) {
         int n = cx_fi_drain(b);
         cx_fi_backlog_run(b);
         if (b->sweep_hot_until_ns)
             cx_fi_maybe_sweep(b);   /* a connection accepted just now, inside the drain */
-        if (n < 0 || b->qhead) {
+        if (n < 0 || (b->qhead && !b->q_stuck)) {
             cx_fi_kick(b);      /* more to do: come back after the core served the rest */
             return CX_OK;
         }
+        if (b->qhead)
+            cx_fi_retry_tick(b);   /* nothing could be posted: retry in a while, CQ fd armed */
         if (b->cq_fd < 0) {
             /* No wait object: poll while anything of ours is in flight, or traffic is recent. */
             uint64_t now = cx_fi_now_ns();

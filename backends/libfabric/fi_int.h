@@ -24,9 +24,13 @@
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
 #define CX_FI_ACK_BUCKETS 256
+/* Per peer: what one peer may hold of the shared resources, so that a peer that stops reading
+ * (SIGSTOP, a hung host) cannot take them all from the others until its op timeout. */
+#define CX_FI_EP_POSTED_MAX 256             /* ops posted to the provider (rxm's tx queue is 2048) */
+#define CX_FI_EP_TX_MAX (CX_FI_NTX / 2)     /* send buffers of our pool */
 /* CX_FI_ADDR_VERSION, CX_FI_KEY_*, the message header (CX_FM_*): fi_wire.h */
 
-enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2 };
+enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2, CX_FI_CTX_WARM = 3 };
 
 /* What each posted fi_* call carries as its context: providers may need FI_CONTEXT2 space. */
 typedef struct cx_fi_ctx {
@@ -86,6 +90,9 @@ struct cx_bep {
     int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
     char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
+    int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
+    int nops;                   /* ops linked in ops (cheap bound before counting them) */
+    uint64_t q_blocked;         /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
 };
@@ -118,6 +125,9 @@ struct cx_backend {
     int efd;                    /* epoll fd handed to the core: cq_fd + evfd */
     int evfd;                   /* "call progress again" (backlog, failed trywait) */
     int tfd;                    /* polling tick, only without a CQ wait fd */
+    int qfd;                    /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
+    cx_fi_ctx_t warm_ctx;       /* the send to ourselves at open (fi_warm.c) */
+    int warm_txi;               /* its send buffer until its completion, -1 none */
     int busy_poll;              /* CONNEX_FI_POLL_US=0 */
     uint64_t hot_until_ns;      /* poll continuously until then (recent traffic) */
     uint64_t mr_mode;
@@ -138,7 +148,9 @@ struct cx_backend {
 
     uint64_t next_seq;
     cx_fi_op_t *ack_tab[CX_FI_ACK_BUCKETS];
-    cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted */
+    cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted; in order per endpoint only */
+    uint64_t q_pass;            /* backlog passes, for cx_bep.q_blocked */
+    int q_stuck;                /* the last pass posted nothing: every queued endpoint waits */
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
@@ -190,6 +202,10 @@ int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
 int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
                    uint64_t raddr, uint64_t key);
 void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
+
+/* fi_warm.c: ofi_rxm's first-send allocations made at open (a send to ourselves) */
+void cx_fi_warm_self(cx_backend_t *b, const void *name);
+void cx_fi_warm_done(cx_backend_t *b);
 
 /* fi_fd.c */
 int *cx_fi_fd_list(size_t *n);

@@ -89,6 +89,8 @@ static void cx_fi_free(cx_backend_t *b)
         close(b->evfd);
     if (b->tfd >= 0)
         close(b->tfd);
+    if (b->qfd >= 0)
+        close(b->qfd);
     free(b->rxmem);
     free(b->txmem);
     free(b);
@@ -181,6 +183,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
         if ((r = cx_fi_rx_post(b, &b->rx[i])))
             return r;
     }
+    cx_fi_warm_self(b, name);
 
     b->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     b->efd = epoll_create1(EPOLL_CLOEXEC);
@@ -190,6 +193,11 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     if (epoll_ctl(b->efd, EPOLL_CTL_ADD, b->evfd, &ev))
         return -FI_EOTHER;
     if (b->cq_fd >= 0 && epoll_ctl(b->efd, EPOLL_CTL_ADD, b->cq_fd, &ev))
+        return -FI_EOTHER;
+    /* Retries of a backlog that could post nothing (e.g. rxm still connecting to a peer, which
+     * for a stopped peer lasts until the op timeout) come from this tick, not from a busy loop. */
+    b->qfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (b->qfd < 0 || epoll_ctl(b->efd, EPOLL_CTL_ADD, b->qfd, &ev))
         return -FI_EOTHER;
     if (b->cq_fd < 0) {
         /* No wait object (shm in 1.17): requests that need this side (small writes and reads,
@@ -282,7 +290,8 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->core = p->core;
     b->inc = p->incarnation;
     b->info = info;
-    b->cq_fd = b->efd = b->evfd = b->tfd = -1;
+    b->cq_fd = b->efd = b->evfd = b->tfd = b->qfd = -1;
+    b->warm_txi = -1;
     b->next_key = 1;
     b->next_seq = 1;
     r = cx_fi_setup(b, p);

@@ -38,12 +38,16 @@ static void cx_fi_ep_link(cx_fi_op_t *op)
     if (ep->ops)
         ep->ops->eprev = op;
     ep->ops = op;
+    ep->nops++;
 }
 
 static void cx_fi_ep_unlink(cx_fi_op_t *op)
 {
     if (!op->ep)
         return;
+    if (op->in_backlog)
+        op->ep->nq--;       /* it stays in the backlog as an orphan, dropped unposted */
+    op->ep->nops--;
     if (op->eprev)
         op->eprev->enext = op->enext;
     else
@@ -155,6 +159,8 @@ void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op)
 {
     op->in_backlog = 1;
     op->qnext = NULL;
+    if (op->ep)
+        op->ep->nq++;
     if (b->qtail)
         b->qtail->qnext = op;
     else
@@ -172,29 +178,49 @@ static void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r)
         cx_core_peer_error(b->core, peer, "libfabric: post failed");
 }
 
+/* One pass over the backlog. Order is kept per endpoint, not across endpoints: an endpoint whose
+ * oldest queued op gets -FI_EAGAIN keeps the rest of its ops queued, and the pass goes on with the
+ * other endpoints. rxm answers -FI_EAGAIN for as long as its connection to a peer is not set up,
+ * and to a SIGSTOPped peer it never is: with one queue in global order, every op to every other
+ * peer waited behind that one until its op timeout (conformance_hol). */
 void cx_fi_backlog_run(cx_backend_t *b)
 {
-    while (b->qhead) {
-        cx_fi_op_t *op = b->qhead;
-        /* Orphans (their endpoint was disconnected) are dropped unposted. */
-        if (!op->ep) {
-            b->qhead = op->qnext;
-            if (!b->qhead)
-                b->qtail = NULL;
-            op->in_backlog = 0;
-            cx_fi_op_free(b, op);
-            continue;
+    uint64_t pass = ++b->q_pass;
+    int posted = 0;
+    cx_fi_op_t **pp = &b->qhead, *prev = NULL;
+    while (*pp) {
+        cx_fi_op_t *op = *pp;
+        int r = 0;
+        /* Orphans (op->ep NULL: their endpoint was disconnected) are dropped unposted. */
+        if (op->ep) {
+            if (op->ep->q_blocked == pass) {
+                prev = op;
+                pp = &op->qnext;
+                continue;
+            }
+            r = cx_fi_op_post(b, op);
+            if (r == -FI_EAGAIN) {
+                op->ep->q_blocked = pass;
+                prev = op;
+                pp = &op->qnext;
+                continue;
+            }
+            op->ep->nq--;
+            posted++;
         }
-        int r = cx_fi_op_post(b, op);
-        if (r == -FI_EAGAIN)
-            return;
-        b->qhead = op->qnext;
-        if (!b->qhead)
-            b->qtail = NULL;
+        *pp = op->qnext;
+        if (b->qtail == op)
+            b->qtail = prev;
         op->in_backlog = 0;
-        if (r)
+        op->qnext = NULL;
+        if (!op->ep)
+            cx_fi_op_free(b, op);
+        else if (r)
             cx_fi_post_failed(b, op, r);
+        /* cx_fi_post_failed may have disconnected endpoints: their queued ops became orphans
+         * (op->ep NULL, still linked here), which the walk drops as it meets them. */
     }
+    b->q_stuck = b->qhead && !posted;
 }
 
 /* ---- posting ---- */
@@ -284,6 +310,22 @@ void cx_fi_report_dead(cx_backend_t *b)
     }
 }
 
+/* Whether op must wait because its peer holds its share already (CX_FI_EP_*_MAX). */
+static int cx_fi_ep_full(cx_backend_t *b, cx_fi_op_t *op)
+{
+    cx_bep_t *ep = op->ep;
+    if (ep->nops <= CX_FI_EP_TX_MAX)
+        return 0;       /* fewer ops than either bound */
+    int posted = 0, tx = 0;
+    for (cx_fi_op_t *o = ep->ops; o; o = o->enext) {
+        posted += o->posted;
+        tx += o->txi >= 0;
+    }
+    int needs_tx = op->txi < 0 && (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK ||
+                                   (op->kind == CX_FOP_PULL && b->wb));
+    return posted >= CX_FI_EP_POSTED_MAX || (needs_tx && tx >= CX_FI_EP_TX_MAX);
+}
+
 int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
 {
     cx_xfer_t *x = op->x;
@@ -291,6 +333,8 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     ssize_t r;
     if (cx_fi_peer_dead(op->ep))
         return -FI_ENOTCONN;
+    if (cx_fi_ep_full(b, op))
+        return -FI_EAGAIN;  /* waits in the backlog behind this peer's own ops only */
     switch (op->kind) {
     case CX_FOP_READ:
     case CX_FOP_WRITE:
@@ -359,7 +403,8 @@ int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc,
 
 int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
 {
-    int r = b->qhead ? -FI_EAGAIN : cx_fi_op_post(b, op);   /* keep order behind the backlog */
+    /* Keep order behind this endpoint's queued ops (other endpoints' do not hold it up). */
+    int r = op->ep && op->ep->nq ? -FI_EAGAIN : cx_fi_op_post(b, op);
     if (r == -FI_EAGAIN) {
         cx_debug("libfabric: %s: op kind %d waits in the backlog", b->prov, op->kind);
         cx_fi_backlog_add(b, op);
