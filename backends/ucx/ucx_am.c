@@ -95,6 +95,9 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         if (reply_ep) (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, CX_EINVAL);
         return UCS_OK;
     }
+    cx_debug("ucx: message %llu from %016llx on worker generation %u%s%s%s",
+             (unsigned long long)req_id, (unsigned long long)inc, wk->gen, rndv ? " (rndv)" : "",
+             b->in_head ? " (behind the inbox)" : "", b->closing_ep ? " (closing)" : "");
     if (!rndv && !b->in_head && !b->closing_ep) {
         void *peer = cx_core_peer_by_incarnation(b->core, inc);
         if (peer) {
@@ -163,6 +166,8 @@ static ucs_status_t cx_ucx_am_ack(void *arg, const void *hdr, size_t hlen, void 
         cx_error("ucx: dropped a malformed ack (%zu bytes)", hlen);
         return UCS_OK;
     }
+    cx_debug("ucx: ack %llu status %d on worker generation %u", (unsigned long long)h.req_id,
+             (int)h.status, ((cx_ucx_wk_t *)arg)->gen);
     cx_ucx_op_t *op = cx_ucx_ack_take(b, h.req_id);
     if (!op) {   /* its endpoint was closed meanwhile */
         cx_debug("ucx: ack for unknown request %llu", (unsigned long long)h.req_id);

@@ -183,7 +183,7 @@ void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force)
         }
         ucp_request_free(r);
     }
-    if (zombie) cx_ucx_zombie(b, ue->wk);
+    if (zombie) cx_ucx_zombie(b, ue->wk, !force);
     if (ue->wk != b->cur) cx_ucx_signal(b);   /* its retired worker may go now (ucx_rot.c) */
     if (!ue->inflight) free(ue);
 }

@@ -60,6 +60,7 @@ struct cx_ucx_wk {
     size_t addr_len;
     int open_ues;                /* our endpoints on it, not closed yet */
     int zombies;                 /* endpoints closed that UCX keeps until the worker goes */
+    int retired;                 /* of them: ucp_eps of live peers retired by a rotation */
     uint64_t retired_ns;         /* 0 while current */
     cx_ucx_wk_t *next;           /* b->old list */
 };
@@ -75,6 +76,7 @@ struct cx_ucx_ue {
     int inflight;                /* ops posted on it and not freed */
     int msgs;                    /* message / put_signal ops on it not finished (order) */
     int closed;
+    uint64_t retired_ns;         /* when it stopped being the current one */
     cx_ucx_rk_t *rk[CX_UCX_RK_BUCKETS];   /* rkeys are unpacked per ucp_ep */
     cx_ucx_ue_t *next;           /* the bep's retiring list */
 };
@@ -229,7 +231,7 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep);
 /* ucx_rot.c: worker rotation */
 void cx_ucx_rot_init(cx_ucx_t *b);
 void cx_ucx_rot_tick(cx_ucx_t *b);               /* from progress, after the drain */
-void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk);
+void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired);
 int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep);   /* new ue on the current worker */
 int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue);
 void cx_ucx_upd_take(cx_ucx_t *b, void *peer, cx_bep_t *ep);   /* at connect */

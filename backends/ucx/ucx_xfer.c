@@ -105,6 +105,8 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
                                                  .req_id = op->req_id });
     op->stage = CX_UCX_OPS_AM;
     cx_ucx_ack_add(b, op);
+    cx_debug("ucx: message %llu (kind %d) on worker generation %u", (unsigned long long)op->req_id,
+             x->kind, op->ue->wk->gen);
 
     ucp_request_param_t p;
     cx_ucx_param(&p, op, cx_ucx_am_cb, NULL);
@@ -280,6 +282,8 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
         op->stage = CX_UCX_OPS_HELD;   /* cx_ucx_start_held posts it */
         ep->held++;
         b->retiring = 1;
+        cx_ucx_signal(b);   /* look again at the next progress, whatever wakes it */
+        cx_debug("ucx: message held (%d held) behind a retiring endpoint's", ep->held);
         return CX_OK;
     }
     return cx_ucx_start(b, op, 1);
@@ -299,6 +303,7 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep)
         }
         ep->held--;
         op->stage = CX_UCX_OPS_RMA;
+        cx_debug("ucx: held message started (%d still held)", ep->held);
         (void)cx_ucx_start(b, op, 0);
     }
 }
