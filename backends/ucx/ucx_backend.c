@@ -144,18 +144,23 @@ void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk)
     free(wk);
 }
 
-/* Can an endpoint have peer error handling here? Asked once, of an endpoint to ourselves, rather
- * than per connect: a peer that connected first already made UCX create its side of the
- * endpoint (wireup) in its mode, and UCX 1.13 then refuses an endpoint in the other mode
- * ("asymmetric endpoint configuration", and an assertion later). With UCX_TLS limited to shm
- * transports none can (ucx_ep.c). */
+/* Can an endpoint have peer error handling here? Asked once, at open, of an endpoint between
+ * two throwaway workers (destroyed at once, so nothing of the probe outlives it: no socket, no
+ * endpoint), rather than per connect: a peer that connected first has already made UCX create
+ * its side of the endpoint (wireup) in its mode, and UCX 1.13 then refuses an endpoint in the
+ * other mode ("asymmetric endpoint configuration", and an assertion later). With UCX_TLS limited
+ * to shm transports none can (ucx_ep.c). */
 static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
 {
+    cx_ucx_wk_t *w1 = cx_ucx_wk_new(b, 0), *w2 = w1 ? cx_ucx_wk_new(b, 0) : NULL;
     const uint8_t *wa;
     size_t n;
-    if (cx_ucx_blob_get(b->cur->addr, b->cur->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n)) return;
-    void *copy = malloc(n);
-    if (!copy) return;
+    void *copy = NULL;
+    if (!w2 || cx_ucx_blob_get(w2->addr, w2->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n) ||
+        !(copy = malloc(n))) {
+        cx_warn("ucx: could not probe for peer error handling; trying it per endpoint");
+        goto out;
+    }
     memcpy(copy, wa, n);
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
@@ -163,15 +168,14 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     p.address = (const ucp_address_t *)copy;
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ucp_ep_h ep;
-    ucs_status_t st = ucp_ep_create(b->cur->w, &p, &ep);
-    free(copy);
+    ucs_status_t st = ucp_ep_create(w1->w, &p, &ep);
     if (st != UCS_OK) {
         if (st != UCS_ERR_UNREACHABLE)
             cx_warn("ucx: probing for peer error handling: %s", ucs_status_string(st));
         b->no_peer_mode = 1;
         cx_info("ucx: no transport with peer error handling (UCX_TLS=%s); endpoints go without it",
                 getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
-        return;
+        goto out;
     }
     ucp_request_param_t rp;
     memset(&rp, 0, sizeof rp);
@@ -180,10 +184,16 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &rp);
     if (r && !UCS_PTR_IS_ERR(r)) {
         uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && cx_ucx_now_ns() < deadline)
-            ucp_worker_progress(b->cur->w);
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && cx_ucx_now_ns() < deadline) {
+            ucp_worker_progress(w1->w);
+            ucp_worker_progress(w2->w);
+        }
         ucp_request_free(r);
     }
+out:
+    free(copy);
+    cx_ucx_wk_destroy(b, w2);
+    cx_ucx_wk_destroy(b, w1);
 }
 
 static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
@@ -226,12 +236,16 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         free(b);
         return CX_EUNSUPPORTED;
     }
-    if (cx_ucx_fds(b) != CX_OK || !(b->cur = cx_ucx_wk_new(b, 0))) {
+    if (cx_ucx_fds(b) != CX_OK) {
+        cx_ucx_close((cx_backend_t *)b);
+        return CX_EUNSUPPORTED;
+    }
+    cx_ucx_probe_peer_mode(b);
+    if (!(b->cur = cx_ucx_wk_new(b, 0))) {
         cx_ucx_close((cx_backend_t *)b);
         return CX_EUNSUPPORTED;
     }
     cx_ucx_rot_init(b);
-    cx_ucx_probe_peer_mode(b);
     cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(),
             b->cur->addr_len);
     *out = (cx_backend_t *)b;

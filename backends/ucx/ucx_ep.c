@@ -129,8 +129,9 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
     b->eps.prev->next = ep;
     b->eps.prev = ep;
     /* Say which worker we are on now: the HELLO the peer connects with may be older than our
-     * last rotation (the rule of ucx_rot.c: every connect sends one update). */
-    (void)cx_ucx_send_update(b, ep->ue);
+     * last rotation (the rule of ucx_rot.c: once the worker rotated, every connect sends one).
+     * Before any rotation our address never changed: nothing to say. */
+    if (b->rotations) (void)cx_ucx_send_update(b, ep->ue);
     *out = ep;
     return CX_OK;
 }

@@ -21,8 +21,8 @@
  *      workers at once, and no more than one rotation per grace period.
  *
  * A peer may connect with an address older than our last rotation (a HELLO sent just before
- * it). The rule: every connect sends an update with our current worker, whatever the HELLO
- * said; a receiver whose endpoint already reaches that worker ignores it (same address), and an
+ * it). The rule: once our worker has rotated, every connect sends an update with our current
+ * worker, whatever the HELLO said (before the first rotation our address never changed); a receiver whose endpoint already reaches that worker ignores it (same address), and an
  * update that arrives before the receiver's own connect waits (up to CX_UCX_UPD_KEEP_MS) and is
  * taken by that connect. Updates carry the worker's generation, so a late one cannot move an
  * endpoint back to an older worker.
