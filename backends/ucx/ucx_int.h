@@ -96,7 +96,7 @@ struct cx_ucx_upd {
 struct cx_ucx_ctl {
     cx_ucx_wk_t *wk;
     cx_ucx_ctl_t *next, *prev;
-    uint8_t buf[];
+    uint8_t *buf;                /* right behind the struct (b->ctl, the sentinel, has none) */
 };
 
 /* The backend's state of one xfer. It outlives the xfer when its endpoint is closed while UCX

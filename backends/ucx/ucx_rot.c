@@ -80,6 +80,7 @@ cx_ucx_ctl_t *cx_ucx_ctl_new(cx_ucx_t *b, cx_ucx_wk_t *wk, size_t len)
     cx_ucx_ctl_t *c = malloc(sizeof *c + len);
     if (!c) return NULL;
     c->wk = wk;
+    c->buf = (uint8_t *)(c + 1);
     c->prev = b->ctl.prev;
     c->next = &b->ctl;
     b->ctl.prev->next = c;
