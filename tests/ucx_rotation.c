@@ -29,7 +29,8 @@
 #define RS ((size_t)2 << 20)
 #define CHUNK 65536
 #define NREAD 6
-#define NSIG_MAX 24
+#define NSIG_MAX 64
+#define SIG_MSG (256u << 10)   /* long messages: more of them in flight when the worker rotates */
 #define RSS_SLACK_KIB (8 * 1024)
 
 static int g_logfd = -1, g_stderr = -1;
@@ -91,9 +92,19 @@ static int shm_maps(void)
     return n;
 }
 
+/* "CHK <addr> 4096 <hash of the data>" (what cx_peer checks at arrival), then filler */
+static void sig_msg(char *m, uint64_t addr, const uint8_t *src)
+{
+    memset(m, 0, SIG_MSG);
+    int n = snprintf(m, 96, "CHK %" PRIx64 " 4096 %" PRIx64, addr, cxt_hash(src, 4096));
+    cxt_fill(m + n + 1, SIG_MSG - (size_t)n - 1, (uint32_t)addr, 0);
+}
+
 static void test_rotation_with_live_peer(void **state)
 {
     (void)state;
+    char (*msgs)[SIG_MSG] = malloc((size_t)NSIG_MAX * SIG_MSG);
+    assert_non_null(msgs);
     int cycles = 30;
     const char *env = getenv("CXT_ROT_CYCLES");
     if (env && atoi(env) > 2) cycles = atoi(env);
@@ -149,18 +160,19 @@ static void test_rotation_with_live_peer(void **state)
         int ns = 0;
         uint64_t t0 = cxt_now_ns();
         int failed = 0;
-        while (ns < NSIG_MAX) {   /* put_signals while the failure is being handled */
+        /* put_signals back to back while the failure is handled (the rotation happens then):
+         * some are unacked on the old ucp_ep when later ones are submitted, which wait for them */
+        while (ns < NSIG_MAX) {
             uint8_t *src = sbuf + (size_t)ns * 4096;
             cxt_fill(src, 4096, 900 + (uint32_t)(c * NSIG_MAX + ns), 0);
-            char msg[96];
-            snprintf(msg, sizeof msg, "CHK %" PRIx64 " 4096 %" PRIx64, b.base + 12 * CHUNK + (uint64_t)ns * 4096,
-                     cxt_hash(src, 4096));
-            rc = cx_put_signal(e, b.lid, src, b.base + 12 * CHUNK + (uint64_t)ns * 4096, 4096, msg,
-                               strlen(msg), &sg[ns]);
+            sig_msg(msgs[ns], b.base + 12 * CHUNK + (uint64_t)ns * 4096, src);
+            rc = cx_put_signal(e, b.lid, src, b.base + 12 * CHUNK + (uint64_t)ns * 4096, 4096, msgs[ns],
+                               SIG_MSG, &sg[ns]);
             if (rc) fail_msg("cycle %d: put_signal %d to B: %s", c, ns, cx_strerror(rc));
             ns++;
-            if (!failed && cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 20, NULL, NULL) == CX_OK) failed = 1;
-            if (failed && ns >= 4) break;
+            if (!failed && ns % 4 == 0 && cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 5, NULL, NULL) == CX_OK)
+                failed = 1;
+            if (failed && ns >= 8) break;
             if (cxt_ms_since(t0) > 5000) break;
         }
         if (!failed && cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 5000, NULL, NULL))
@@ -180,11 +192,8 @@ static void test_rotation_with_live_peer(void **state)
                 fail_msg("cycle %d: B did not get signal %d of %d", c, i, ns);
             if (!strstr(line, "CHK OK")) fail_msg("cycle %d: signal %d at B: %s", c, i, line);
             /* the line names the message by its hash: the i-th one must be the i-th sent */
-            uint8_t *src = sbuf + (size_t)i * 4096;
-            char msg[96], hx[40];
-            snprintf(msg, sizeof msg, "CHK %" PRIx64 " 4096 %" PRIx64, b.base + 12 * CHUNK + (uint64_t)i * 4096,
-                     cxt_hash(src, 4096));
-            snprintf(hx, sizeof hx, " %" PRIx64 " CHK", cxt_hash(msg, strlen(msg)));
+            char hx[40];
+            snprintf(hx, sizeof hx, " %" PRIx64 " CHK", cxt_hash(msgs[i], SIG_MSG));
             if (!strstr(line, hx)) fail_msg("cycle %d: signal %d out of order at B: %s", c, i, line);
         }
         sigs_total += ns;
@@ -237,6 +246,7 @@ static void test_rotation_with_live_peer(void **state)
     cxt_peer_stop(&b);
     cx_engine_destroy(e);
     munmap(r, RS);
+    free(msgs);
     int rotations, moved, errors;
     log_release(&rotations, &moved, &errors);
     fprintf(stderr, "ucx_rotation: %d rotations logged, %d of them moved live endpoints, %d errors logged, "
