@@ -12,33 +12,26 @@
 #include <string.h>
 #include <sys/timerfd.h>
 
-static void cx_ucx_ack_sent_cb(void *req, ucs_status_t st, void *user)
+/* wk: the worker ep is on (the ack's buffer goes with it if the request never completes) */
+int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int status)
 {
-    (void)st;
-    ucp_request_free(req);
-    free(user);
-}
-
-int cx_ucx_send_ack(cx_ucx_t *b, ucp_ep_h ep, uint64_t req_id, int status)
-{
-    (void)b;
-    uint8_t *hdr = malloc(CX_UCX_ACK_HDR_LEN);  /* must outlive the send */
-    if (!hdr) return CX_ENOMEM;
+    cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, CX_UCX_ACK_HDR_LEN);   /* must outlive the send */
+    if (!c) return CX_ENOMEM;
     cx_wr_t w;
-    cx_wr_init(&w, hdr, CX_UCX_ACK_HDR_LEN);
+    cx_wr_init(&w, c->buf, CX_UCX_ACK_HDR_LEN);
     cx_ucx_ack_hdr_put(&w, &(cx_ucx_ack_hdr_t){ .req_id = req_id, .status = (int32_t)status });
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = cx_ucx_ack_sent_cb;
-    p.user_data = hdr;
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_ACK, hdr, w.len, NULL, 0, &p);
+    p.cb.send = cx_ucx_ctl_send_cb;
+    p.user_data = c;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_ACK, c->buf, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: sending an ack failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
-        free(hdr);
+        cx_ucx_ctl_free(c);
         return CX_EPEER;
     }
-    if (!r) free(hdr);
+    if (!r) cx_ucx_ctl_free(c);
     return CX_OK;
 }
 
@@ -48,19 +41,21 @@ static void cx_ucx_count(cx_ucx_t *b, int kind, size_t len, int rc)
     cx_core_count_served(b->core, kind, len, rc == CX_OK);
 }
 
-/* Deliver to the core and ack: on our endpoint to the peer, else on reply_ep (may be NULL). */
+/* Deliver to the core and ack: on our endpoint to the peer, else on reply_ep (may be NULL) of
+ * the worker wk that received it. */
 static void cx_ucx_deliver(cx_ucx_t *b, void *peer, int kind, uint64_t req_id, const void *data,
-                           size_t len, ucp_ep_h reply_ep)
+                           size_t len, cx_ucx_wk_t *wk, ucp_ep_h reply_ep)
 {
     int rc = cx_core_deliver_msg(b->core, peer, data, len);
     cx_ucx_count(b, kind, len, rc);
     cx_bep_t *ep = cx_ucx_ep_of_peer(b, peer);
-    ucp_ep_h to = ep ? ep->ep : reply_ep;
-    if (!to) {
+    if (ep && ep->ue) {
+        (void)cx_ucx_send_ack(b, ep->ue->wk, ep->ue->ep, req_id, rc);
+    } else if (reply_ep) {
+        (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, rc);
+    } else {
         cx_warn("ucx: no endpoint to ack message %llu on", (unsigned long long)req_id);
-        return;
     }
-    (void)cx_ucx_send_ack(b, to, req_id, rc);
 }
 
 static void cx_ucx_in_recv_cb(void *req, ucs_status_t st, size_t length, void *user)
@@ -80,7 +75,8 @@ static void cx_ucx_in_recv_cb(void *req, ucs_status_t st, size_t length, void *u
 static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
                                   const ucp_am_recv_param_t *prm)
 {
-    cx_ucx_t *b = arg;
+    cx_ucx_wk_t *wk = arg;
+    cx_ucx_t *b = wk->b;
     cx_ucx_msg_hdr_t h;
     int bad = cx_ucx_msg_hdr_get(hdr, hlen, &h);
     int kind = h.kind;
@@ -96,20 +92,23 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
     if (len > CX_MSG_MAX) {
         cx_error("ucx: refused a %zu-byte message (max %u)", len, CX_MSG_MAX);
         cx_core_count_served(b->core, kind, len, 0);
-        if (reply_ep) (void)cx_ucx_send_ack(b, reply_ep, req_id, CX_EINVAL);
+        if (reply_ep) (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, CX_EINVAL);
         return UCS_OK;
     }
+    cx_debug("ucx: message %llu from %016llx on worker generation %u%s%s%s",
+             (unsigned long long)req_id, (unsigned long long)inc, wk->gen, rndv ? " (rndv)" : "",
+             b->in_head ? " (behind the inbox)" : "", b->closing_ep ? " (closing)" : "");
     if (!rndv && !b->in_head && !b->closing_ep) {
         void *peer = cx_core_peer_by_incarnation(b->core, inc);
         if (peer) {
-            cx_ucx_deliver(b, peer, kind, req_id, data, len, reply_ep);
+            cx_ucx_deliver(b, peer, kind, req_id, data, len, wk, reply_ep);
             return UCS_OK;
         }
     }
     if (b->in_n >= CX_UCX_INBOX_MAX || b->in_bytes + len > CX_UCX_INBOX_BYTES) {
         cx_warn("ucx: inbox full (%zu messages, %zu bytes): refusing a message", b->in_n,
                 b->in_bytes);
-        if (reply_ep) (void)cx_ucx_send_ack(b, reply_ep, req_id, CX_EAGAIN);
+        if (reply_ep) (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, CX_EAGAIN);
         return UCS_OK;
     }
     cx_ucx_in_t *in = calloc(1, sizeof *in);
@@ -118,7 +117,7 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         free(in);
         free(buf);
         cx_error("ucx: out of memory holding a %zu-byte message", len);
-        if (reply_ep) (void)cx_ucx_send_ack(b, reply_ep, req_id, CX_EAGAIN);
+        if (reply_ep) (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, CX_EAGAIN);
         return UCS_OK;
     }
     in->kind = kind;
@@ -136,7 +135,8 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         p.cb.recv_am = cx_ucx_in_recv_cb;
         p.user_data = in;
-        ucs_status_ptr_t r = ucp_am_recv_data_nbx(b->w, data, buf, len, &p);
+        in->wk = wk;
+        ucs_status_ptr_t r = ucp_am_recv_data_nbx(wk->w, data, buf, len, &p);
         if (UCS_PTR_IS_ERR(r)) {
             cx_warn("ucx: ucp_am_recv_data_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
             in->failed = 1;
@@ -160,12 +160,14 @@ static ucs_status_t cx_ucx_am_ack(void *arg, const void *hdr, size_t hlen, void 
     (void)data;
     (void)len;
     (void)prm;
-    cx_ucx_t *b = arg;
+    cx_ucx_t *b = ((cx_ucx_wk_t *)arg)->b;
     cx_ucx_ack_hdr_t h;
     if (cx_ucx_ack_hdr_get(hdr, hlen, &h)) {
         cx_error("ucx: dropped a malformed ack (%zu bytes)", hlen);
         return UCS_OK;
     }
+    cx_debug("ucx: ack %llu status %d on worker generation %u", (unsigned long long)h.req_id,
+             (int)h.status, ((cx_ucx_wk_t *)arg)->gen);
     cx_ucx_op_t *op = cx_ucx_ack_take(b, h.req_id);
     if (!op) {   /* its endpoint was closed meanwhile */
         cx_debug("ucx: ack for unknown request %llu", (unsigned long long)h.req_id);
@@ -178,21 +180,26 @@ static ucs_status_t cx_ucx_am_ack(void *arg, const void *hdr, size_t hlen, void 
     return UCS_OK;
 }
 
-int cx_ucx_am_init(cx_ucx_t *b)
+int cx_ucx_am_init(cx_ucx_wk_t *wk)
 {
     ucp_am_handler_param_t p;
     memset(&p, 0, sizeof p);
     p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
                    UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
     p.flags = UCP_AM_FLAG_WHOLE_MSG;
-    p.arg = b;
+    p.arg = wk;
     p.id = CX_UCX_AM_MSG;
     p.cb = cx_ucx_am_msg;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(b->w, &p);
+    ucs_status_t st = ucp_worker_set_am_recv_handler(wk->w, &p);
     if (st == UCS_OK) {
         p.id = CX_UCX_AM_ACK;
         p.cb = cx_ucx_am_ack;
-        st = ucp_worker_set_am_recv_handler(b->w, &p);
+        st = ucp_worker_set_am_recv_handler(wk->w, &p);
+    }
+    if (st == UCS_OK) {
+        p.id = CX_UCX_AM_UPD;
+        p.cb = cx_ucx_am_upd;
+        st = ucp_worker_set_am_recv_handler(wk->w, &p);
     }
     if (st != UCS_OK) {
         cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
@@ -214,7 +221,10 @@ static void cx_ucx_in_pop(cx_ucx_t *b)
 
 void cx_ucx_arm_timer(cx_ucx_t *b, long ms)
 {
-    if (b->timer_armed) return;
+    /* one timer for every deadline (inbox retries, rotation grace): keep the earliest */
+    uint64_t at = cx_ucx_now_ns() + (uint64_t)ms * 1000000ull;
+    if (b->timer_armed && b->timer_ns <= at) return;
+    b->timer_ns = at;
     struct itimerspec its;
     memset(&its, 0, sizeof its);
     its.it_value.tv_sec = ms / 1000;
@@ -248,7 +258,7 @@ void cx_ucx_inbox_drain(cx_ucx_t *b)
         if (!b->in_head) b->in_tail = NULL;
         b->in_n--;
         b->in_bytes -= in->len;
-        cx_ucx_deliver(b, peer, in->kind, in->req_id, in->data, in->len, NULL);
+        cx_ucx_deliver(b, peer, in->kind, in->req_id, in->data, in->len, NULL, NULL);
         free(in->data);
         free(in);
     }

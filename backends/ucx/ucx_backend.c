@@ -42,11 +42,6 @@ static void cx_ucx_close(cx_backend_t *bb);
 
 static int cx_ucx_fds(cx_ucx_t *b)
 {
-    ucs_status_t st = ucp_worker_get_efd(b->w, &b->efd);
-    if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_get_efd failed: %s", ucs_status_string(st));
-        return CX_ERR;
-    }
     b->epfd = epoll_create1(EPOLL_CLOEXEC);
     b->sigfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -54,8 +49,8 @@ static int cx_ucx_fds(cx_ucx_t *b)
         cx_error("ucx: epoll/eventfd/timerfd: %s", strerror(errno));
         return CX_ERR;
     }
-    int fds[3] = { b->efd, b->sigfd, b->tfd };
-    for (int i = 0; i < 3; i++) {
+    int fds[2] = { b->sigfd, b->tfd };
+    for (int i = 0; i < 2; i++) {
         struct epoll_event ev = { .events = EPOLLIN, .data.fd = fds[i] };
         if (epoll_ctl(b->epfd, EPOLL_CTL_ADD, fds[i], &ev) != 0) {
             cx_error("ucx: epoll_ctl: %s", strerror(errno));
@@ -65,6 +60,142 @@ static int cx_ucx_fds(cx_ucx_t *b)
     return CX_OK;
 }
 
+/* A worker with its AM handlers, its event fd in our epoll set and its address blob. Every
+ * worker of the backend has the same parameters (rotation makes more of them). */
+cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen)
+{
+    cx_ucx_wk_t *wk = calloc(1, sizeof *wk);
+    if (!wk) return NULL;
+    wk->b = b;
+    wk->gen = gen;
+    wk->efd = -1;
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof wp);
+    /* SERIALIZED rather than SINGLE: open and close may run on the creating thread, everything
+     * else on the progress thread, never two at once */
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+    ucs_status_t st = ucp_worker_create(b->ctx, &wp, &wk->w);
+    if (st != UCS_OK) {
+        cx_warn("ucx: ucp_worker_create failed: %s", ucs_status_string(st));
+        free(wk);
+        return NULL;
+    }
+    if (cx_ucx_am_init(wk) != CX_OK) goto fail;
+    st = ucp_worker_get_efd(wk->w, &wk->efd);
+    if (st != UCS_OK) {
+        cx_error("ucx: ucp_worker_get_efd failed: %s", ucs_status_string(st));
+        goto fail;
+    }
+    struct epoll_event ev = { .events = EPOLLIN, .data.fd = wk->efd };
+    if (epoll_ctl(b->epfd, EPOLL_CTL_ADD, wk->efd, &ev) != 0) {
+        cx_error("ucx: epoll_ctl: %s", strerror(errno));
+        wk->efd = -1;
+        goto fail;
+    }
+    ucp_address_t *wa;
+    size_t wal;
+    st = ucp_worker_get_address(wk->w, &wa, &wal);
+    if (st != UCS_OK) {
+        cx_error("ucx: ucp_worker_get_address failed: %s", ucs_status_string(st));
+        goto fail;
+    }
+    cx_wr_t w;
+    cx_wr_init(&w, wk->addr, sizeof wk->addr);
+    cx_ucx_blob_put(&w, CX_UCX_ADDR_MAGIC, wa, wal);
+    ucp_worker_release_address(wk->w, wa);
+    if (!w.ok) {
+        cx_error("ucx: worker address of %zu bytes is too long", wal);
+        goto fail;
+    }
+    wk->addr_len = w.len;
+    return wk;
+fail:
+    cx_ucx_wk_destroy(b, wk);
+    return NULL;
+}
+
+/* The worker and everything UCX kept on it (zombie endpoints, requests that never completed);
+ * then what of ours only those requests still named. */
+void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk)
+{
+    if (!wk) return;
+    if (wk->efd >= 0 && epoll_ctl(b->epfd, EPOLL_CTL_DEL, wk->efd, NULL) != 0)
+        cx_warn("ucx: epoll_ctl(DEL): %s", strerror(errno));
+    if (wk->w) ucp_worker_destroy(wk->w);
+    for (cx_ucx_op_t *op = b->zombies.next, *nx; op && op != &b->zombies; op = nx) {
+        nx = op->next;
+        if (op->ue && op->ue->wk == wk) {
+            cx_ucx_list_del(op);
+            op->pending = 0;
+            cx_ucx_op_release(b, op);   /* frees it (finished, delivered) */
+        }
+    }
+    for (cx_ucx_ctl_t *c = b->ctl.next, *nx; c && c != &b->ctl; c = nx) {
+        nx = c->next;
+        if (c->wk == wk) cx_ucx_ctl_free(c);
+    }
+    for (cx_ucx_in_t *in = b->in_head; in; in = in->next) {
+        if (in->pending && in->wk == wk) {
+            in->pending = 0;
+            in->failed = 1;
+        }
+    }
+    free(wk);
+}
+
+/* Can an endpoint have peer error handling here? Asked once, at open, of an endpoint between
+ * two throwaway workers (destroyed at once, so nothing of the probe outlives it: no socket, no
+ * endpoint), rather than per connect: a peer that connected first has already made UCX create
+ * its side of the endpoint (wireup) in its mode, and UCX 1.13 then refuses an endpoint in the
+ * other mode ("asymmetric endpoint configuration", and an assertion later). With UCX_TLS limited
+ * to shm transports none can (ucx_ep.c). */
+static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
+{
+    cx_ucx_wk_t *w1 = cx_ucx_wk_new(b, 0), *w2 = w1 ? cx_ucx_wk_new(b, 0) : NULL;
+    const uint8_t *wa;
+    size_t n;
+    void *copy = NULL;
+    if (!w2 || cx_ucx_blob_get(w2->addr, w2->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n) ||
+        !(copy = malloc(n))) {
+        cx_warn("ucx: could not probe for peer error handling; trying it per endpoint");
+        goto out;
+    }
+    memcpy(copy, wa, n);
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    p.address = (const ucp_address_t *)copy;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ucp_ep_h ep;
+    ucs_status_t st = ucp_ep_create(w1->w, &p, &ep);
+    if (st != UCS_OK) {
+        if (st != UCS_ERR_UNREACHABLE)
+            cx_warn("ucx: probing for peer error handling: %s", ucs_status_string(st));
+        b->no_peer_mode = 1;
+        cx_info("ucx: no transport with peer error handling (UCX_TLS=%s); endpoints go without it",
+                getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+        goto out;
+    }
+    ucp_request_param_t rp;
+    memset(&rp, 0, sizeof rp);
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &rp);
+    if (r && !UCS_PTR_IS_ERR(r)) {
+        uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS && cx_ucx_now_ns() < deadline) {
+            ucp_worker_progress(w1->w);
+            ucp_worker_progress(w2->w);
+        }
+        ucp_request_free(r);
+    }
+out:
+    free(copy);
+    cx_ucx_wk_destroy(b, w2);
+    cx_ucx_wk_destroy(b, w1);
+}
+
 static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
 {
     if (!prm || !out) return CX_EINVAL;
@@ -72,8 +203,9 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     if (!b) return CX_ENOMEM;
     b->core = prm->core;
     b->inc = prm->incarnation;
-    b->efd = b->epfd = b->sigfd = b->tfd = -1;
+    b->epfd = b->sigfd = b->tfd = -1;
     b->eps.next = b->eps.prev = &b->eps;
+    b->ctl.next = b->ctl.prev = &b->ctl;
     b->done.next = b->done.prev = &b->done;
     b->zombies.next = b->zombies.prev = &b->zombies;
 
@@ -104,42 +236,18 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         free(b);
         return CX_EUNSUPPORTED;
     }
-    ucp_worker_params_t wp;
-    memset(&wp, 0, sizeof wp);
-    /* SERIALIZED rather than SINGLE: open and close may run on the creating thread, everything
-     * else on the progress thread, never two at once */
-    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    st = ucp_worker_create(b->ctx, &wp, &b->w);
-    if (st != UCS_OK) {
-        cx_warn("ucx: ucp_worker_create failed: %s", ucs_status_string(st));
-        ucp_cleanup(b->ctx);
-        free(b);
-        return CX_EUNSUPPORTED;
-    }
-    if (cx_ucx_am_init(b) != CX_OK || cx_ucx_fds(b) != CX_OK) {
-        cx_ucx_close((cx_backend_t *)b);
-        return CX_ERR;
-    }
-    ucp_address_t *wa;
-    size_t wal;
-    st = ucp_worker_get_address(b->w, &wa, &wal);
-    if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_get_address failed: %s", ucs_status_string(st));
-        cx_ucx_close((cx_backend_t *)b);
-        return CX_ERR;
-    }
-    cx_wr_t w;
-    cx_wr_init(&w, b->addr, sizeof b->addr);
-    cx_ucx_blob_put(&w, CX_UCX_ADDR_MAGIC, wa, wal);
-    ucp_worker_release_address(b->w, wa);
-    if (!w.ok) {
-        cx_error("ucx: worker address of %zu bytes is too long", wal);
+    if (cx_ucx_fds(b) != CX_OK) {
         cx_ucx_close((cx_backend_t *)b);
         return CX_EUNSUPPORTED;
     }
-    b->addr_len = w.len;
-    cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(), wal);
+    cx_ucx_probe_peer_mode(b);
+    if (!(b->cur = cx_ucx_wk_new(b, 0))) {
+        cx_ucx_close((cx_backend_t *)b);
+        return CX_EUNSUPPORTED;
+    }
+    cx_ucx_rot_init(b);
+    cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(),
+            b->cur->addr_len);
     *out = (cx_backend_t *)b;
     return CX_OK;
 }
@@ -151,9 +259,15 @@ static void cx_ucx_close(cx_backend_t *bb)
     while (b->eps.next != &b->eps) cx_ucx_disconnect(bb, b->eps.next);
     /* finished ops of no endpoint any more (cannot happen, but never leave an xfer behind) */
     while (b->done.next != &b->done) cx_ucx_op_deliver(b, b->done.next);
-    if (b->w) ucp_worker_destroy(b->w);
+    while (b->old) {
+        cx_ucx_wk_t *wk = b->old;
+        b->old = wk->next;
+        cx_ucx_wk_destroy(b, wk);
+    }
+    cx_ucx_wk_destroy(b, b->cur);
     if (b->ctx) ucp_cleanup(b->ctx);
     cx_ucx_inbox_free(b);
+    cx_ucx_upd_free(b);
     cx_ucx_ops_free_cache(b);
     if (b->epfd >= 0) close(b->epfd);
     if (b->sigfd >= 0) close(b->sigfd);
@@ -165,12 +279,13 @@ static int cx_ucx_address(cx_backend_t *bb, void *buf, size_t *len)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !buf || !len) return CX_EINVAL;
-    if (*len < b->addr_len) {
-        cx_error("ucx: address buffer of %zu bytes, need %zu", *len, b->addr_len);
+    /* the current worker's: it changes when the worker rotates (ucx_rot.c) */
+    if (*len < b->cur->addr_len) {
+        cx_error("ucx: address buffer of %zu bytes, need %zu", *len, b->cur->addr_len);
         return CX_EINVAL;
     }
-    memcpy(buf, b->addr, b->addr_len);
-    *len = b->addr_len;
+    memcpy(buf, b->cur->addr, b->cur->addr_len);
+    *len = b->cur->addr_len;
     return CX_OK;
 }
 
@@ -191,6 +306,7 @@ void cx_ucx_drain(cx_ucx_t *b)
     }
     while (b->done.next != &b->done) cx_ucx_op_deliver(b, b->done.next);
     cx_ucx_inbox_drain(b);
+    cx_ucx_upd_drain(b);
 }
 
 static int cx_ucx_pending_work(cx_ucx_t *b)
@@ -210,13 +326,19 @@ static int cx_ucx_progress(cx_backend_t *bb)
     if (b->timer_armed && read(b->tfd, &v, sizeof v) == (ssize_t)sizeof v) b->timer_armed = 0;
     uint64_t until = cx_ucx_now_ns() + CX_UCX_PROGRESS_BUDGET_NS;
     for (int round = 0; round < CX_UCX_PROGRESS_ROUNDS; round++) {
-        for (int i = 0; i < 1024 && ucp_worker_progress(b->w); i++) {
-            if ((i & 15) == 15 && cx_ucx_now_ns() > until) break;
+        /* the current worker, and the retired ones peers may still talk to (ucx_rot.c) */
+        for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next) {
+            for (int i = 0; i < 1024 && ucp_worker_progress(wk->w); i++) {
+                if ((i & 15) == 15 && cx_ucx_now_ns() > until) break;
+            }
         }
         cx_ucx_drain(b);
+        cx_ucx_rot_tick(b);
         if (cx_ucx_now_ns() > until) break;
         if (cx_ucx_pending_work(b)) continue;
-        ucs_status_t st = ucp_worker_arm(b->w);
+        ucs_status_t st = UCS_OK;
+        for (cx_ucx_wk_t *wk = b->cur; wk && st == UCS_OK; wk = wk == b->cur ? b->old : wk->next)
+            st = ucp_worker_arm(wk->w);
         if (st == UCS_OK) return CX_OK;
         if (st != UCS_ERR_BUSY) {
             cx_error("ucx: ucp_worker_arm failed: %s", ucs_status_string(st));

@@ -10,7 +10,20 @@
 static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
 {
     (void)uep;
-    cx_bep_t *ep = arg;
+    cx_ucx_ue_t *ue = arg;
+    cx_bep_t *ep = ue->bep;
+    if (!ep || ue->closed) return;
+    if (ue != ep->ue) {
+        /* A retiring ucp_ep (rotation) failed: the peer is reached on the current one. UCX fails
+         * its own requests; ops of it still waiting for an ack would wait forever. */
+        cx_warn("ucx: a retiring endpoint failed: %s", ucs_status_string(st));
+        for (cx_ucx_op_t *op = ep->ops.next, *nx; op != &ep->ops; op = nx) {
+            nx = op->next;
+            if (op->ue == ue) cx_ucx_op_finish(ep->b, op, CX_EPEER);
+        }
+        cx_ucx_signal(ep->b);
+        return;
+    }
     if (ep->failed) return;
     ep->failed = 1;
     snprintf(ep->reason, sizeof ep->reason, "ucx: %s", ucs_status_string(st));
@@ -19,6 +32,65 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     ep->b->errq = ep;
     /* UCX fails its own requests; ops waiting for an ack have none */
     while (ep->ops.next != &ep->ops) cx_ucx_op_finish(ep->b, ep->ops.next, CX_EPEER);
+}
+
+/* A ucp_ep on the current worker to the raw worker address `addr`, with peer error handling
+ * where a transport can do it (else NONE, see below). *rc: why not. */
+cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t len, int *rc)
+{
+    /* UCX reads the address in place and may read it unaligned-safe only from its own copy */
+    void *copy = malloc(len);
+    cx_ucx_ue_t *ue = calloc(1, sizeof *ue);
+    if (!copy || !ue) {
+        free(copy);
+        free(ue);
+        *rc = CX_ENOMEM;
+        return NULL;
+    }
+    memcpy(copy, addr, len);
+    ue->wk = b->cur;
+    ue->bep = ep;
+    ucp_ep_params_t p;
+    memset(&p, 0, sizeof p);
+    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.address = (const ucp_address_t *)copy;
+    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    p.err_handler.cb = cx_ucx_err_cb;
+    p.err_handler.arg = ue;
+    ucs_status_t st = b->no_peer_mode ? UCS_ERR_UNREACHABLE : ucp_ep_create(ue->wk->w, &p, &ue->ep);
+    if (st == UCS_ERR_UNREACHABLE) {
+        /* UCX 1.13's sysv and posix transports cannot handle peer failure, so with UCX_TLS
+         * limited to them (UCX_TLS=sm) no PEER endpoint exists. Without UCX's error handling
+         * the core's control channel and heartbeat still detect a failed peer, and disconnect
+         * still completes every xfer. */
+        if (!b->no_peer_mode)   /* the probe at open said it could */
+            cx_info("ucx: no transport with peer error handling reaches this peer (UCX_TLS=%s); "
+                    "using endpoints without it", getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+        p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+        st = ucp_ep_create(ue->wk->w, &p, &ue->ep);
+        if (st == UCS_OK) b->no_peer_mode = 1;   /* say it (and let UCX say it) once */
+    } else if (st == UCS_OK) {
+        ue->peer_mode = 1;
+    }
+    free(copy);
+    if (st != UCS_OK) {
+        cx_warn("ucx: ucp_ep_create failed: %s", ucs_status_string(st));
+        free(ue);
+        *rc = st == UCS_ERR_UNREACHABLE ? CX_EUNSUPPORTED : CX_EPEER;
+        return NULL;
+    }
+    if (cx_log_level >= CX_LOG_DEBUG) ucp_ep_print_info(ue->ep, stderr);
+    ue->wk->open_ues++;
+    *rc = CX_OK;
+    return ue;
+}
+
+void cx_ucx_ue_unref(cx_ucx_ue_t *ue)
+{
+    if (ue->inflight > 0) ue->inflight--;
+    if (ue->closed && !ue->inflight) free(ue);
 }
 
 int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_len,
@@ -33,54 +105,33 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
                  addr_len);
         return CX_EINVAL;
     }
-    /* UCX reads the address in place and may read it unaligned-safe only from its own copy */
-    void *copy = malloc(n);
     cx_bep_t *ep = calloc(1, sizeof *ep);
-    if (!copy || !ep) {
-        free(copy);
+    if (!ep || !(ep->paddr = malloc(n))) {
         free(ep);
         return CX_ENOMEM;
     }
-    memcpy(copy, wa, n);
+    memcpy(ep->paddr, wa, n);
+    ep->paddr_len = n;
     ep->b = b;
     ep->peer = peer;
     ep->ops.next = ep->ops.prev = &ep->ops;
-
-    ucp_ep_params_t p;
-    memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    p.address = (const ucp_address_t *)copy;
-    p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    p.err_handler.cb = cx_ucx_err_cb;
-    p.err_handler.arg = ep;
-    ucs_status_t st = b->no_peer_mode ? UCS_ERR_UNREACHABLE : ucp_ep_create(b->w, &p, &ep->ep);
-    if (st == UCS_ERR_UNREACHABLE) {
-        /* UCX 1.13's sysv and posix transports cannot handle peer failure, so with UCX_TLS
-         * limited to them (UCX_TLS=sm) no PEER endpoint exists. Without UCX's error handling
-         * the core's control channel and heartbeat still detect a failed peer, and disconnect
-         * still completes every xfer. */
-        if (!b->no_peer_mode)
-            cx_info("ucx: no transport with peer error handling reaches this peer (UCX_TLS=%s); "
-                    "using endpoints without it", getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
-        p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
-        p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        st = ucp_ep_create(b->w, &p, &ep->ep);
-        if (st == UCS_OK) b->no_peer_mode = 1;   /* say it (and let UCX say it) once */
-    } else if (st == UCS_OK) {
-        ep->peer_mode = 1;
-    }
-    free(copy);
-    if (st != UCS_OK) {
-        cx_warn("ucx: ucp_ep_create failed: %s", ucs_status_string(st));
+    /* the peer may have rotated its worker since its HELLO: its update waits here (ucx_rot.c) */
+    cx_ucx_upd_take(b, peer, ep);
+    int rc;
+    if (!(ep->ue = cx_ucx_ue_new(b, ep, ep->paddr, ep->paddr_len, &rc))) {
+        free(ep->paddr);
         free(ep);
-        return st == UCS_ERR_UNREACHABLE ? CX_EUNSUPPORTED : CX_EPEER;
+        return rc;
     }
-    if (cx_log_level >= CX_LOG_DEBUG) ucp_ep_print_info(ep->ep, stderr);
+    ep->peer_mode = ep->ue->peer_mode;
     ep->next = &b->eps;
     ep->prev = b->eps.prev;
     b->eps.prev->next = ep;
     b->eps.prev = ep;
+    /* Say which worker we are on now: the HELLO the peer connects with may be older than our
+     * last rotation (the rule of ucx_rot.c: once the worker rotated, every connect sends one).
+     * Before any rotation our address never changed: nothing to say. */
+    if (b->rotations) (void)cx_ucx_send_update(b, ep->ue);
     *out = ep;
     return CX_OK;
 }
@@ -92,10 +143,17 @@ cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer)
     return NULL;
 }
 
-/* Force-close and wait (bounded) for UCX to finish it: once the close request completed, the
- * transport endpoints are gone and no late DMA can land in an xfer buffer. */
-static void cx_ucx_force_close(cx_ucx_t *b, cx_bep_t *ep)
+/* Close a ucp_ep. force (disconnect): with peer error handling, a forced close, waited for
+ * (bounded): once it completed, the transport endpoints are gone and no late DMA can land in an
+ * xfer buffer. Otherwise (retiring endpoints after their xfers finished, or endpoints without
+ * error handling) a flush close in the background. Either way an endpoint UCX keeps until the
+ * worker is destroyed counts as a zombie of its worker (rotation, ucx_rot.c). */
+void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force)
 {
+    cx_ucx_rkeys_drop(ue);
+    ue->closed = 1;
+    ue->bep = NULL;
+    ue->wk->open_ues--;
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -103,27 +161,32 @@ static void cx_ucx_force_close(cx_ucx_t *b, cx_bep_t *ep)
      * endpoint with UCS_ERR_INVALID_PARAM). Without it (shm-only UCX_TLS) the lanes are cma
      * (synchronous: nothing lands later) and mm (messages sent from copies we own), so the
      * flush close may finish in the background; UCX then keeps the endpoint until the worker
-     * is destroyed (README: known limitation). */
-    p.flags = ep->peer_mode ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep->ep, &p);
-    if (r == NULL) return;
+     * is destroyed (ucp_ep_disconnected: an endpoint with a remote connection is destroyed only
+     * with the worker), so does a flush-closed PEER one. */
+    int forced = force && ue->peer_mode;
+    p.flags = forced ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+    ucs_status_ptr_t r = ucp_ep_close_nbx(ue->ep, &p);
+    int zombie = !forced;
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: ucp_ep_close_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
-        return;
-    }
-    if (!ep->peer_mode) {
+        zombie = 1;
+    } else if (r && !forced) {
         ucp_request_free(r);
-        return;
-    }
-    uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
-    while (ucp_request_check_status(r) == UCS_INPROGRESS) {
-        if (cx_ucx_now_ns() > deadline) {
-            cx_error("ucx: forced endpoint close still pending after %d ms", CX_UCX_CLOSE_MS);
-            break;
+    } else if (r) {
+        uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
+        while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+            if (cx_ucx_now_ns() > deadline) {
+                cx_error("ucx: forced endpoint close still pending after %d ms", CX_UCX_CLOSE_MS);
+                zombie = 1;
+                break;
+            }
+            ucp_worker_progress(ue->wk->w);
         }
-        ucp_worker_progress(b->w);
+        ucp_request_free(r);
     }
-    ucp_request_free(r);
+    if (zombie) cx_ucx_zombie(b, ue->wk, !force);
+    if (ue->wk != b->cur) cx_ucx_signal(b);   /* its retired worker may go now (ucx_rot.c) */
+    if (!ue->inflight) free(ue);
 }
 
 void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep)
@@ -132,12 +195,17 @@ void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep)
     if (!b || !ep) return;
     /* messages that arrive meanwhile wait in the inbox: the core is inside this call */
     b->closing_ep++;
-    cx_ucx_force_close(b, ep);
+    cx_ucx_ue_close(b, ep->ue, 1);
+    ep->ue = NULL;
+    while (ep->old) {
+        cx_ucx_ue_t *ue = ep->old;
+        ep->old = ue->next;
+        cx_ucx_ue_close(b, ue, 1);
+    }
     b->closing_ep--;
-    cx_ucx_rkeys_drop(ep);
+    free(ep->paddr);
 
-    while (ep->ops.next != &ep->ops) cx_ucx_op_finish(b, ep->ops.next, CX_EPEER);
-    /* hand back this endpoint's finished ops now (the contract); other endpoints' ops wait for
+    while (ep->ops.next != &ep->ops) cx_ucx_op_finish(b, ep->ops.next, CX_EPEER);    /* hand back this endpoint's finished ops now (the contract); other endpoints' ops wait for
      * the next progress call */
     cx_ucx_op_t mine;
     mine.next = mine.prev = &mine;

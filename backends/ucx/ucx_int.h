@@ -30,6 +30,10 @@
 typedef struct cx_ucx cx_ucx_t;
 typedef struct cx_ucx_op cx_ucx_op_t;
 typedef struct cx_ucx_in cx_ucx_in_t;
+typedef struct cx_ucx_wk cx_ucx_wk_t;
+typedef struct cx_ucx_ue cx_ucx_ue_t;
+typedef struct cx_ucx_upd cx_ucx_upd_t;
+typedef struct cx_ucx_ctl cx_ucx_ctl_t;
 
 typedef struct cx_ucx_rk {   /* a peer region's unpacked rkey, per endpoint */
     uint64_t region_id;
@@ -37,7 +41,63 @@ typedef struct cx_ucx_rk {   /* a peer region's unpacked rkey, per endpoint */
     struct cx_ucx_rk *next;
 } cx_ucx_rk_t;
 
-enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM };
+enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
+
+#define CX_UCX_ROTATE_ZOMBIES 16         /* default CONNEX_UCX_ROTATE_ZOMBIES (0: never rotate) */
+#define CX_UCX_ROTATE_GRACE_MS 5000      /* default CONNEX_UCX_ROTATE_GRACE_MS */
+#define CX_UCX_MAX_OLD_WORKERS 4         /* retired workers alive at once, at most */
+#define CX_UCX_UPD_KEEP_MS 10000         /* how long an address update waits for its endpoint */
+
+/* One UCP worker. The current one takes new endpoints and is the address in HELLO; retired ones
+ * (rotation, ucx_rot.c) are still progressed until their endpoints are closed and the grace
+ * period passed, then destroyed, which frees the endpoints UCX could not (zombies). */
+struct cx_ucx_wk {
+    cx_ucx_t *b;
+    ucp_worker_h w;
+    int efd;
+    uint32_t gen;                /* 0 for the worker of open, +1 per rotation */
+    uint8_t addr[4096];          /* "CUX1" blob: what HELLO advertises */
+    size_t addr_len;
+    int open_ues;                /* our endpoints on it, not closed yet */
+    int zombies;                 /* endpoints closed that UCX keeps until the worker goes */
+    int retired;                 /* of them: ucp_eps of live peers retired by a rotation */
+    uint64_t retired_ns;         /* 0 while current */
+    cx_ucx_wk_t *next;           /* b->old list */
+};
+
+/* One ucp_ep of a backend endpoint. A bep has its current one (new xfers) and, after a rotation
+ * on either side, retiring ones: closed once the xfers posted on them are done. Freed when
+ * closed and no op names it any more. */
+struct cx_ucx_ue {
+    cx_ucx_wk_t *wk;
+    struct cx_bep *bep;          /* NULL once closed */
+    ucp_ep_h ep;
+    int peer_mode;               /* UCP_ERR_HANDLING_MODE_PEER (else NONE: see ucx_ep.c) */
+    int inflight;                /* ops posted on it and not freed */
+    int msgs;                    /* message / put_signal ops on it not finished (order) */
+    int closed;
+    uint64_t retired_ns;         /* when it stopped being the current one */
+    cx_ucx_rk_t *rk[CX_UCX_RK_BUCKETS];   /* rkeys are unpacked per ucp_ep */
+    cx_ucx_ue_t *next;           /* the bep's retiring list */
+};
+
+/* An address update from a peer (AM id 13), waiting for its endpoint. */
+struct cx_ucx_upd {
+    uint64_t inc;
+    uint32_t gen;
+    uint8_t *addr;               /* raw ucp address */
+    size_t len;
+    uint64_t deadline_ns;
+    cx_ucx_upd_t *next;
+};
+
+/* A small control send (ack, address update) whose buffer UCX holds until it completes; freed
+ * by its callback or with its worker (a request to a dead peer never completes). */
+struct cx_ucx_ctl {
+    cx_ucx_wk_t *wk;
+    cx_ucx_ctl_t *next, *prev;
+    uint8_t *buf;                /* right behind the struct (b->ctl, the sentinel, has none) */
+};
 
 /* The backend's state of one xfer. It outlives the xfer when its endpoint is closed while UCX
  * still holds a request pointing at it (a "zombie", freed by that request's callback). */
@@ -45,6 +105,8 @@ struct cx_ucx_op {
     cx_ucx_t *b;
     cx_xfer_t *x;            /* NULL once handed back to the core */
     struct cx_bep *ep;       /* NULL once its endpoint is gone */
+    cx_ucx_ue_t *ue;         /* the ucp_ep it was posted on (NULL while held) */
+    int counted_msg;         /* counted in ue->msgs */
     int stage;               /* CX_UCX_OPS_* */
     int pending;             /* UCX requests whose callback will still name this op */
     int finished;            /* status decided, on the done list or delivered */
@@ -60,12 +122,16 @@ struct cx_ucx_op {
 
 struct cx_bep {
     cx_ucx_t *b;
-    ucp_ep_h ep;
+    cx_ucx_ue_t *ue;             /* current ucp_ep: new xfers go there */
+    cx_ucx_ue_t *old;            /* retiring ones (rotation) */
+    uint8_t *paddr;              /* the peer's current worker address (raw), for re-creating */
+    size_t paddr_len;
+    uint32_t peer_gen;           /* generation of the last address update applied */
+    int held;                    /* messages held back until the retiring ones' are done */
     void *peer;
     cx_ucx_op_t ops;             /* sentinel: ops started and not finished */
-    cx_ucx_rk_t *rk[CX_UCX_RK_BUCKETS];
     int failed, err_queued;
-    int peer_mode;               /* UCP_ERR_HANDLING_MODE_PEER (else NONE: see ucx_ep.c) */
+    int peer_mode;               /* of the current ue */
     char reason[128];
     struct cx_bep *next, *prev;  /* every endpoint */
     struct cx_bep *err_next;
@@ -79,6 +145,7 @@ struct cx_ucx_in {
     uint8_t *data;
     size_t len;
     int ready, failed, pending;
+    cx_ucx_wk_t *wk;         /* the worker receiving its rendezvous data */
     uint64_t deadline_ns;
     cx_ucx_in_t *next;
 };
@@ -87,11 +154,19 @@ struct cx_ucx {
     cx_core_t *core;
     uint64_t inc;
     ucp_context_h ctx;
-    ucp_worker_h w;
-    int efd, epfd, sigfd, tfd;
+    cx_ucx_wk_t *cur;            /* the current worker */
+    cx_ucx_wk_t *old;            /* retired workers still alive */
+    int n_old;
+    int rotate_zombies;          /* CONNEX_UCX_ROTATE_ZOMBIES */
+    uint64_t grace_ns;           /* CONNEX_UCX_ROTATE_GRACE_MS */
+    uint64_t last_rotate_ns;
+    uint64_t rotations, zombies_freed;
+    int retiring;                /* beps with retiring ues or held ops: look at them in progress */
+    cx_ucx_upd_t *upd;           /* address updates waiting for their endpoint */
+    cx_ucx_ctl_t ctl;            /* sentinel: control sends in flight */
+    int epfd, sigfd, tfd;
     int timer_armed, sig_pending;
-    uint8_t addr[4096];
-    size_t addr_len;
+    uint64_t timer_ns;           /* when the armed timer fires */
     struct cx_bep eps;           /* sentinel */
     struct cx_bep *errq;         /* endpoints with a failure to report */
     cx_ucx_op_t done;            /* sentinel: finished ops to hand back */
@@ -112,6 +187,8 @@ int cx_ucx_config(ucp_config_t *cfg);
 int cx_ucx_rdma_usable(void);
 
 /* ucx_backend.c */
+cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen);
+void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk);
 void cx_ucx_signal(cx_ucx_t *b);                 /* make the wait fd readable */
 void cx_ucx_drain(cx_ucx_t *b);
 uint64_t cx_ucx_now_ns(void);
@@ -137,24 +214,45 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
 void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh);
 /* ucx_gdr.c: GPU registration abilities (the core decides GPUDirect from them) */
 void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps);
-int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out);
+int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out);
 void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id);
-void cx_ucx_rkeys_drop(cx_bep_t *ep);
+void cx_ucx_rkeys_drop(cx_ucx_ue_t *ue);
 
 /* ucx_ep.c */
 int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_len,
                    cx_bep_t **out);
 void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep);
 cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer);
+cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t len, int *rc);
+void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force);
+void cx_ucx_ue_unref(cx_ucx_ue_t *ue);          /* an op stopped naming it */
+
+/* ucx_xfer.c */
+void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep);
+
+/* ucx_rot.c: worker rotation */
+void cx_ucx_rot_init(cx_ucx_t *b);
+void cx_ucx_rot_tick(cx_ucx_t *b);               /* from progress, after the drain */
+void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired);
+int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep);   /* new ue on the current worker */
+int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue);
+void cx_ucx_upd_take(cx_ucx_t *b, void *peer, cx_bep_t *ep);   /* at connect */
+void cx_ucx_upd_drain(cx_ucx_t *b);
+void cx_ucx_upd_free(cx_ucx_t *b);
+cx_ucx_ctl_t *cx_ucx_ctl_new(cx_ucx_t *b, cx_ucx_wk_t *wk, size_t len);
+void cx_ucx_ctl_free(cx_ucx_ctl_t *c);
+void cx_ucx_ctl_send_cb(void *req, ucs_status_t st, void *user);
 
 /* ucx_log.c: UCX's log lines into connex's log (once per process) */
 void cx_ucx_log_route(void);
 
 /* ucx_am.c */
-int cx_ucx_am_init(cx_ucx_t *b);
+int cx_ucx_am_init(cx_ucx_wk_t *wk);
+ucs_status_t cx_ucx_am_upd(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
+                           const ucp_am_recv_param_t *prm);   /* ucx_rot.c */
 void cx_ucx_inbox_drain(cx_ucx_t *b);
 void cx_ucx_arm_timer(cx_ucx_t *b, long ms);   /* one-shot wakeup of the wait fd */
 void cx_ucx_inbox_free(cx_ucx_t *b);
-int cx_ucx_send_ack(cx_ucx_t *b, ucp_ep_h ep, uint64_t req_id, int status);
+int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int status);
 
 #endif

@@ -1,4 +1,5 @@
-/* Registration (ucp_mem_map + packed rkey) and the per-endpoint cache of unpacked peer rkeys. */
+/* Registration (ucp_mem_map + packed rkey) and the per-ucp_ep cache of unpacked peer rkeys
+ * (a rotation gives an endpoint a new ucp_ep, which unpacks again, lazily). */
 #include "ucx_int.h"
 
 #include <stdlib.h>
@@ -60,9 +61,9 @@ void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh)
     if (st != UCS_OK) cx_warn("ucx: ucp_mem_unmap failed: %s", ucs_status_string(st));
 }
 
-int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out)
+int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out)
 {
-    cx_ucx_rk_t **h = &ep->rk[x->remote_region % CX_UCX_RK_BUCKETS];
+    cx_ucx_rk_t **h = &ue->rk[x->remote_region % CX_UCX_RK_BUCKETS];
     for (cx_ucx_rk_t *r = *h; r; r = r->next) {
         if (r->region_id == x->remote_region) {
             *out = r->rk;
@@ -79,7 +80,7 @@ int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out)
     }
     cx_ucx_rk_t *r = malloc(sizeof *r);
     if (!r) return CX_ENOMEM;
-    ucs_status_t st = ucp_ep_rkey_unpack(ep->ep, blob, &r->rk);
+    ucs_status_t st = ucp_ep_rkey_unpack(ue->ep, blob, &r->rk);
     if (st != UCS_OK) {
         cx_error("ucx: ucp_ep_rkey_unpack (region %llu) failed: %s",
                  (unsigned long long)x->remote_region, ucs_status_string(st));
@@ -93,11 +94,9 @@ int cx_ucx_rkey_get(cx_bep_t *ep, const cx_xfer_t *x, ucp_rkey_h *out)
     return CX_OK;
 }
 
-void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id)
+static void cx_ucx_forget_ue(cx_ucx_ue_t *ue, uint64_t region_id)
 {
-    (void)bb;
-    if (!ep) return;
-    for (cx_ucx_rk_t **p = &ep->rk[region_id % CX_UCX_RK_BUCKETS]; *p; p = &(*p)->next) {
+    for (cx_ucx_rk_t **p = &ue->rk[region_id % CX_UCX_RK_BUCKETS]; *p; p = &(*p)->next) {
         if ((*p)->region_id == region_id) {
             cx_ucx_rk_t *r = *p;
             *p = r->next;
@@ -108,12 +107,21 @@ void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id)
     }
 }
 
-void cx_ucx_rkeys_drop(cx_bep_t *ep)
+/* every ucp_ep of the endpoint unpacked its own (the current one and retiring ones) */
+void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id)
+{
+    (void)bb;
+    if (!ep) return;
+    if (ep->ue) cx_ucx_forget_ue(ep->ue, region_id);
+    for (cx_ucx_ue_t *ue = ep->old; ue; ue = ue->next) cx_ucx_forget_ue(ue, region_id);
+}
+
+void cx_ucx_rkeys_drop(cx_ucx_ue_t *ue)
 {
     for (int i = 0; i < CX_UCX_RK_BUCKETS; i++) {
-        while (ep->rk[i]) {
-            cx_ucx_rk_t *r = ep->rk[i];
-            ep->rk[i] = r->next;
+        while (ue->rk[i]) {
+            cx_ucx_rk_t *r = ue->rk[i];
+            ue->rk[i] = r->next;
             ucp_rkey_destroy(r->rk);
             free(r);
         }

@@ -51,6 +51,8 @@ cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x)
 
 static void cx_ucx_op_free(cx_ucx_t *b, cx_ucx_op_t *op)
 {
+    if (op->ue) cx_ucx_ue_unref(op->ue);
+    op->ue = NULL;
     free(op->msg_copy);
     free(op->bounce);
     op->msg_copy = op->bounce = NULL;
@@ -70,6 +72,7 @@ void cx_ucx_ops_free_cache(cx_ucx_t *b)
     while (b->zombies.next && b->zombies.next != &b->zombies) {
         cx_ucx_op_t *op = b->zombies.next;
         cx_ucx_list_del(op);
+        if (op->ue) cx_ucx_ue_unref(op->ue);
         free(op->msg_copy);
         free(op->bounce);
         free(op);
@@ -119,6 +122,11 @@ void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status)
     if (op->finished) return;
     op->finished = 1;
     op->status = status;
+    if (op->counted_msg) {   /* messages held behind it may go (rotation: ucx_xfer.c) */
+        op->counted_msg = 0;
+        op->ue->msgs--;
+    }
+    if (op->stage == CX_UCX_OPS_HELD && op->ep) op->ep->held--;
     if (op->bounce && op->x && status == CX_OK) memcpy(op->x->local, op->bounce, op->x->len);
     if (op->in_acks) cx_ucx_ack_del(b, op);
     cx_ucx_list_del(op);

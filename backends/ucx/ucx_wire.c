@@ -65,3 +65,27 @@ int cx_ucx_blob_get(const void *buf, size_t len, uint32_t magic, const uint8_t *
     }
     return CX_OK;
 }
+
+void cx_ucx_upd_put(cx_wr_t *w, const cx_ucx_upd_hdr_t *h)
+{
+    cx_wr_u32(w, CX_UCX_UPD_MAGIC);
+    cx_wr_u64(w, h->inc);
+    cx_wr_u32(w, h->gen);
+    cx_wr_blob16(w, h->addr, h->addr_len);
+}
+
+int cx_ucx_upd_get(const void *buf, size_t len, cx_ucx_upd_hdr_t *h)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t magic = cx_rd_u32(&rd);
+    h->inc = cx_rd_u64(&rd);
+    h->gen = cx_rd_u32(&rd);
+    h->addr = cx_rd_blob16(&rd, &h->addr_len);
+    if (!cx_rd_done(&rd) || magic != CX_UCX_UPD_MAGIC || !h->addr || h->addr_len == 0) {
+        h->addr = NULL;
+        h->addr_len = 0;
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}

@@ -18,8 +18,10 @@
 #define CX_UCX_ADDR_MAGIC 0x31585543u /* "CUX1": a worker address blob */
 #define CX_UCX_KEY_MAGIC 0x314b5543u  /* "CUK1": a packed rkey blob */
 #define CX_UCX_AM_MAGIC 0x31415543u   /* "CUA1": an active-message header */
+#define CX_UCX_UPD_MAGIC 0x31555543u  /* "CUU1": an address update */
 
-enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12 };   /* UCP active-message ids */
+/* UCP active-message ids */
+enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12, CX_UCX_AM_UPD = 13 };
 #define CX_UCX_MSG_HDR_LEN 21 /* magic u32, kind u8, sender incarnation u64, request id u64 */
 #define CX_UCX_ACK_HDR_LEN 16 /* magic u32, request id u64, status i32 */
 
@@ -35,6 +37,20 @@ typedef struct cx_ucx_ack_hdr {
     uint64_t req_id;
     int32_t status;   /* decoded: a CX_* in [CX_EAGAIN, CX_OK]; anything else reads as CX_ERR */
 } cx_ucx_ack_hdr_t;
+
+/* An address update (AM id 13, the AM's data; no AM header): the sender's worker changed
+ * (rotation, ucx_rot.c) or it connected to us and says which worker it is on now.
+ * magic u32, sender incarnation u64, worker generation u32, blob16 raw ucp worker address
+ * (non-empty). The address points into the input. */
+typedef struct cx_ucx_upd_hdr {
+    uint64_t inc;
+    uint32_t gen;
+    const uint8_t *addr;
+    size_t addr_len;
+} cx_ucx_upd_hdr_t;
+
+void cx_ucx_upd_put(cx_wr_t *w, const cx_ucx_upd_hdr_t *h);
+int cx_ucx_upd_get(const void *buf, size_t len, cx_ucx_upd_hdr_t *h);
 
 void cx_ucx_msg_hdr_put(cx_wr_t *w, const cx_ucx_msg_hdr_t *h);
 int cx_ucx_msg_hdr_get(const void *buf, size_t len, cx_ucx_msg_hdr_t *h);

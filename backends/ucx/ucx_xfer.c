@@ -5,6 +5,11 @@
  *   put_signal  put, flush, then an active message with the signal; done when the target acked
  *               it (it delivers the message only after the flush, so after the data)
  *   msg         active message; done when the target acked it (delivered or refused: EAGAIN)
+ *
+ * Every xfer goes on the endpoint's current ucp_ep. After a rotation (ucx_rot.c) the endpoint
+ * may still have messages in flight on a retiring ucp_ep, which reaches another worker of the
+ * peer: a new message or put_signal waits here ("held") until those are acked, so that
+ * messages from one sender still arrive in order.
  */
 #include "ucx_int.h"
 
@@ -15,10 +20,10 @@
  * guard keeps a chain of inline completions that each submit more from recursing deeply. */
 #define CX_UCX_INLINE_DEPTH 8
 
-static void cx_ucx_complete_now(cx_ucx_t *b, cx_ucx_op_t *op, int status)
+static void cx_ucx_complete_now(cx_ucx_t *b, cx_ucx_op_t *op, int status, int sync)
 {
     cx_ucx_op_finish(b, op, status);
-    if (b->depth < CX_UCX_INLINE_DEPTH) {
+    if (sync && b->depth < CX_UCX_INLINE_DEPTH) {
         b->depth++;
         cx_ucx_op_deliver(b, op);
         b->depth--;
@@ -100,12 +105,14 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
                                                  .req_id = op->req_id });
     op->stage = CX_UCX_OPS_AM;
     cx_ucx_ack_add(b, op);
+    cx_debug("ucx: message %llu (kind %d) on worker generation %u", (unsigned long long)op->req_id,
+             x->kind, op->ue->wk->gen);
 
     ucp_request_param_t p;
     cx_ucx_param(&p, op, cx_ucx_am_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(op->ep->ep, CX_UCX_AM_MSG, op->hdr, w.len,
+    ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_MSG, op->hdr, w.len,
                                          op->msg_copy ? op->msg_copy : x->msg, x->msg_len, &p);
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: sending a message failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
@@ -118,17 +125,124 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
 }
 
 /* put (its request released at once: the flush behind it completes after it), then flush. */
-static ucs_status_ptr_t cx_ucx_put_flush(cx_bep_t *ep, cx_ucx_op_t *op, cx_xfer_t *x,
+static ucs_status_ptr_t cx_ucx_put_flush(cx_ucx_ue_t *ue, cx_ucx_op_t *op, cx_xfer_t *x,
                                          ucp_rkey_h rk)
 {
     ucp_request_param_t p;
     cx_ucx_param(&p, NULL, NULL, x);
-    ucs_status_ptr_t r = ucp_put_nbx(ep->ep, x->local, x->len, x->remote, rk, &p);
+    ucs_status_ptr_t r = ucp_put_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
     if (UCS_PTR_IS_ERR(r)) return r;
     if (r) ucp_request_free(r);
     op->stage = CX_UCX_OPS_FLUSH;
     cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
-    return ucp_ep_flush_nbx(ep->ep, &p);
+    return ucp_ep_flush_nbx(ue->ep, &p);
+}
+
+/* The op could not start. sync (from submit): the xfer was not started, the op goes away and
+ * submit returns the status. Otherwise (a held message started later) the op finishes with it. */
+static int cx_ucx_not_started(cx_ucx_t *b, cx_ucx_op_t *op, int st, int sync)
+{
+    if (!sync) {
+        cx_ucx_op_finish(b, op, st);
+        cx_ucx_signal(b);
+        return st;
+    }
+    op->x = NULL;
+    op->finished = 1;
+    if (op->counted_msg) {
+        op->counted_msg = 0;
+        op->ue->msgs--;
+    }
+    cx_ucx_list_del(op);
+    cx_ucx_op_release(b, op);
+    return st;
+}
+
+static int cx_ucx_old_msgs(const cx_bep_t *ep)
+{
+    for (const cx_ucx_ue_t *ue = ep->old; ue; ue = ue->next)
+        if (ue->msgs) return 1;
+    return 0;
+}
+
+/* Post an op on its endpoint's current ucp_ep. */
+static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
+{
+    cx_bep_t *ep = op->ep;
+    cx_xfer_t *x = op->x;
+    cx_ucx_ue_t *ue = ep->ue;
+    ucp_rkey_h rk = NULL;
+    if (x->kind != CX_XFER_MSG) {
+        int rc = cx_ucx_rkey_get(ue, x, &rk);
+        if (rc != CX_OK) return cx_ucx_not_started(b, op, rc, sync);
+    }
+    op->ue = ue;
+    ue->inflight++;
+    int is_msg = x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL;
+    if (is_msg) {
+        op->counted_msg = 1;
+        ue->msgs++;
+    }
+    if (!ue->peer_mode && x->msg_len && is_msg) {
+        if (!(op->msg_copy = malloc(x->msg_len))) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
+        memcpy(op->msg_copy, x->msg, x->msg_len);
+    }
+    ucs_status_ptr_t r = NULL;
+    ucp_request_param_t p;
+    switch (x->kind) {
+    case CX_XFER_READ:
+        op->stage = CX_UCX_OPS_RMA;
+        if (x->len && x->local_mem == CX_MEM_HOST) {
+            /* A timed-out read must never write the caller's buffer afterwards. Without peer
+             * error handling the endpoint cannot be force-closed, and even a forced close over
+             * tcp was seen to let a late get land (conformance_failure_ucx_tcp, about 1 run in
+             * 3): let it land in memory of ours, copied out only on success. The cost is one
+             * memcpy per read; skipping it where closing the endpoint provably stops the DMA
+             * (rc/dc) is future work. */
+            if (!(op->bounce = malloc(x->len))) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
+            cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
+            r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
+            break;
+        }
+        cx_ucx_param(&p, op, cx_ucx_rma_cb, x);
+        r = ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
+        break;
+    case CX_XFER_WRITE:
+    case CX_XFER_PUT_SIGNAL:
+        r = cx_ucx_put_flush(ue, op, x, rk);
+        break;
+    case CX_XFER_MSG:
+        cx_ucx_send_am(b, op);
+        if (op->finished) {      /* refused at once: not started */
+            if (!sync) {
+                cx_ucx_signal(b);
+                return op->status;
+            }
+            int st = op->status;
+            op->x = NULL;
+            cx_ucx_list_del(op);
+            cx_ucx_op_release(b, op);
+            return st;
+        }
+        return CX_OK;
+    }
+    if (UCS_PTR_IS_ERR(r)) {
+        ucs_status_t st = UCS_PTR_STATUS(r);
+        cx_warn("ucx: starting an xfer (kind %d, %zu bytes) failed: %s", x->kind, x->len,
+                ucs_status_string(st));
+        return cx_ucx_not_started(b, op, cx_ucx_status(st), sync);
+    }
+    if (r) {
+        op->pending++;
+        return CX_OK;
+    }
+    if (x->kind == CX_XFER_PUT_SIGNAL) {
+        cx_ucx_send_am(b, op);   /* the flush completed at once */
+        if (op->finished) cx_ucx_complete_now(b, op, op->status, sync);
+        return CX_OK;
+    }
+    cx_ucx_complete_now(b, op, CX_OK, sync);
+    return CX_OK;
 }
 
 int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
@@ -136,7 +250,6 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !ep || !x) return CX_EINVAL;
     if (ep->failed) return CX_EPEER;
-    ucp_rkey_h rk = NULL;
     switch (x->kind) {
     case CX_XFER_READ:
     case CX_XFER_WRITE:
@@ -145,7 +258,8 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
             cx_error("ucx: xfer with a NULL local buffer");
             return CX_EINVAL;
         }
-        int rc = cx_ucx_rkey_get(ep, x, &rk);
+        ucp_rkey_h rk;   /* checked now, so that a bad key fails the submit itself */
+        int rc = cx_ucx_rkey_get(ep->ue, x, &rk);
         if (rc != CX_OK) return rc;
         break;
     }
@@ -163,77 +277,33 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
 
     cx_ucx_op_t *op = cx_ucx_op_new(b, ep, x);
     if (!op) return CX_ENOMEM;
-    if (!ep->peer_mode && x->msg_len &&
-        (x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL)) {
-        if (!(op->msg_copy = malloc(x->msg_len))) {
-            op->x = NULL;
-            op->finished = 1;
-            cx_ucx_list_del(op);
-            cx_ucx_op_release(b, op);
-            return CX_ENOMEM;
-        }
-        memcpy(op->msg_copy, x->msg, x->msg_len);
+    if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) &&
+        (ep->held || cx_ucx_old_msgs(ep))) {
+        op->stage = CX_UCX_OPS_HELD;   /* cx_ucx_start_held posts it */
+        ep->held++;
+        b->retiring = 1;
+        cx_ucx_signal(b);   /* look again at the next progress, whatever wakes it */
+        cx_debug("ucx: message held (%d held) behind a retiring endpoint's", ep->held);
+        return CX_OK;
     }
-    ucs_status_ptr_t r = NULL;
-    ucp_request_param_t p;
-    switch (x->kind) {
-    case CX_XFER_READ:
-        op->stage = CX_UCX_OPS_RMA;
-        if (x->len && x->local_mem == CX_MEM_HOST) {
-            /* A timed-out read must never write the caller's buffer afterwards. Without peer
-             * error handling the endpoint cannot be force-closed, and even a forced close over
-             * tcp was seen to let a late get land (conformance_failure_ucx_tcp, about 1 run in
-             * 3): let it land in memory of ours, copied out only on success. The cost is one
-             * memcpy per read; skipping it where closing the endpoint provably stops the DMA
-             * (rc/dc) is future work. */
-            if (!(op->bounce = malloc(x->len))) {
-                op->x = NULL;
-                op->finished = 1;
-                cx_ucx_list_del(op);
-                cx_ucx_op_release(b, op);
-                return CX_ENOMEM;
-            }
-            cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
-            r = ucp_get_nbx(ep->ep, op->bounce, x->len, x->remote, rk, &p);
+    return cx_ucx_start(b, op, 1);
+}
+
+/* Post the held messages, in order, once no retiring ucp_ep of the endpoint has one in flight.
+ * Completions are only recorded here (the caller's drain delivers them): the core could
+ * disconnect this endpoint from inside a completion. */
+void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep)
+{
+    while (ep->held && !ep->failed && !cx_ucx_old_msgs(ep)) {
+        cx_ucx_op_t *op = ep->ops.next;
+        while (op != &ep->ops && op->stage != CX_UCX_OPS_HELD) op = op->next;
+        if (op == &ep->ops) {   /* cannot happen: the count says one is there */
+            ep->held = 0;
             break;
         }
-        cx_ucx_param(&p, op, cx_ucx_rma_cb, x);
-        r = ucp_get_nbx(ep->ep, x->local, x->len, x->remote, rk, &p);
-        break;
-    case CX_XFER_WRITE:
-    case CX_XFER_PUT_SIGNAL:
-        r = cx_ucx_put_flush(ep, op, x, rk);
-        break;
-    case CX_XFER_MSG:
-        cx_ucx_send_am(b, op);
-        if (op->finished) {      /* refused at once: not started */
-            int st = op->status;
-            op->x = NULL;
-            cx_ucx_list_del(op);
-            cx_ucx_op_release(b, op);
-            return st;
-        }
-        return CX_OK;
+        ep->held--;
+        op->stage = CX_UCX_OPS_RMA;
+        cx_debug("ucx: held message started (%d still held)", ep->held);
+        (void)cx_ucx_start(b, op, 0);
     }
-    if (UCS_PTR_IS_ERR(r)) {
-        ucs_status_t st = UCS_PTR_STATUS(r);
-        cx_warn("ucx: starting an xfer (kind %d, %zu bytes) failed: %s", x->kind, x->len,
-                ucs_status_string(st));
-        op->finished = 1;
-        op->x = NULL;
-        cx_ucx_list_del(op);
-        cx_ucx_op_release(b, op);
-        return cx_ucx_status(st);
-    }
-    if (r) {
-        op->pending++;
-        return CX_OK;
-    }
-    if (x->kind == CX_XFER_PUT_SIGNAL) {
-        cx_ucx_send_am(b, op);   /* the flush completed at once */
-        if (op->finished) cx_ucx_complete_now(b, op, op->status);
-        return CX_OK;
-    }
-    cx_ucx_complete_now(b, op, CX_OK);
-    return CX_OK;
 }

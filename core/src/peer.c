@@ -171,6 +171,9 @@ static void send_hello(cx_engine_t *e, cx_conn_t *c, uint8_t type, const cx_lid_
     uint16_t lens[CX_MAX_BACKENDS];
     size_t cap = 512 + CX_URL_MAX;
     for (int i = 0; i < e->nb; i++) {
+        /* asked again at every HELLO: a backend's address may change (UCX worker rotation) */
+        size_t al = sizeof e->be[i].addr;
+        if (e->be[i].ops->address(e->be[i].b, e->be[i].addr, &al) == CX_OK) e->be[i].addr_len = al;
         addrs[i] = e->be[i].addr;
         lens[i] = (uint16_t)e->be[i].addr_len;
         cap += 32 + e->be[i].addr_len;

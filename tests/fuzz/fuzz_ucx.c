@@ -1,7 +1,8 @@
 /* libFuzzer target: the UCX backend's own framing (backends/ucx/ucx_wire.c), i.e. everything of
  * a peer's bytes the backend parses before UCX does: the active-message header of a message or
  * put_signal's signal (cx_ucx_am_msg), the ack header (cx_ucx_am_ack), and the "CUX1" worker
- * address / "CUK1" packed-rkey blobs advertised in HELLO (cx_ucx_connect, cx_ucx_rkey_get).
+ * address / "CUK1" packed-rkey blobs advertised in HELLO (cx_ucx_connect, cx_ucx_rkey_get), and
+ * the "CUU1" address update of worker rotation (ucx_rot.c).
  * Every input goes to every decoder. Whatever decodes must satisfy what the backend relies on and
  * encode back to the same bytes; the encoders are also driven with the input as a blob. */
 #include "ucx_wire.h"
@@ -70,6 +71,25 @@ static void blob(const uint8_t *data, size_t size, uint32_t magic)
     free(b);
 }
 
+/* An address update (rotation): what decodes points inside the input and encodes back to it. */
+static void upd(const uint8_t *data, size_t size)
+{
+    cx_ucx_upd_hdr_t h;
+    if (cx_ucx_upd_get(data, size, &h) != CX_OK) {
+        if (h.addr || h.addr_len) abort();
+        return;
+    }
+    inside(h.addr, h.addr_len, data, size);
+    if (!h.addr_len || size != 18 + h.addr_len) abort();
+    uint8_t *b = malloc(size);
+    if (!b) return;
+    cx_wr_t w;
+    cx_wr_init(&w, b, size);
+    cx_ucx_upd_put(&w, &h);
+    if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
+    free(b);
+}
+
 /* The encoder on arbitrary content (a worker address or packed rkey is opaque to the backend). */
 static void blob_roundtrip(const uint8_t *data, size_t size)
 {
@@ -97,5 +117,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     blob(data, size, CX_UCX_ADDR_MAGIC);
     blob(data, size, CX_UCX_KEY_MAGIC);
     blob_roundtrip(data, size);
+    upd(data, size);
     return 0;
 }

@@ -1,0 +1,370 @@
+/* Worker rotation: how the backend frees endpoints UCX keeps until the worker is destroyed.
+ *
+ * UCX 1.13 destroys an endpoint that has a remote connection only with its worker
+ * (ucp_ep_disconnected), and cannot force-close one without peer error handling (shm-only
+ * UCX_TLS): every dead peer incarnation would leave its endpoints (and their /dev/shm mappings)
+ * behind for the engine's life. So the backend counts such "zombie" endpoints per worker, and
+ * when the current worker holds CONNEX_UCX_ROTATE_ZOMBIES of them it rotates:
+ *
+ *   1. a new worker (same context and parameters, its event fd in our epoll set) becomes current:
+ *      connect() creates endpoints there and address() returns its address (the core asks for
+ *      it at every HELLO);
+ *   2. every live endpoint gets a new ucp_ep from the new worker to the peer (new xfers use it)
+ *      and sends the peer an address update (AM 13, ucx_wire.h) over the old one; the old
+ *      ucp_ep is flush-closed once the xfers posted on it are done (messages posted after the
+ *      rotation wait for those of the old one: order);
+ *   3. the peer, on the update, does the same towards our new worker: a new ucp_ep to the new
+ *      address, its old one closed once drained;
+ *   4. the old worker is still progressed (peers may still reach it for a moment) until every
+ *      ucp_ep of ours on it is closed and the grace period (CONNEX_UCX_ROTATE_GRACE_MS) passed;
+ *      then ucp_worker_destroy frees its zombies. At most CX_UCX_MAX_OLD_WORKERS retired
+ *      workers at once, and no more than one rotation per grace period.
+ *
+ * A peer may connect with an address older than our last rotation (a HELLO sent just before
+ * it). The rule: once our worker has rotated, every connect sends an update with our current
+ * worker, whatever the HELLO said (before the first rotation our address never changed); a receiver whose endpoint already reaches that worker ignores it (same address), and an
+ * update that arrives before the receiver's own connect waits (up to CX_UCX_UPD_KEEP_MS) and is
+ * taken by that connect. Updates carry the worker's generation, so a late one cannot move an
+ * endpoint back to an older worker.
+ */
+#include "ucx_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CX_UCX_UPD_MAX 256   /* updates waiting for their endpoint, at most */
+
+static long cx_ucx_env_long(const char *name, long dflt, long max)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > max) {
+        cx_warn("ucx: %s=%s is not a number in [0, %ld]; using %ld", name, s, max, dflt);
+        return dflt;
+    }
+    return v;
+}
+
+void cx_ucx_rot_init(cx_ucx_t *b)
+{
+    b->rotate_zombies = (int)cx_ucx_env_long("CONNEX_UCX_ROTATE_ZOMBIES", CX_UCX_ROTATE_ZOMBIES,
+                                             1 << 20);
+    b->grace_ns = (uint64_t)cx_ucx_env_long("CONNEX_UCX_ROTATE_GRACE_MS", CX_UCX_ROTATE_GRACE_MS,
+                                            3600000) * 1000000ull;
+}
+
+/* Endpoints of dead peers count 1; ucp_eps retired because a live peer's worker rotated count
+ * 1/4: each rotation leaves one of those at every live same-host peer, and counting them fully
+ * would let N >= threshold + 1 such peers keep rotating each other (with the 1/4, 4 * threshold
+ * + 1 of them); they are freed with the next rotation either way. */
+static int cx_ucx_want_rotation(const cx_ucx_t *b)
+{
+    const cx_ucx_wk_t *wk = b->cur;
+    return b->rotate_zombies &&
+           4 * (wk->zombies - wk->retired) + wk->retired >= 4 * b->rotate_zombies;
+}
+
+void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired)
+{
+    wk->zombies++;
+    wk->retired += retired != 0;
+    if (wk == b->cur && cx_ucx_want_rotation(b)) cx_ucx_signal(b);
+}
+
+/* ---- control sends (acks, updates): their buffer lives until UCX is done with it ---- */
+
+cx_ucx_ctl_t *cx_ucx_ctl_new(cx_ucx_t *b, cx_ucx_wk_t *wk, size_t len)
+{
+    cx_ucx_ctl_t *c = malloc(sizeof *c + len);
+    if (!c) return NULL;
+    c->wk = wk;
+    c->buf = (uint8_t *)(c + 1);
+    c->prev = b->ctl.prev;
+    c->next = &b->ctl;
+    b->ctl.prev->next = c;
+    b->ctl.prev = c;
+    return c;
+}
+
+void cx_ucx_ctl_free(cx_ucx_ctl_t *c)
+{
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    free(c);
+}
+
+void cx_ucx_ctl_send_cb(void *req, ucs_status_t st, void *user)
+{
+    (void)st;
+    ucp_request_free(req);
+    cx_ucx_ctl_free(user);
+}
+
+/* ---- address updates ---- */
+
+int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue)
+{
+    const uint8_t *wa;
+    size_t n;
+    if (cx_ucx_blob_get(b->cur->addr, b->cur->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n)) return CX_ERR;
+    size_t cap = 18 + n;
+    cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, ue->wk, cap);
+    if (!c) return CX_ENOMEM;
+    cx_wr_t w;
+    cx_wr_init(&w, c->buf, cap);
+    cx_ucx_upd_put(&w, &(cx_ucx_upd_hdr_t){ .inc = b->inc, .gen = b->cur->gen, .addr = wa,
+                                             .addr_len = n });
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    p.cb.send = cx_ucx_ctl_send_cb;
+    p.user_data = c;
+    ucs_status_ptr_t r = ucp_am_send_nbx(ue->ep, CX_UCX_AM_UPD, NULL, 0, c->buf, w.len, &p);
+    if (UCS_PTR_IS_ERR(r)) {
+        cx_warn("ucx: sending an address update failed: %s",
+                ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_ucx_ctl_free(c);
+        return CX_EPEER;
+    }
+    if (!r) cx_ucx_ctl_free(c);
+    return CX_OK;
+}
+
+static void cx_ucx_upd_del(cx_ucx_t *b, cx_ucx_upd_t **pp)
+{
+    cx_ucx_upd_t *u = *pp;
+    *pp = u->next;
+    free(u->addr);
+    free(u);
+    (void)b;
+}
+
+/* Inside ucp_worker_progress: only record it (cx_ucx_upd_drain applies it). */
+ucs_status_t cx_ucx_am_upd(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
+                           const ucp_am_recv_param_t *prm)
+{
+    (void)hdr;
+    (void)hlen;
+    cx_ucx_t *b = ((cx_ucx_wk_t *)arg)->b;
+    if (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        cx_error("ucx: dropped an address update sent by rendezvous (%zu bytes)", len);
+        return UCS_OK;
+    }
+    cx_ucx_upd_hdr_t h;
+    if (cx_ucx_upd_get(data, len, &h)) {
+        cx_error("ucx: dropped a malformed address update (%zu bytes)", len);
+        return UCS_OK;
+    }
+    int n = 0;
+    for (cx_ucx_upd_t **pp = &b->upd; *pp;) {
+        if ((*pp)->inc == h.inc && (*pp)->gen <= h.gen) {   /* superseded */
+            cx_ucx_upd_del(b, pp);
+            continue;
+        }
+        if ((*pp)->inc == h.inc) return UCS_OK;   /* a newer one is here already */
+        n++;
+        pp = &(*pp)->next;
+    }
+    if (n >= CX_UCX_UPD_MAX) {
+        cx_warn("ucx: %d address updates wait for their endpoint: dropped one", n);
+        return UCS_OK;
+    }
+    cx_ucx_upd_t *u = calloc(1, sizeof *u);
+    if (!u || !(u->addr = malloc(h.addr_len))) {
+        free(u);
+        cx_error("ucx: out of memory holding an address update");
+        return UCS_OK;
+    }
+    memcpy(u->addr, h.addr, h.addr_len);
+    u->len = h.addr_len;
+    u->inc = h.inc;
+    u->gen = h.gen;
+    u->deadline_ns = cx_ucx_now_ns() + (uint64_t)CX_UCX_UPD_KEEP_MS * 1000000ull;
+    u->next = b->upd;
+    b->upd = u;
+    cx_ucx_signal(b);
+    return UCS_OK;
+}
+
+/* The peer's worker is now u: follow it unless we are there already (or it is older). */
+static void cx_ucx_upd_apply(cx_ucx_t *b, cx_bep_t *ep, const cx_ucx_upd_t *u)
+{
+    if (u->gen < ep->peer_gen) return;
+    ep->peer_gen = u->gen;
+    if (u->len == ep->paddr_len && !memcmp(u->addr, ep->paddr, u->len)) return;
+    uint8_t *a = malloc(u->len);
+    if (!a) {
+        cx_error("ucx: out of memory following a peer's new worker");
+        return;
+    }
+    memcpy(a, u->addr, u->len);
+    free(ep->paddr);
+    ep->paddr = a;
+    ep->paddr_len = u->len;
+    cx_debug("ucx: a peer's worker moved (generation %u): new endpoint", u->gen);
+    (void)cx_ucx_retarget(b, ep);
+}
+
+void cx_ucx_upd_drain(cx_ucx_t *b)
+{
+    uint64_t now = 0;
+    for (cx_ucx_upd_t **pp = &b->upd; *pp;) {
+        cx_ucx_upd_t *u = *pp;
+        void *peer = cx_core_peer_by_incarnation(b->core, u->inc);
+        cx_bep_t *ep = peer ? cx_ucx_ep_of_peer(b, peer) : NULL;
+        if (ep) {
+            *pp = u->next;   /* unlinked first: the retarget may send (never re-enters here) */
+            cx_ucx_upd_apply(b, ep, u);
+            free(u->addr);
+            free(u);
+            continue;
+        }
+        if (!now) now = cx_ucx_now_ns();
+        if (now > u->deadline_ns) {   /* no endpoint came for it (the peer went away) */
+            cx_debug("ucx: dropped an address update of %016llx: no endpoint to it",
+                     (unsigned long long)u->inc);
+            cx_ucx_upd_del(b, pp);
+            continue;
+        }
+        pp = &u->next;
+    }
+}
+
+void cx_ucx_upd_take(cx_ucx_t *b, void *peer, cx_bep_t *ep)
+{
+    for (cx_ucx_upd_t **pp = &b->upd; *pp;) {
+        cx_ucx_upd_t *u = *pp;
+        if (cx_core_peer_by_incarnation(b->core, u->inc) != peer) {
+            pp = &u->next;
+            continue;
+        }
+        if (u->gen >= ep->peer_gen) {   /* newer than the HELLO's (or the same worker) */
+            free(ep->paddr);
+            ep->paddr = u->addr;
+            ep->paddr_len = u->len;
+            ep->peer_gen = u->gen;
+            u->addr = NULL;
+        }
+        cx_ucx_upd_del(b, pp);
+    }
+}
+
+void cx_ucx_upd_free(cx_ucx_t *b)
+{
+    while (b->upd) cx_ucx_upd_del(b, &b->upd);
+}
+
+/* ---- endpoints and workers ---- */
+
+int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep)
+{
+    if (ep->failed) return CX_EPEER;
+    int rc;
+    cx_ucx_ue_t *ue = cx_ucx_ue_new(b, ep, ep->paddr, ep->paddr_len, &rc);
+    if (!ue) {
+        cx_warn("ucx: could not move an endpoint to the current worker (status %d); it stays",
+                rc);
+        return rc;
+    }
+    cx_ucx_ue_t *old = ep->ue;
+    old->retired_ns = cx_ucx_now_ns();
+    old->next = ep->old;
+    ep->old = old;
+    ep->ue = ue;
+    ep->peer_mode = ue->peer_mode;
+    b->retiring = 1;
+    /* over the old one: it reaches the worker the peer sends to us from (or a newer one) */
+    (void)cx_ucx_send_update(b, old);
+    return CX_OK;
+}
+
+static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
+{
+    b->last_rotate_ns = now;
+    cx_ucx_wk_t *nw = cx_ucx_wk_new(b, b->cur->gen + 1);
+    if (!nw) {
+        cx_warn("ucx: worker rotation failed (no new worker); retrying in %llu ms",
+                (unsigned long long)(b->grace_ns / 1000000ull));
+        return;
+    }
+    cx_ucx_wk_t *old = b->cur;
+    old->retired_ns = now;
+    old->next = b->old;
+    b->old = old;
+    b->n_old++;
+    b->cur = nw;
+    b->rotations++;
+    int moved = 0;
+    for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
+        if (ep->ue && ep->ue->wk != nw && !ep->failed && cx_ucx_retarget(b, ep) == CX_OK) moved++;
+    cx_info("ucx: worker rotated (generation %u): %d live endpoints moved; the old worker's %d "
+            "zombie endpoints are freed when it goes, after %llu ms", nw->gen, moved, old->zombies,
+            (unsigned long long)(b->grace_ns / 1000000ull));
+}
+
+/* Retiring ucp_eps are closed once their xfers are done and the grace period passed; held
+ * messages start when they may. Why the grace: UCX pairs our ucp_ep with the peer's between the
+ * same two workers, and drops what arrives for a closed one (UCP_WORKER_GET_VALID_EP_BY_ID), so
+ * closing ours at once would drop what the peer still sends on its end before it has our
+ * update. Measured: without it, about one put_signal in a few thousand never arrived. */
+static void cx_ucx_retire_tick(cx_ucx_t *b)
+{
+    int more = 0;
+    uint64_t now = cx_ucx_now_ns();
+    for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next) {
+        for (cx_ucx_ue_t **pp = &ep->old; *pp;) {
+            cx_ucx_ue_t *ue = *pp;
+            uint64_t at = ue->retired_ns + b->grace_ns;
+            if (ue->inflight || now < at) {
+                if (!ue->inflight) cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
+                pp = &ue->next;
+                continue;
+            }
+            *pp = ue->next;
+            cx_ucx_ue_close(b, ue, 0);
+        }
+        if (ep->held) cx_ucx_start_held(b, ep);
+        if (ep->old || ep->held) more = 1;
+    }
+    b->retiring = more;
+}
+
+void cx_ucx_rot_tick(cx_ucx_t *b)
+{
+    if (b->retiring) cx_ucx_retire_tick(b);
+    if (!b->old && !cx_ucx_want_rotation(b)) return;
+    uint64_t now = cx_ucx_now_ns();
+    for (cx_ucx_wk_t **pp = &b->old; *pp;) {
+        cx_ucx_wk_t *wk = *pp;
+        if (wk->open_ues) {   /* its endpoints' xfers still running: their completions call */
+            pp = &wk->next;
+            continue;
+        }
+        uint64_t at = wk->retired_ns + b->grace_ns;
+        if (now < at) {
+            cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
+            pp = &wk->next;
+            continue;
+        }
+        *pp = wk->next;
+        b->n_old--;
+        int z = wk->zombies;
+        uint32_t gen = wk->gen;
+        cx_ucx_wk_destroy(b, wk);
+        b->zombies_freed += (uint64_t)z;
+        cx_info("ucx: worker rotated: %d zombie endpoints freed (generation %u destroyed; "
+                "%llu rotations, %llu freed in all)", z, gen, (unsigned long long)b->rotations,
+                (unsigned long long)b->zombies_freed);
+    }
+    if (cx_ucx_want_rotation(b)) {
+        if (b->n_old >= CX_UCX_MAX_OLD_WORKERS) return;   /* a destroy calls again */
+        uint64_t at = b->last_rotate_ns + b->grace_ns;
+        if (b->rotations && now < at) {
+            cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
+            return;
+        }
+        cx_ucx_rotate(b, now);
+    }
+}
