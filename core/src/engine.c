@@ -34,6 +34,7 @@ void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
     memset(op, 0, sizeof *op);
     op->e = e;
     op->kind = kind;
+    op->spin_ns = e ? e->spin_ns : 0;
     op->status = CX_ERR;
     pthread_mutex_init(&op->mu, NULL);
     cx_cond_init_mono(&op->cv);
@@ -79,7 +80,7 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
 
 static int wait_done(cx_op_t *op)
 {
-    cx_op_spin(op, op->e->spin_ns);
+    cx_op_spin(op, op->spin_ns);
     pthread_mutex_lock(&op->mu);
     while (!cx_op_is_done(op)) pthread_cond_wait(&op->cv, &op->mu);
     int st = op->status;
@@ -633,7 +634,7 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
     if (!op) return CX_EINVAL;
     struct timespec dl;
     if (timeout_ms >= 0) cx_deadline_ms(&dl, timeout_ms);
-    if (timeout_ms) cx_op_spin(op, op->e->spin_ns);
+    if (timeout_ms) cx_op_spin(op, op->spin_ns);
     pthread_mutex_lock(&op->mu);
     while (!cx_op_is_done(op))
         if (cx_cond_wait_ms(&op->cv, &op->mu, timeout_ms >= 0 ? &dl : NULL) == ETIMEDOUT) break;

@@ -62,6 +62,7 @@ struct cx_op {
     void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
     int async;                /* put_signal: freed by cx_op_wait */
     int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
+    uint64_t spin_ns;         /* the engine's poll window, copied: an async op outlives its engine */
     int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
