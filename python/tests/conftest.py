@@ -22,6 +22,24 @@ HB_MS = 100
 HB_TIMEOUT_MS = 1000
 REPLY_S = 15.0
 
+def sigstop(pid, timeout_s=2.0):
+    """SIGSTOP, then wait until every thread of pid is stopped: kill() returns before the target
+    has stopped, and a request sent at once could still be served (seen on a loaded 2-vCPU VM)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            states = []
+            for t in os.listdir("/proc/%d/task" % pid):
+                with open("/proc/%d/task/%s/stat" % (pid, t)) as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            return
+        if states and all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.001)
+
+
 def stable_port(ip="127.0.0.1"):
     """A free port outside the kernel's ephemeral range, for a peer that is restarted on the port
     it first had: while it is down, an ephemeral port can be handed to anyone's connect() or

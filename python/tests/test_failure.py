@@ -4,7 +4,7 @@ import os
 import signal
 import time
 
-from conftest import HB_TIMEOUT_MS, stable_port, wait_event_type
+from conftest import HB_TIMEOUT_MS, sigstop, stable_port, wait_event_type
 from peer import pattern
 
 from connex_c import CX_EPEER
@@ -60,7 +60,7 @@ def test_hung_peer_suspect_then_failed(engine, peers):
     lid = ("sleeper", 0, 0, 0)
     assert engine.connect(peer.url, 5000) == 0
     wait_event_type(engine, "up", lid)
-    os.kill(peer.p.pid, signal.SIGSTOP)
+    sigstop(peer.p.pid)
     try:
         t0 = time.monotonic()
         _, seen = wait_event_type(engine, "failed", lid, timeout_s=HB_TIMEOUT_MS / 1e3 + 5)
@@ -92,7 +92,7 @@ def test_stopped_peer_waits_and_op_timeouts(peers, monkeypatch):
         buf = bytearray(N)
         assert e.register_memory(buf) == 0
         assert e.transfer_sync_read(peer.url, buf, remote, N) == 0
-        os.kill(peer.p.pid, signal.SIGSTOP)
+        sigstop(peer.p.pid)
         try:
             h = e.put_signal(peer.url, buf, remote, 4096, b"later")
             t0 = time.monotonic()
@@ -103,7 +103,7 @@ def test_stopped_peer_waits_and_op_timeouts(peers, monkeypatch):
             assert h.wait(5000) == 0
             assert h.done
 
-            os.kill(peer.p.pid, signal.SIGSTOP)
+            sigstop(peer.p.pid)
             t0 = time.monotonic()
             assert e.transfer_sync_read(peer.url, buf, remote, 4096) == CX_ETIMEDOUT
             dt = time.monotonic() - t0
@@ -128,7 +128,7 @@ def test_close_completes_unwaited_put_signals(peers):
     kept = [e.put_signal(peer.url, buf, peer.hello["addr"], 4096, b"k%d" % i) for i in range(8)]
     for i in range(8):
         e.put_signal(peer.url, buf, peer.hello["addr"], 4096, b"d")     # handle dropped
-    os.kill(peer.p.pid, signal.SIGSTOP)       # keep some of them in flight at close
+    sigstop(peer.p.pid)       # keep some of them in flight at close
     try:
         t0 = time.monotonic()
         e.close()

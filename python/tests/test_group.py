@@ -4,17 +4,16 @@ restart on the same port (rejoin), put_signal to a group, the directory, bad inp
 
 import math
 import os
-import signal
 import threading
 import time
 
 import pytest
 
-from conftest import HB_MS, HB_TIMEOUT_MS, stable_port
+from conftest import HB_MS, HB_TIMEOUT_MS, sigstop, stable_port
 from peer import pattern
 
 import connex_c
-from connex_c import (CX_EAGAIN, CX_ECLOSED, CX_EINPROGRESS, CX_EINVAL, CX_EPEER, ConnexError, Engine,
+from connex_c import (CX_ECLOSED, CX_EINPROGRESS, CX_EINVAL, CX_EPEER, ConnexError, Engine,
                       EngineClosed, Group, GroupClosed, InvalidArgument, WaitTimeout)
 
 N = 65536
@@ -157,7 +156,7 @@ def test_kill_replica_with_steps_in_flight(peers, monkeypatch):
         _drain(a, 2)
         _drain(b, 2)
 
-        os.kill(a.p.pid, signal.SIGSTOP)
+        sigstop(a.p.pid)
         steps = [g.send(b"inflight-%d" % i) for i in range(10)]
         time.sleep(0.1)
         pending = sum(not s.done for s in steps)
