@@ -417,7 +417,25 @@ void cxt_peer_drain(cxt_peer_t *p, int ms)
 
 void cxt_peer_signal(cxt_peer_t *p, int sig)
 {
-    if (p->pid > 0) kill(p->pid, sig);
+    if (p->pid <= 0) return;
+    kill(p->pid, sig);
+    if (sig != SIGSTOP) return;
+    /* kill() returns before the peer has stopped, and a request sent at once may still be
+     * served. We are its parent: wait (2 s at most) until the whole process has stopped. */
+    uint64_t deadline = cxt_now_ns() + 2000000000ull;
+    for (;;) {
+        int st = 0;
+        pid_t r = waitpid(p->pid, &st, WUNTRACED | WNOHANG);
+        if (r == p->pid) {
+            if (!WIFSTOPPED(st)) {   /* it died instead: keep its status for the test */
+                p->status = st;
+                p->pid = -1;
+            }
+            return;
+        }
+        if ((r < 0 && errno != EINTR) || cxt_now_ns() >= deadline) return;
+        usleep(200);
+    }
 }
 
 int cxt_peer_reap(cxt_peer_t *p, int timeout_ms)
