@@ -176,6 +176,59 @@ static void test_kill_seen_by_the_watch(void **state)
     cx_engine_destroy(e);
 }
 
+/* The watcher reports a death from its own thread, before the progress thread knows of it. What
+ * a caller does after the FAILED must still see a failed peer, and when the dead process's
+ * sockets close later (a big process: well after) nothing more is said of that incarnation. */
+static void test_after_the_watch_spoke(void **state)
+{
+    (void)state;
+    NEED_WATCH();
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
+    uint8_t buf[4096];
+    assert_int_equal(cx_register_memory(e, buf, sizeof buf), CX_OK);
+    cxt_peer_t p;
+    start(&p, 0, BIG, 11);
+    up(e, &p);
+    uint16_t port = p.port;
+    for (int round = 0; round < 3; round++) {
+        cx_stats_t st0, st1;
+        assert_int_equal(cx_stats(e, &st0), CX_OK);
+        assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_OK);
+        kill(p.pid, SIGKILL);
+        cx_event_t ev;
+        if (cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("round %d: no FAILED", round);
+        if (!strstr(ev.reason, "same-host watch")) fail_msg("round %d: FAILED by '%s'", round, ev.reason);
+        uint64_t inc = ev.incarnation;
+        /* At once, with no wait: the stats count it, the peer list says so, an op fails. */
+        assert_int_equal(cx_stats(e, &st1), CX_OK);
+        assert_int_equal(st1.peer_failures, st0.peer_failures + 1);
+        assert_int_equal(info_of(e, p.lid).state, CX_PEER_FAILED);
+        assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_EPEER);
+        cxt_peer_crash(&p);   /* reaped: its sockets have closed */
+        /* One FAILED per death, nothing else about the dead incarnation. */
+        for (int i = 0; i < 50; i++) {
+            if (cx_wait_event(e, &ev, 10) != CX_OK) continue;
+            char lid[CX_URL_MAX];
+            cx_lid_format(&ev.peer, lid, sizeof lid);
+            if (!strcmp(lid, p.lid) && ev.incarnation == inc)
+                fail_msg("round %d: a second event about the dead incarnation: %s (%s)", round,
+                         cx_event_name(ev.type), ev.reason);
+        }
+        assert_int_equal(cx_stats(e, &st1), CX_OK);
+        assert_int_equal(st1.peer_failures, st0.peer_failures + 1);
+        /* The same identity comes back and is served. */
+        start(&p, port, BIG, 12 + (uint32_t)round);
+        if (cxt_wait_event(e, p.lid, CX_EVENT_JOINED, 8000, &ev, NULL)) fail_msg("round %d: no JOINED", round);
+        assert_int_not_equal(ev.incarnation, inc);
+        assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_OK);
+        assert_true(cxt_check(buf, sizeof buf, 12 + (uint32_t)round, 0) < 0);
+    }
+    cxt_peer_crash(&p);
+    cx_unregister_memory(e, buf);
+    cx_engine_destroy(e);
+}
+
 static void test_watch_switched_off(void **state)
 {
     (void)state;
@@ -373,6 +426,7 @@ int main(void)
     setenv("CONNEX_HOST_ID", HOST_ID, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_kill_seen_by_the_watch, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_after_the_watch_spoke, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_watch_switched_off, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_every_watcher_hears, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_clean_close_is_not_a_death, cxt_watchdog_setup, cxt_watchdog_teardown),

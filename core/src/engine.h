@@ -135,6 +135,11 @@ struct cx_peer {
     int bg_deferred;              /* a chunk is being held back for critical ops (counted once) */
     uint64_t crit_last_ns;        /* a critical op completed then (background keeps waiting) */
     uint64_t bg_last_ns;          /* the last background chunk started then */
+    /* Under evq.mu (cx_event_gate): the same-host watcher thread reports a death itself. Tags are
+     * incarnation + 1 (0: none). */
+    uint64_t ev_inc;              /* the incarnation of the last UP/JOINED that went out */
+    int ev_ended;                 /* its FAILED or LEFT went out */
+    uint64_t ev_dead;             /* the incarnation the watcher reported dead */
 };
 
 typedef struct cx_bslot {     /* an opened backend */
@@ -252,6 +257,14 @@ void cx_peer_report_death(cx_engine_t *e, cx_peer_t *dead);
 void cx_peer_free_all(cx_engine_t *e);
 void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status);
 void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *reason);
+/* Under e->evq.mu: whether an event of type t about incarnation inc of p goes out, and the
+ * bookkeeping if it does. watcher: the same-host watcher thread reporting the process dead. */
+int cx_event_gate(cx_peer_t *p, cx_event_type_t t, uint64_t inc, int watcher);
+void cx_event_fill(cx_event_t *ev, const cx_lid_t *lid, const char *url, uint64_t inc, cx_event_type_t t,
+                   const char *reason);
+/* 1 when the same-host watcher has reported p's current incarnation dead: nothing more of it is
+ * delivered (the progress thread fails it at its next turn). */
+int cx_peer_reported_dead(cx_engine_t *e, cx_peer_t *p);
 cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len);
 
 /* ops.c */

@@ -34,7 +34,10 @@ typedef struct live_page {
 } live_page_t;
 
 struct cx_live_watch {
-    cx_peer_t *peer;
+    cx_peer_t *peer;              /* only its event gate fields are touched here (cx_event_gate) */
+    cx_engine_t *e;
+    cx_lid_t lid;                 /* the peer's, copied: the progress thread owns the peer */
+    char url[CX_URL_MAX];
     uint64_t incarnation;
     uint32_t pid;
     live_page_t *page;            /* the peer's page, mapped here */
@@ -48,6 +51,7 @@ struct cx_live_watch {
 };
 
 struct cx_live {
+    atomic_int dead;              /* watchers that saw their process die, not yet reaped */
     int memfd, efd;
     live_page_t *page;            /* ours */
     int held;
@@ -133,6 +137,23 @@ void cx_live_release(cx_engine_t *e)
     pthread_mutex_unlock(&e->live->page->mu);
 }
 
+/* A death goes out from here, at once (why: cx_event_gate); the progress thread fails the peer's
+ * ops and connections when it reaps the watch, and reaps before anything submitted later. */
+static void report_death(cx_live_watch_t *w)
+{
+    cx_engine_t *e = w->e;
+    char why[64];
+    snprintf(why, sizeof why, "process %u exited (same-host watch)", w->pid);
+    cx_event_t ev;
+    cx_event_fill(&ev, &w->lid, w->url, w->incarnation, CX_EVENT_FAILED, why);
+    atomic_fetch_add(&e->live->dead, 1);
+    pthread_mutex_lock(&e->evq.mu);
+    int out = cx_event_gate(w->peer, CX_EVENT_FAILED, w->incarnation, 1);
+    if (out) cx_evq_push_locked(&e->evq, &ev);
+    pthread_mutex_unlock(&e->evq.mu);
+    if (out) cx_warn("peer %s: failed: %s", w->url, why);
+}
+
 /* The watcher: sleeps on the owner's futex word until the owner dies (OWNER_DIED), lets go (the
  * word no longer names it) or we are told to stop. The kernel wakes only one waiter, and other
  * processes of this host may be watching the same word: each watcher passes the wake-up on. */
@@ -156,6 +177,7 @@ static void *watch_main(void *arg)
         futex(word, FUTEX_WAIT, v, &ts);
     }
     futex(word, FUTEX_WAKE, INT_MAX, NULL);
+    if (atomic_load(&w->died)) report_death(w);
     atomic_store(&w->done, 1);
     uint64_t one = 1;
     if (write(w->efd, &one, sizeof one) < 0) { /* the progress thread reaps at stop_all anyway */ }
@@ -198,11 +220,12 @@ static void watch_free(cx_live_watch_t *w)
 }
 
 /* Stops a running watcher and joins it. */
-static void watch_stop(cx_live_watch_t *w)
+static void watch_stop(cx_live_t *l, cx_live_watch_t *w)
 {
     atomic_store(&w->stop, 1);
     futex(futex_word(w->page), FUTEX_WAKE, INT_MAX, NULL);
     pthread_join(w->th, NULL);
+    if (atomic_load(&w->died)) atomic_fetch_sub(&l->dead, 1);
 }
 
 void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint64_t inc)
@@ -214,7 +237,7 @@ void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint6
         if (w->peer != p) { pp = &w->next; continue; }
         if (w->incarnation == inc && !atomic_load(&w->done)) return;   /* already followed */
         *pp = w->next;   /* an older incarnation, or a finished watch: replaced */
-        watch_stop(w);
+        watch_stop(l, w);
         watch_free(w);
     }
     live_page_t *pg = map_peer_page(p, pid, fd, inc);
@@ -228,6 +251,9 @@ void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint6
     cx_live_watch_t *w = calloc(1, sizeof *w);
     if (!w) { munmap(pg, LIVE_PAGE); return; }
     w->peer = p;
+    w->e = e;
+    w->lid = p->lid;
+    snprintf(w->url, sizeof w->url, "%s", p->url);
     w->incarnation = inc;
     w->pid = pid;
     w->page = pg;
@@ -261,10 +287,13 @@ void cx_live_reap(cx_engine_t *e)
     if (read(l->efd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("live eventfd read: %s", strerror(errno));
     for (cx_live_watch_t **pp = &l->watches; *pp;) {
         cx_live_watch_t *w = *pp;
-        if (!atomic_load(&w->done)) { pp = &w->next; continue; }
+        /* One that saw its process die is at most a queue push from its end: joined now, so a
+         * command that follows its FAILED finds the peer failed. */
+        if (!atomic_load(&w->done) && !atomic_load(&w->died)) { pp = &w->next; continue; }
         *pp = w->next;
         pthread_join(w->th, NULL);
         cx_peer_t *p = w->peer;
+        if (atomic_load(&w->died)) atomic_fetch_sub(&l->dead, 1);
         if (atomic_load(&w->died) && p->incarnation == w->incarnation &&
             (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
             char why[64];
@@ -275,6 +304,11 @@ void cx_live_reap(cx_engine_t *e)
         }
         watch_free(w);
     }
+}
+
+void cx_live_reap_pending(cx_engine_t *e)
+{
+    if (e->live && atomic_load(&e->live->dead) > 0) cx_live_reap(e);
 }
 
 int cx_live_watching(cx_engine_t *e, const cx_peer_t *p)
@@ -292,7 +326,7 @@ void cx_live_stop_all(cx_engine_t *e)
     while (l->watches) {
         cx_live_watch_t *w = l->watches;
         l->watches = w->next;
-        watch_stop(w);
+        watch_stop(l, w);
         watch_free(w);
     }
 }

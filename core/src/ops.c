@@ -348,6 +348,11 @@ int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
     cx_engine_t *e = cx_engine_of(c);
     cx_peer_t *p = peer;
     if (!p) return CX_EINVAL;
+    if (cx_peer_reported_dead(e, p)) {
+        /* Its FAILED is out already: nothing of that incarnation is delivered after it. */
+        cx_debug("peer %s: message (%zu bytes) from a process reported dead: dropped", p->url, len);
+        return CX_EPEER;
+    }
     const void *pl;
     size_t plen;
     uint64_t step;

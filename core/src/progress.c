@@ -41,6 +41,7 @@ static void drain_commands(cx_engine_t *e)
     uint64_t v;
     if (read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
     for (;;) {
+        cx_live_reap_pending(e);   /* a FAILED its caller saw is a failed peer here too */
         pthread_mutex_lock(&e->qmu);
         cx_op_t *op = e->qhead;
         e->qhead = e->qtail = NULL;

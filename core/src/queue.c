@@ -155,6 +155,12 @@ void cx_evq_fini(cx_evq_t *q)
 void cx_evq_push(cx_evq_t *q, const cx_event_t *ev)
 {
     pthread_mutex_lock(&q->mu);
+    cx_evq_push_locked(q, ev);
+    pthread_mutex_unlock(&q->mu);
+}
+
+void cx_evq_push_locked(cx_evq_t *q, const cx_event_t *ev)
+{
     if (q->n == CX_EVQ_CAP) {
         q->head = (q->head + 1) % CX_EVQ_CAP;
         q->n--;
@@ -164,7 +170,6 @@ void cx_evq_push(cx_evq_t *q, const cx_event_t *ev)
     q->ring[(q->head + q->n) % CX_EVQ_CAP] = *ev;
     q->n++;
     pthread_cond_broadcast(&q->cv);
-    pthread_mutex_unlock(&q->mu);
 }
 
 int cx_evq_pop(cx_evq_t *q, cx_event_t *out, int timeout_ms)
