@@ -283,12 +283,14 @@ int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep)
 static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
 {
     b->last_rotate_ns = now;
+    uint64_t t0 = cx_ucx_now_ns();
     cx_ucx_wk_t *nw = cx_ucx_wk_new(b, b->cur->gen + 1);
     if (!nw) {
         cx_warn("ucx: worker rotation failed (no new worker); retrying in %llu ms",
                 (unsigned long long)(b->grace_ns / 1000000ull));
         return;
     }
+    uint64_t t_wk = cx_ucx_now_ns();
     cx_ucx_wk_t *old = b->cur;
     old->retired_ns = now;
     old->next = b->old;
@@ -299,8 +301,10 @@ static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
     int moved = 0;
     for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
         if (ep->ue && ep->ue->wk != nw && !ep->failed && cx_ucx_retarget(b, ep) == CX_OK) moved++;
-    cx_info("ucx: worker rotated (generation %u): %d live endpoints moved; the old worker's %d "
-            "zombie endpoints are freed when it goes, after %llu ms", nw->gen, moved, old->zombies,
+    /* The cost, on the progress thread: the new worker and one ucp_ep per live peer. */
+    cx_info("ucx: worker rotated (generation %u) in %.2f ms (the new worker %.2f ms): %d live "
+            "endpoints moved; the old worker's %d zombie endpoints are freed when it goes, after %llu ms",
+            nw->gen, (double)(cx_ucx_now_ns() - t0) / 1e6, (double)(t_wk - t0) / 1e6, moved, old->zombies,
             (unsigned long long)(b->grace_ns / 1000000ull));
 }
 
@@ -352,11 +356,12 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
         b->n_old--;
         int z = wk->zombies;
         uint32_t gen = wk->gen;
+        uint64_t t0 = cx_ucx_now_ns();
         cx_ucx_wk_destroy(b, wk);
         b->zombies_freed += (uint64_t)z;
-        cx_info("ucx: worker rotated: %d zombie endpoints freed (generation %u destroyed; "
-                "%llu rotations, %llu freed in all)", z, gen, (unsigned long long)b->rotations,
-                (unsigned long long)b->zombies_freed);
+        cx_info("ucx: worker rotated: %d zombie endpoints freed (generation %u destroyed in %.2f ms; "
+                "%llu rotations, %llu freed in all)", z, gen, (double)(cx_ucx_now_ns() - t0) / 1e6,
+                (unsigned long long)b->rotations, (unsigned long long)b->zombies_freed);
     }
     if (cx_ucx_want_rotation(b)) {
         if (b->n_old >= CX_UCX_MAX_OLD_WORKERS) return;   /* a destroy calls again */
