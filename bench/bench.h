@@ -28,6 +28,7 @@ typedef struct cx_bench_opts {
     const char *plot;       /* --plot FILE.png */
     const char *peer;       /* --peer URL: a remote `connex-bench serve` instead of a child */
     int runs;               /* failover */
+    unsigned faults;        /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
     int cycles;             /* soak */
     size_t cls_bg, cls_crit;   /* classes: background transfer and critical read sizes */
     uint32_t cls_chunk;        /* classes: background_chunk of the engine (0: its default) */

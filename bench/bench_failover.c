@@ -230,12 +230,13 @@ int cx_bench_failover(const cx_bench_opts_t *o)
     if (nv < 0) return 2;
     cx_bench_netns_t ns;
     char why[128] = "";
-    int have_ns = cx_bench_netns_setup(&ns, why, sizeof why) == 0;
-    if (!have_ns) fprintf(stderr, "connex-bench: link-down fault %s\n", why);
+    int have_ns = (o->faults & (1u << F_LINK)) && cx_bench_netns_setup(&ns, why, sizeof why) == 0;
+    if (!have_ns && (o->faults & (1u << F_LINK))) fprintf(stderr, "connex-bench: link-down fault %s\n", why);
     for (int i = 0; i < nv; i++) {
         cx_bench_variant_env(vs[i], 1);
         cx_bench_fo_row_t row;
         for (int f = F_KILL; f <= F_LINK; f++) {
+            if (!(o->faults & (1u << f))) continue;
             if (f == F_LINK && !have_ns) {
                 memset(&row, 0, sizeof row);
                 snprintf(row.backend, sizeof row.backend, "%s", vs[i]->name);

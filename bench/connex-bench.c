@@ -17,7 +17,8 @@ static void usage(FILE *f)
         "                             [--budget-ms MS] [--ops read,write,put_signal]\n"
         "                             [--baselines all|none|memcpy,tcp,zmq,ucx_raw,fi_raw,perftest]\n"
         "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
-        "       connex-bench failover [--backend ...] [--runs N] [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
+        "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
+        "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
         "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
         "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
         "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
@@ -44,6 +45,7 @@ int main(int argc, char **argv)
     o.ops = "read,write,put_signal";
     o.baselines = "all";
     o.runs = 5;
+    o.faults = 7;
     o.cycles = 100;
     o.hb_ms = 0;           /* 0: engine defaults (1 s / 3 s) for transfer and soak */
     o.hb_timeout_ms = 0;
@@ -70,7 +72,7 @@ int main(int argc, char **argv)
         { "ops", 1, 0, 'o' }, { "baselines", 1, 0, 'L' }, { "peer", 1, 0, 'p' }, { "json", 1, 0, 'j' },
         { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
         { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { "bg-size", 1, 0, 'G' },
-        { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { 0, 0, 0, 0 }
+        { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { "faults", 1, 0, 'F' }, { 0, 0, 0, 0 }
     };
     optind = 2;
     int c, budget_set = 0, iters_set = 0;
@@ -93,6 +95,23 @@ int main(int argc, char **argv)
         case 'h': o.hb_ms = (uint32_t)v; break;
         case 'H': o.hb_timeout_ms = (uint32_t)v; break;
         case 'q': o.quiet = 1; break;
+        case 'F': {
+            static const char *const names[] = { "sigkill", "sigstop", "linkdown" };
+            char tmp[128];
+            snprintf(tmp, sizeof tmp, "%s", optarg);
+            o.faults = 0;
+            for (char *sv = NULL, *t = strtok_r(tmp, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+                int k = 0;
+                while (k < 3 && strcmp(t, names[k])) k++;
+                if (k == 3) {
+                    fprintf(stderr, "connex-bench: unknown fault '%s' (sigkill, sigstop, linkdown)\n", t);
+                    return 2;
+                }
+                o.faults |= 1u << k;
+            }
+            if (!o.faults) { fprintf(stderr, "connex-bench: --faults names none\n"); return 2; }
+            break;
+        }
         case 'G': case 'C': case 'K': {
             size_t sz;
             if (cx_bench_parse_size(optarg, &sz) || !sz || sz % 8 || (c == 'K' && sz > 0xFFFFF000u)) {
