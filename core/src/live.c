@@ -139,11 +139,16 @@ void cx_live_release(cx_engine_t *e)
 
 /* A death goes out from here, at once (why: cx_event_gate); the progress thread fails the peer's
  * ops and connections when it reaps the watch, and reaps before anything submitted later. */
+static void death_reason(const cx_live_watch_t *w, char *why, size_t n)
+{
+    snprintf(why, n, "process %u exited (same-host watch)", w->pid);
+}
+
 static void report_death(cx_live_watch_t *w)
 {
     cx_engine_t *e = w->e;
     char why[64];
-    snprintf(why, sizeof why, "process %u exited (same-host watch)", w->pid);
+    death_reason(w, why, sizeof why);
     cx_event_t ev;
     cx_event_fill(&ev, &w->lid, w->url, w->incarnation, CX_EVENT_FAILED, why);
     atomic_fetch_add(&e->live->dead, 1);
@@ -297,7 +302,7 @@ void cx_live_reap(cx_engine_t *e)
         if (atomic_load(&w->died) && p->incarnation == w->incarnation &&
             (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
             char why[64];
-            snprintf(why, sizeof why, "process %u exited (same-host watch)", w->pid);
+            death_reason(w, why, sizeof why);
             cx_peer_fail(e, p, why);
             /* Peers on other hosts would hear of it only once the kernel has unmapped it. */
             cx_peer_report_death(e, p);
