@@ -195,6 +195,7 @@ void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep)
     if (!b || !ep) return;
     /* messages that arrive meanwhile wait in the inbox: the core is inside this call */
     b->closing_ep++;
+    cx_ucx_rx_doubt(b, ep);
     cx_ucx_ue_close(b, ep->ue, 1);
     ep->ue = NULL;
     while (ep->old) {
@@ -205,7 +206,8 @@ void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep)
     b->closing_ep--;
     free(ep->paddr);
 
-    while (ep->ops.next != &ep->ops) cx_ucx_op_finish(b, ep->ops.next, CX_EPEER);    /* hand back this endpoint's finished ops now (the contract); other endpoints' ops wait for
+    while (ep->ops.next != &ep->ops) cx_ucx_op_finish(b, ep->ops.next, CX_EPEER);
+    /* hand back this endpoint's finished ops now (the contract); other endpoints' ops wait for
      * the next progress call */
     cx_ucx_op_t mine;
     mine.next = mine.prev = &mine;

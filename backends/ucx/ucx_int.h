@@ -43,9 +43,11 @@ typedef struct cx_ucx_rk {   /* a peer region's unpacked rkey, per endpoint */
 
 enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
 
-#define CX_UCX_ROTATE_ZOMBIES 16         /* default CONNEX_UCX_ROTATE_ZOMBIES (0: never rotate) */
+#define CX_UCX_ROTATE_ZOMBIES 16         /* default CONNEX_UCX_ROTATE_ZOMBIES (0: not for zombies) */
 #define CX_UCX_ROTATE_GRACE_MS 5000      /* default CONNEX_UCX_ROTATE_GRACE_MS */
 #define CX_UCX_MAX_OLD_WORKERS 4         /* retired workers alive at once, at most */
+#define CX_UCX_DOUBT_GAP_MS 50           /* rotations for a FIFO in doubt: at most one per */
+#define CX_UCX_DOUBT_GRACE_MS 1000       /* grace of a retired worker whose FIFO is in doubt */
 #define CX_UCX_UPD_KEEP_MS 10000         /* how long an address update waits for its endpoint */
 
 /* One UCP worker. The current one takes new endpoints and is the address in HELLO; retired ones
@@ -61,6 +63,8 @@ struct cx_ucx_wk {
     int open_ues;                /* our endpoints on it, not closed yet */
     int zombies;                 /* endpoints closed that UCX keeps until the worker goes */
     int retired;                 /* of them: ucp_eps of live peers retired by a rotation */
+    int rx_doubt;                /* a peer that wrote into its shared-memory receive FIFO was
+                                    dropped: a slot it reserved may never be filled (ucx_rot.c) */
     uint64_t retired_ns;         /* 0 while current */
     cx_ucx_wk_t *next;           /* b->old list */
 };
@@ -233,6 +237,7 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep);
 /* ucx_rot.c: worker rotation */
 void cx_ucx_rot_init(cx_ucx_t *b);
 void cx_ucx_rot_tick(cx_ucx_t *b);               /* from progress, after the drain */
+void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep);   /* from disconnect */
 void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired);
 int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep);   /* new ue on the current worker */
 int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue);

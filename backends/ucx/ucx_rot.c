@@ -20,6 +20,17 @@
  *      then ucp_worker_destroy frees its zombies. At most CX_UCX_MAX_OLD_WORKERS retired
  *      workers at once, and no more than one rotation per grace period.
  *
+ * A second reason to rotate: a peer reached without error handling (UCX 1.13: over the posix or
+ * sysv FIFO) was dropped. A sender claims a slot of our receive FIFO (a compare-and-swap of its
+ * head), fills it, then flips the slot's owner bit; we read the slots in order. A sender killed
+ * between the two leaves a slot that is never filled, and every message behind it, from every
+ * peer, waits for good: the restarted peer's wireup reply among them, so its first op times
+ * out. Seen in `connex-bench failover --backend ucx_shm` (one kill in 5-15 while it sends read
+ * replies) and read off the FIFO of the stuck process (slot 50 of 64 still owned by the
+ * previous lap, five wireup messages of later peers queued behind it). UCX has no way to skip
+ * it, and we cannot tell a hole from a slow writer, so a dropped FIFO writer rotates the worker
+ * at once: the new worker's FIFO is clean, and peers follow it (step 3).
+ *
  * A peer may connect with an address older than our last rotation (a HELLO sent just before
  * it). The rule: once our worker has rotated, every connect sends an update with our current
  * worker, whatever the HELLO said (before the first rotation our address never changed); a receiver whose endpoint already reaches that worker ignores it (same address), and an
@@ -62,8 +73,35 @@ void cx_ucx_rot_init(cx_ucx_t *b)
 static int cx_ucx_want_rotation(const cx_ucx_t *b)
 {
     const cx_ucx_wk_t *wk = b->cur;
-    return b->rotate_zombies &&
-           4 * (wk->zombies - wk->retired) + wk->retired >= 4 * b->rotate_zombies;
+    return wk->rx_doubt || (b->rotate_zombies &&
+           4 * (wk->zombies - wk->retired) + wk->retired >= 4 * b->rotate_zombies);
+}
+
+/* How long a retired worker (and the ucp_eps retired on it) stays: the grace, shortened for a
+ * worker whose FIFO is in doubt. A wedged FIFO delivers nothing however long we wait, and a kill
+ * and rejoin every second would otherwise hold CX_UCX_MAX_OLD_WORKERS retired workers and delay
+ * the next rotation while the restarted peer connects to the doubtful one. */
+static uint64_t cx_ucx_grace(const cx_ucx_t *b, const cx_ucx_wk_t *wk)
+{
+    uint64_t d = (uint64_t)CX_UCX_DOUBT_GRACE_MS * 1000000ull;
+    return wk->rx_doubt && d < b->grace_ns ? d : b->grace_ns;
+}
+
+/* The core drops ep (failed, timed out, left): if the peer could write into our receive FIFO
+ * from one of its ucp_eps, that worker's FIFO is in doubt (see the top of this file). */
+void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep)
+{
+    int cur = 0;
+    for (const cx_ucx_ue_t *ue = ep->ue; ue; ue = ue == ep->ue ? ep->old : ue->next) {
+        if (ue->peer_mode) continue;   /* tcp / RDMA lanes: no shared FIFO */
+        ue->wk->rx_doubt = 1;
+        cur |= ue->wk == b->cur;
+    }
+    if (cur) {
+        cx_debug("ucx: a peer reached over shared memory is gone: the worker rotates (a slot of "
+                 "its receive FIFO that peer claimed may never be filled)");
+        cx_ucx_signal(b);
+    }
 }
 
 void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired)
@@ -302,10 +340,11 @@ static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
     for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
         if (ep->ue && ep->ue->wk != nw && !ep->failed && cx_ucx_retarget(b, ep) == CX_OK) moved++;
     /* The cost, on the progress thread: the new worker and one ucp_ep per live peer. */
-    cx_info("ucx: worker rotated (generation %u) in %.2f ms (the new worker %.2f ms): %d live "
+    cx_info("ucx: worker rotated (generation %u, %s) in %.2f ms (the new worker %.2f ms): %d live "
             "endpoints moved; the old worker's %d zombie endpoints are freed when it goes, after %llu ms",
+            old->rx_doubt ? "a shared-memory peer is gone: its receive FIFO is in doubt" : "zombies",
             nw->gen, (double)(cx_ucx_now_ns() - t0) / 1e6, (double)(t_wk - t0) / 1e6, moved, old->zombies,
-            (unsigned long long)(b->grace_ns / 1000000ull));
+            (unsigned long long)(cx_ucx_grace(b, old) / 1000000ull));
 }
 
 /* Retiring ucp_eps are closed once their xfers are done and the grace period passed; held
@@ -320,7 +359,7 @@ static void cx_ucx_retire_tick(cx_ucx_t *b)
     for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next) {
         for (cx_ucx_ue_t **pp = &ep->old; *pp;) {
             cx_ucx_ue_t *ue = *pp;
-            uint64_t at = ue->retired_ns + b->grace_ns;
+            uint64_t at = ue->retired_ns + cx_ucx_grace(b, ue->wk);
             if (ue->inflight || now < at) {
                 if (!ue->inflight) cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
                 pp = &ue->next;
@@ -346,7 +385,7 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
             pp = &wk->next;
             continue;
         }
-        uint64_t at = wk->retired_ns + b->grace_ns;
+        uint64_t at = wk->retired_ns + cx_ucx_grace(b, wk);
         if (now < at) {
             cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
             pp = &wk->next;
@@ -365,8 +404,12 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
     }
     if (cx_ucx_want_rotation(b)) {
         if (b->n_old >= CX_UCX_MAX_OLD_WORKERS) return;   /* a destroy calls again */
-        uint64_t at = b->last_rotate_ns + b->grace_ns;
-        if (b->rotations && now < at) {
+        /* zombies can wait; a FIFO in doubt cannot (every message to us may be stuck), but
+         * still not more often than CX_UCX_DOUBT_GAP_MS (a failed attempt is not retried in a
+         * loop, and peers dying one after another share a rotation) */
+        uint64_t gap = b->cur->rx_doubt ? CX_UCX_DOUBT_GAP_MS * 1000000ull : b->grace_ns;
+        uint64_t at = b->last_rotate_ns + gap;
+        if (b->last_rotate_ns && now < at) {
             cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
             return;
         }
