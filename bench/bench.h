@@ -44,6 +44,7 @@ typedef struct cx_bench_variant {
     const char *backend;    /* "ucx" (CONNEX_BACKEND) */
     const char *env[CX_BENCH_MAX_ENV];   /* "UCX_TLS=tcp,self", NULL-terminated */
     const char *raw;        /* raw baseline of this transport: "ucx", "fi" or NULL */
+    int shm;                /* data through shared memory: no link to take down */
 } cx_bench_variant_t;
 
 /* Variants named by a comma list ("all", "zmq", "ucx" = every ucx variant, "ucx_shm"...).

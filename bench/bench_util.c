@@ -171,11 +171,11 @@ long cx_bench_rss_kib(void)
 /* The conformance suite's variants: the transport inside a backend changes the numbers by 10x,
  * so "ucx" alone would say little. */
 static const cx_bench_variant_t variants[] = {
-    { "ucx_shm", "ucx", { "UCX_TLS=posix,cma,self", NULL }, "ucx" },
-    { "ucx_tcp", "ucx", { "UCX_TLS=tcp,self", NULL }, "ucx" },
-    { "libfabric_shm", "libfabric", { "CONNEX_FI_PROVIDER=shm", NULL }, "fi" },
-    { "libfabric_tcp", "libfabric", { "CONNEX_FI_PROVIDER=tcp;ofi_rxm", NULL }, "fi" },
-    { "zmq", "zmq", { NULL }, NULL },
+    { "ucx_shm", "ucx", { "UCX_TLS=posix,cma,self", NULL }, "ucx", 1 },
+    { "ucx_tcp", "ucx", { "UCX_TLS=tcp,self", NULL }, "ucx", 0 },
+    { "libfabric_shm", "libfabric", { "CONNEX_FI_PROVIDER=shm", NULL }, "fi", 1 },
+    { "libfabric_tcp", "libfabric", { "CONNEX_FI_PROVIDER=tcp;ofi_rxm", NULL }, "fi", 0 },
+    { "zmq", "zmq", { NULL }, NULL, 0 },
 };
 
 int cx_bench_variants(const char *list, const cx_bench_variant_t **out, int max)

@@ -342,8 +342,8 @@ static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
     /* The cost, on the progress thread: the new worker and one ucp_ep per live peer. */
     cx_info("ucx: worker rotated (generation %u, %s) in %.2f ms (the new worker %.2f ms): %d live "
             "endpoints moved; the old worker's %d zombie endpoints are freed when it goes, after %llu ms",
-            old->rx_doubt ? "a shared-memory peer is gone: its receive FIFO is in doubt" : "zombies",
-            nw->gen, (double)(cx_ucx_now_ns() - t0) / 1e6, (double)(t_wk - t0) / 1e6, moved, old->zombies,
+            nw->gen, old->rx_doubt ? "a shared-memory peer is gone: its receive FIFO is in doubt" : "zombies",
+            (double)(cx_ucx_now_ns() - t0) / 1e6, (double)(t_wk - t0) / 1e6, moved, old->zombies,
             (unsigned long long)(cx_ucx_grace(b, old) / 1000000ull));
 }
 
