@@ -150,7 +150,10 @@ static void test_kill_seen_by_the_watch(void **state)
     start_as(&p, "first", 0, 0, 9);
     up(e, &p);
     kill_and_wait(e, &p, why, sizeof why);
-    usleep(200000);   /* the first peer's watcher and sockets are gone */
+    /* the first peer's watcher and sockets are gone, and so is a UCX worker its death retired
+     * (shared memory: a worker whose FIFO the dead peer wrote into rotates, the old one goes 1 s
+     * later, backends/ucx/README.md) */
+    usleep(1300000);
     int th0 = count_threads(), fd0 = cxt_count_fds();
     uint32_t big = getenv("CXT_LIVE_MIB") ? (uint32_t)atoi(getenv("CXT_LIVE_MIB")) : BIG;
     start(&p, 0, big, 1);

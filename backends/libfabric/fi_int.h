@@ -176,7 +176,7 @@ int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t 
 
 /* fi_xfer.c */
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
-void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep);
+void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why);
 int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
 cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep);
 void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op);

@@ -313,7 +313,7 @@ static void cx_fi_close(cx_backend_t *b)
         return;
     b->closing = 1;
     while (b->eps)
-        cx_fi_disconnect(b, b->eps);
+        cx_fi_disconnect(b, b->eps, CX_ECLOSED);
     cx_fi_shm_progress(b, 1);   /* last look at dead peers' regions; closes the pidfds */
     /* Closing the endpoint first: afterwards the provider owns no context of ours. */
     if (b->ep) {

@@ -536,8 +536,9 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     return CX_OK;
 }
 
-void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep)
+void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
 {
+    (void)why;
     if (!ep)
         return;
     /* Removing the address tears down the provider's connection to it (rxm closes its tcp

@@ -256,7 +256,7 @@ static void cx_ucx_close(cx_backend_t *bb)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b) return;
-    while (b->eps.next != &b->eps) cx_ucx_disconnect(bb, b->eps.next);
+    while (b->eps.next != &b->eps) cx_ucx_disconnect(bb, b->eps.next, CX_ECLOSED);
     /* finished ops of no endpoint any more (cannot happen, but never leave an xfer behind) */
     while (b->done.next != &b->done) cx_ucx_op_deliver(b, b->done.next);
     while (b->old) {
@@ -268,6 +268,7 @@ static void cx_ucx_close(cx_backend_t *bb)
     if (b->ctx) ucp_cleanup(b->ctx);
     cx_ucx_inbox_free(b);
     cx_ucx_upd_free(b);
+    cx_ucx_hung_free(b);
     cx_ucx_ops_free_cache(b);
     if (b->epfd >= 0) close(b->epfd);
     if (b->sigfd >= 0) close(b->sigfd);

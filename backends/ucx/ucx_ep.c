@@ -117,6 +117,8 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
     ep->ops.next = ep->ops.prev = &ep->ops;
     /* the peer may have rotated its worker since its HELLO: its update waits here (ucx_rot.c) */
     cx_ucx_upd_take(b, peer, ep);
+    /* a peer that timed out and now has another address may have died mid-send (ucx_rot.c) */
+    cx_ucx_hung_connect(b, peer, ep->paddr, ep->paddr_len);
     int rc;
     if (!(ep->ue = cx_ucx_ue_new(b, ep, ep->paddr, ep->paddr_len, &rc))) {
         free(ep->paddr);
@@ -189,13 +191,13 @@ void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force)
     if (!ue->inflight) free(ue);
 }
 
-void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep)
+void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep, int why)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !ep) return;
     /* messages that arrive meanwhile wait in the inbox: the core is inside this call */
     b->closing_ep++;
-    cx_ucx_rx_doubt(b, ep);
+    cx_ucx_rx_doubt(b, ep, why);
     cx_ucx_ue_close(b, ep->ue, 1);
     ep->ue = NULL;
     while (ep->old) {

@@ -46,7 +46,17 @@ enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
 #define CX_UCX_ROTATE_ZOMBIES 16         /* default CONNEX_UCX_ROTATE_ZOMBIES (0: not for zombies) */
 #define CX_UCX_ROTATE_GRACE_MS 5000      /* default CONNEX_UCX_ROTATE_GRACE_MS */
 #define CX_UCX_MAX_OLD_WORKERS 4         /* retired workers alive at once, at most */
-#define CX_UCX_DOUBT_GAP_MS 50           /* rotations for a FIFO in doubt: at most one per */
+#define CX_UCX_DOUBT_GAP_MS 50           /* rotations for a dead writer's FIFO: at most one per */
+enum { CX_UCX_DOUBT_GONE = 1 };
+#define CX_UCX_HUNG_MAX 16               /* timed-out shared-memory peers remembered (ucx_rot.c) */
+
+/* A shared-memory peer whose op timed out on the current worker (ucx_rot.c, cx_ucx_rx_doubt) */
+typedef struct cx_ucx_hung {
+    void *peer;                  /* the core's cookie: compared, never followed */
+    uint32_t gen;                /* the worker it could write into */
+    uint8_t *addr;               /* its worker address then */
+    size_t len;
+} cx_ucx_hung_t;
 #define CX_UCX_DOUBT_GRACE_MS 1000       /* grace of a retired worker whose FIFO is in doubt */
 #define CX_UCX_UPD_KEEP_MS 10000         /* how long an address update waits for its endpoint */
 
@@ -64,7 +74,8 @@ struct cx_ucx_wk {
     int zombies;                 /* endpoints closed that UCX keeps until the worker goes */
     int retired;                 /* of them: ucp_eps of live peers retired by a rotation */
     int rx_doubt;                /* a peer that wrote into its shared-memory receive FIFO was
-                                    dropped: a slot it reserved may never be filled (ucx_rot.c) */
+                                    dropped dead: a slot it reserved may never be filled
+                                    (ucx_rot.c) */
     uint64_t retired_ns;         /* 0 while current */
     cx_ucx_wk_t *next;           /* b->old list */
 };
@@ -166,6 +177,8 @@ struct cx_ucx {
     uint64_t last_rotate_ns;
     uint64_t rotations, zombies_freed;
     int retiring;                /* beps with retiring ues or held ops: look at them in progress */
+    cx_ucx_hung_t hung[CX_UCX_HUNG_MAX];
+    int n_hung;
     cx_ucx_upd_t *upd;           /* address updates waiting for their endpoint */
     cx_ucx_ctl_t ctl;            /* sentinel: control sends in flight */
     int epfd, sigfd, tfd;
@@ -225,7 +238,7 @@ void cx_ucx_rkeys_drop(cx_ucx_ue_t *ue);
 /* ucx_ep.c */
 int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_len,
                    cx_bep_t **out);
-void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep);
+void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep, int why);
 cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer);
 cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t len, int *rc);
 void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force);
@@ -237,7 +250,9 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep);
 /* ucx_rot.c: worker rotation */
 void cx_ucx_rot_init(cx_ucx_t *b);
 void cx_ucx_rot_tick(cx_ucx_t *b);               /* from progress, after the drain */
-void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep);   /* from disconnect */
+void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep, int why);   /* from disconnect */
+void cx_ucx_hung_connect(cx_ucx_t *b, void *peer, const void *addr, size_t len);   /* from connect */
+void cx_ucx_hung_free(cx_ucx_t *b);
 void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired);
 int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep);   /* new ue on the current worker */
 int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue);

@@ -87,21 +87,89 @@ static uint64_t cx_ucx_grace(const cx_ucx_t *b, const cx_ucx_wk_t *wk)
     return wk->rx_doubt && d < b->grace_ns ? d : b->grace_ns;
 }
 
-/* The core drops ep (failed, timed out, left): if the peer could write into our receive FIFO
- * from one of its ucp_eps, that worker's FIFO is in doubt (see the top of this file). */
-void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep)
+static int cx_ucx_rotate(cx_ucx_t *b, uint64_t now);
+
+static void cx_ucx_hung_del(cx_ucx_t *b, int i)
 {
-    int cur = 0;
-    for (const cx_ucx_ue_t *ue = ep->ue; ue; ue = ue == ep->ue ? ep->old : ue->next) {
+    free(b->hung[i].addr);
+    b->hung[i] = b->hung[--b->n_hung];
+}
+
+static int cx_ucx_hung_find(const cx_ucx_t *b, const void *peer)
+{
+    for (int i = 0; i < b->n_hung; i++)
+        if (b->hung[i].peer == peer) return i;
+    return -1;
+}
+
+/* The current worker's FIFO is in doubt: a dead writer may have left a slot unfilled. */
+static void cx_ucx_doubt_cur(cx_ucx_t *b, const char *why)
+{
+    if (!b->cur->rx_doubt)
+        cx_debug("ucx: a peer reached over shared memory %s: the worker rotates (a slot of its "
+                 "receive FIFO that peer claimed may not be filled)", why);
+    b->cur->rx_doubt = CX_UCX_DOUBT_GONE;
+    cx_ucx_signal(b);
+}
+
+/* The core drops ep. If the peer could write into our receive FIFO from one of its ucp_eps (no
+ * error handling: posix/sysv lanes), and it failed, left or restarted (CX_EPEER), it may have
+ * died mid-send: that worker's FIFO is in doubt (see the top of this file), and the current
+ * one rotates at once. One whose op timed out (CX_ETIMEDOUT) may be alive, or hung mid-send: it
+ * is only remembered, since rotating at each timeout of a stopped peer (every reconnect, every
+ * op) moved the live peers again and again, and a stopped peer woken after several rotations
+ * made UCX 1.13 abort on a wireup reply (`remote_id == remote_ep_id`, conformance_hol,
+ * once in about 12 runs). If it then fails, or comes back as another process, its worker is
+ * in doubt after all (here, or cx_ucx_hung_connect). Engine close: nothing. */
+void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep, int why)
+{
+    if (why != CX_EPEER && why != CX_ETIMEDOUT) return;
+    int shm_cur = 0, h = cx_ucx_hung_find(b, ep->peer);
+    for (cx_ucx_ue_t *ue = ep->ue; ue; ue = ue == ep->ue ? ep->old : ue->next) {
         if (ue->peer_mode) continue;   /* tcp / RDMA lanes: no shared FIFO */
-        ue->wk->rx_doubt = 1;
-        cur |= ue->wk == b->cur;
+        if (why == CX_EPEER) ue->wk->rx_doubt = CX_UCX_DOUBT_GONE;
+        shm_cur |= ue->wk == b->cur;
     }
-    if (cur) {
-        cx_debug("ucx: a peer reached over shared memory is gone: the worker rotates (a slot of "
-                 "its receive FIFO that peer claimed may never be filled)");
-        cx_ucx_signal(b);
+    if (why == CX_EPEER) {
+        if (h >= 0 && b->hung[h].gen == b->cur->gen) shm_cur = 1;
+        if (h >= 0) cx_ucx_hung_del(b, h);
+        if (shm_cur) cx_ucx_doubt_cur(b, "is gone");
+        return;
     }
+    if (!shm_cur) return;
+    if (h < 0 && b->n_hung == CX_UCX_HUNG_MAX) cx_ucx_hung_del(b, 0);   /* the oldest goes */
+    if (h < 0) h = b->n_hung++;
+    else free(b->hung[h].addr);
+    cx_ucx_hung_t *r = &b->hung[h];
+    r->peer = ep->peer;
+    r->gen = b->cur->gen;
+    r->len = 0;
+    if ((r->addr = malloc(ep->paddr_len))) {
+        memcpy(r->addr, ep->paddr, ep->paddr_len);
+        r->len = ep->paddr_len;
+    }
+}
+
+/* connect() to a peer remembered as timed out: another worker address means the process it
+ * was is gone (restarted; or it rotated its worker, and a rotation too many costs only time).
+ * Rotate now, so the new endpoint starts on a clean FIFO. */
+void cx_ucx_hung_connect(cx_ucx_t *b, void *peer, const void *addr, size_t len)
+{
+    int h = cx_ucx_hung_find(b, peer);
+    if (h < 0) return;
+    cx_ucx_hung_t *r = &b->hung[h];
+    int same = r->len == len && !memcmp(r->addr, addr, len);
+    if (same && r->gen == b->cur->gen) return;   /* the same process, back: still in doubt */
+    int cur = r->gen == b->cur->gen;
+    cx_ucx_hung_del(b, h);
+    if (!cur) return;
+    cx_ucx_doubt_cur(b, "that timed out is back as another process");
+    if (b->n_old < CX_UCX_MAX_OLD_WORKERS) (void)cx_ucx_rotate(b, cx_ucx_now_ns());
+}
+
+void cx_ucx_hung_free(cx_ucx_t *b)
+{
+    while (b->n_hung) cx_ucx_hung_del(b, b->n_hung - 1);
 }
 
 void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired)
@@ -318,7 +386,7 @@ int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep)
     return CX_OK;
 }
 
-static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
+static int cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
 {
     b->last_rotate_ns = now;
     uint64_t t0 = cx_ucx_now_ns();
@@ -326,7 +394,7 @@ static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
     if (!nw) {
         cx_warn("ucx: worker rotation failed (no new worker); retrying in %llu ms",
                 (unsigned long long)(b->grace_ns / 1000000ull));
-        return;
+        return CX_ENOMEM;
     }
     uint64_t t_wk = cx_ucx_now_ns();
     cx_ucx_wk_t *old = b->cur;
@@ -345,6 +413,7 @@ static void cx_ucx_rotate(cx_ucx_t *b, uint64_t now)
             nw->gen, old->rx_doubt ? "a shared-memory peer is gone: its receive FIFO is in doubt" : "zombies",
             (double)(cx_ucx_now_ns() - t0) / 1e6, (double)(t_wk - t0) / 1e6, moved, old->zombies,
             (unsigned long long)(cx_ucx_grace(b, old) / 1000000ull));
+    return CX_OK;
 }
 
 /* Retiring ucp_eps are closed once their xfers are done and the grace period passed; held
@@ -404,15 +473,15 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
     }
     if (cx_ucx_want_rotation(b)) {
         if (b->n_old >= CX_UCX_MAX_OLD_WORKERS) return;   /* a destroy calls again */
-        /* zombies can wait; a FIFO in doubt cannot (every message to us may be stuck), but
-         * still not more often than CX_UCX_DOUBT_GAP_MS (a failed attempt is not retried in a
-         * loop, and peers dying one after another share a rotation) */
+        /* zombies can wait; a dead writer's doubt cannot (every message to us may be stuck),
+         * but still not more often than CX_UCX_DOUBT_GAP_MS (a failed attempt is not retried
+         * in a loop, and peers dying one after another share a rotation) */
         uint64_t gap = b->cur->rx_doubt ? CX_UCX_DOUBT_GAP_MS * 1000000ull : b->grace_ns;
         uint64_t at = b->last_rotate_ns + gap;
         if (b->last_rotate_ns && now < at) {
             cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
             return;
         }
-        cx_ucx_rotate(b, now);
+        (void)cx_ucx_rotate(b, now);
     }
 }

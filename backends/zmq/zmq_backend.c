@@ -93,11 +93,11 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
     return CX_OK;
 }
 
-static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *ep);
+static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *ep, int why);
 
 static void zmq_be_close(cx_backend_t *b)
 {
-    while (b->eps) zmq_be_disconnect(b, b->eps);
+    while (b->eps) zmq_be_disconnect(b, b->eps, CX_ECLOSED);
     if (b->router) zmq_close(b->router);
     /* zmq_ctx_term waits for the io thread; with linger 0 everywhere it returns at once. */
     if (b->ctx) zmq_ctx_term(b->ctx);
@@ -174,8 +174,9 @@ static void out_del(struct cx_bep *e, cx_xfer_t *x)
     if (n) n->bp[1] = p;
 }
 
-static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e)
+static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
 {
+    (void)why;
     epoll_ctl(b->epfd, EPOLL_CTL_DEL, e->fd, NULL);
     zmq_close(e->sock);   /* linger 0: queued requests are dropped, late replies go nowhere */
     if (e->prev) e->prev->next = e->next;

@@ -291,7 +291,7 @@ void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status)
         if (op->stage == OPS_IN_BACKEND && !op->forced_status) op->forced_status = status;
     cx_bep_t *ep = p->ep;
     p->ep = NULL;
-    e->be[p->bidx].ops->disconnect(e->be[p->bidx].b, ep);
+    e->be[p->bidx].ops->disconnect(e->be[p->bidx].b, ep, status);
 }
 
 static void close_conns(cx_engine_t *e, cx_peer_t *p)

@@ -292,7 +292,7 @@ static void test_unknown_sender(void **state)
     assert_true(cb.served_bad >= 1);
     cb.peer_inc = keep;
     /* the core gives up on it: disconnect completes it exactly once */
-    ops->disconnect(ba, ab);
+    ops->disconnect(ba, ab, CX_EPEER);
     assert_int_equal(f.done, 1);
     assert_int_equal(f.status, CX_EPEER);
     unsigned char addr[4096];
@@ -316,7 +316,7 @@ static void test_disconnect_in_flight(void **state)
                   "m", 1);
         assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
     }
-    ops->disconnect(ba, ab);
+    ops->disconnect(ba, ab, CX_EPEER);
     ab = NULL;
     for (int i = 0; i < N; i++) {
         assert_int_equal(f[i].done, 1);
@@ -374,8 +374,8 @@ static int group_teardown(void **state)
     ops->mem_dereg(ba, amh);
     ops->mem_dereg(bb, bmh);
     if (ab)
-        ops->disconnect(ba, ab);
-    ops->disconnect(bb, ba_ep);
+        ops->disconnect(ba, ab, CX_EPEER);
+    ops->disconnect(bb, ba_ep, CX_EPEER);
     ops->close(ba);
     ops->close(bb);
     fc_reset(&ca);

@@ -163,7 +163,7 @@ static void child_main(void)
             if (recv_blob(g_sock, cmd, sizeof cmd, &n, 1000) || cmd[0] == 'Q') break;
         }
     }
-    OPS.disconnect(g_b, g_ep);
+    OPS.disconnect(g_b, g_ep, CX_EPEER);
     OPS.mem_dereg(g_b, g_mh);
     OPS.close(g_b);
     _exit(0);
@@ -213,7 +213,7 @@ static int teardown(void **state)
         kill(g_child, SIGKILL);
         waitpid(g_child, &st, 0);
     }
-    if (g_ep) OPS.disconnect(g_b, g_ep);
+    if (g_ep) OPS.disconnect(g_b, g_ep, CX_EPEER);
     OPS.mem_dereg(g_b, g_mh);
     OPS.close(g_b);
     free(g_buf);
@@ -415,7 +415,7 @@ static void test_disconnect_completes_outstanding(void **state)
     }
     assert_int_equal(started, 4);
     OPS.progress(g_b);
-    OPS.disconnect(g_b, g_ep);
+    OPS.disconnect(g_b, g_ep, CX_EPEER);
     g_ep = NULL;
     for (int i = 0; i < 4; i++) assert_int_equal(f[i].calls, 1);
     print_message("stopped target: read %d write %d read %d msg %d\n", f[0].status, f[1].status,
@@ -472,7 +472,7 @@ static void test_peer_killed(void **state)
         assert_true(failed);
         assert_true(fx.peer_errors > errs0);
     } else if (!failed) {
-        OPS.disconnect(g_b, g_ep);
+        OPS.disconnect(g_b, g_ep, CX_EPEER);
         g_ep = NULL;
         assert_int_equal(f.calls, 1);
         assert_int_equal(f.status, CX_EPEER);

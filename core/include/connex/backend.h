@@ -78,8 +78,11 @@ struct cx_backend_ops {
      * cx_core_peer_error. Failing here makes the core try the next backend. */
     int (*connect)(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
     /* Close now (no linger): afterwards no byte moves into or out of any xfer buffer of this
-     * endpoint, and every xfer still outstanding on it has been completed (CX_EPEER). */
-    void (*disconnect)(cx_backend_t *b, cx_bep_t *ep);
+     * endpoint, and every xfer still outstanding on it has been completed (CX_EPEER). `why`:
+     * CX_EPEER the peer failed, left or restarted (its process may be gone mid-send);
+     * CX_ETIMEDOUT an op timed out (the peer may be alive, or hung); CX_ECLOSED the engine
+     * closes. Only for what the backend keeps of the peer: what a failure means is the core's. */
+    void (*disconnect)(cx_backend_t *b, cx_bep_t *ep, int why);
     /* Start an xfer; completion through cx_core_xfer_done (possibly before this returns).
      * Returning an error means the xfer was not started and will not be completed. */
     int (*submit)(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
