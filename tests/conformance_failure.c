@@ -115,6 +115,49 @@ static void *work(void *arg)
     return NULL;
 }
 
+/* Starts n workers (kinds[i], chunk idx0 + i) and waits, at most 10 s, until each has done
+ * min_ok ops or ended. */
+static void workers_start(fixture_t *f, worker_t *w, pthread_t *th, const int *kinds, int n, int idx0,
+                          int min_ok)
+{
+    atomic_store(&g_abort, 0);
+    for (int i = 0; i < n; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].f = f;
+        w[i].kind = kinds[i];
+        w[i].idx = idx0 + i;
+        assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
+    }
+    uint64_t t0 = cxt_now_ns();
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < n; i++) all &= atomic_load(&w[i].ok) >= min_ok || atomic_load(&w[i].done);
+        if (all || cxt_ms_since(t0) > 10000) break;
+        cxt_peer_drain(&f->p, 2);
+    }
+}
+
+/* Waits up to 10 s for every worker to end on its own (returns 1 if one did not), then sets
+ * g_abort and joins them; a worker stuck in an op past the op timeout fails the test. */
+static int workers_end(worker_t *w, pthread_t *th, int n)
+{
+    uint64_t tj = cxt_now_ns();
+    int all = 0;
+    while (!all && cxt_ms_since(tj) < 10000) {
+        all = 1;
+        for (int i = 0; i < n; i++) all &= atomic_load(&w[i].done);
+        if (!all) usleep(2000);
+    }
+    atomic_store(&g_abort, 1);
+    for (int i = 0; i < n; i++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 25;
+        if (pthread_timedjoin_np(th[i], NULL, &ts)) fail_msg("worker %d hangs in an op", i);
+    }
+    return !all;
+}
+
 static void test_kill9_during_transfers(void **state)
 {
     (void)state;
@@ -128,22 +171,8 @@ static void test_kill9_during_transfers(void **state)
     static const int kinds[NW] = { CX_OPK_READ, CX_OPK_WRITE, CX_OPK_PUT_SIGNAL, CX_OPK_MSG };
     worker_t w[NW];
     pthread_t th[NW];
-    atomic_store(&g_abort, 0);
-    for (int i = 0; i < NW; i++) {
-        memset(&w[i], 0, sizeof w[i]);
-        w[i].f = &f;
-        w[i].kind = kinds[i];
-        w[i].idx = i;
-        assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
-    }
     /* Let every kind of op get going. */
-    uint64_t t0 = cxt_now_ns();
-    for (;;) {
-        int all = 1;
-        for (int i = 0; i < NW; i++) all &= atomic_load(&w[i].ok) >= 3 || atomic_load(&w[i].done);
-        if (all || cxt_ms_since(t0) > 10000) break;
-        cxt_peer_drain(&f.p, 5);
-    }
+    workers_start(&f, w, th, kinds, NW, 0, 3);
     int early = 0;
     for (int i = 0; i < NW; i++) early |= atomic_load(&w[i].done);
     uint64_t tk = cxt_now_ns();
@@ -152,27 +181,7 @@ static void test_kill9_during_transfers(void **state)
     int rc = cxt_wait_event(f.e, f.p.lid, CX_EVENT_FAILED, 5000, &ev, &seen);
     double fail_ms = cxt_ms_since(tk);
     /* Every worker must come back on its own; g_abort only rescues a broken engine. */
-    uint64_t tj = cxt_now_ns();
-    for (;;) {
-        int all = 1;
-        for (int i = 0; i < NW; i++) all &= atomic_load(&w[i].done);
-        if (all || cxt_ms_since(tj) > 10000) break;
-        usleep(5000);
-    }
-    int hung = 0;
-    for (int i = 0; i < NW; i++) hung |= !atomic_load(&w[i].done);
-    atomic_store(&g_abort, 1);
-    for (int i = 0; i < NW; i++) {
-        if (!atomic_load(&w[i].done)) {
-            /* A stuck op: cannot join safely; give the op timeout a chance, then report. */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 25;
-            if (pthread_timedjoin_np(th[i], NULL, &ts)) fail_msg("worker %d hangs in an op", i);
-        } else {
-            pthread_join(th[i], NULL);
-        }
-    }
+    int hung = workers_end(w, th, NW);
     cxt_peer_reap(&f.p, 5000);
     if (early) fail_msg("a worker failed before the kill");
     if (rc) fail_msg("no FAILED event within 5 s of kill -9 (seen 0x%x)", seen);
@@ -374,36 +383,11 @@ static void test_killed_mid_send(void **state)
     for (int round = 0; round < ROUNDS; round++) {
         worker_t w[NW];
         pthread_t th[NW];
-        atomic_store(&g_abort, 0);
-        for (int i = 0; i < NW; i++) {
-            memset(&w[i], 0, sizeof w[i]);
-            w[i].f = &f;
-            w[i].kind = kinds[i];
-            w[i].idx = i + 1;   /* restart_cycle uses the first chunk */
-            assert_int_equal(pthread_create(&th[i], NULL, work, &w[i]), 0);
-        }
-        uint64_t t0 = cxt_now_ns();
-        for (;;) {
-            int all = 1;
-            for (int i = 0; i < NW; i++) all &= atomic_load(&w[i].ok) >= 2 || atomic_load(&w[i].done);
-            if (all || cxt_ms_since(t0) > 10000) break;
-            cxt_peer_drain(&f.p, 2);
-        }
+        workers_start(&f, w, th, kinds, NW, 1, 2);   /* restart_cycle uses the first chunk */
         usleep(1000 + 1700 * (unsigned)round);   /* somewhere else in the peer's send loop each round */
         cxt_peer_signal(&f.p, SIGKILL);
-        uint64_t tj = cxt_now_ns();
-        int all = 0;
-        while (!all && cxt_ms_since(tj) < 10000) {
-            all = 1;
-            for (int i = 0; i < NW; i++) all &= atomic_load(&w[i].done);
-            if (!all) usleep(2000);
-        }
-        atomic_store(&g_abort, 1);
+        if (workers_end(w, th, NW)) fail_msg("round %d: an op was still running 10 s after the kill", round);
         for (int i = 0; i < NW; i++) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 15;
-            if (pthread_timedjoin_np(th[i], NULL, &ts)) fail_msg("round %d: worker %d hangs in an op", round, i);
             if (atomic_load(&w[i].ok) < 2)
                 fail_msg("round %d: worker %d did %d ops before the kill (%s)", round, i,
                          atomic_load(&w[i].ok), cx_strerror(w[i].last_rc));
