@@ -37,7 +37,7 @@ static struct fi_info *cx_fi_hints(const char *prov, int gpu)
     /* Every mode we can honour; the provider keeps the ones it needs (read back from fi_info). */
     h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
                               FI_MR_ENDPOINT | (gpu ? FI_MR_HMEM : 0);
-    /* Only the progress thread touches the backend. */
+    /* One thread at a time touches the backend: the core's transport lock (core/src/drive.h). */
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     h->addr_format = FI_FORMAT_UNSPEC;
     if (prov) {

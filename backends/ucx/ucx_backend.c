@@ -315,6 +315,17 @@ static int cx_ucx_pending_work(cx_ucx_t *b)
     return b->errq || b->done.next != &b->done || (b->in_head && b->in_head->ready);
 }
 
+/* One pass over the workers, no arming: a caller driving the transports polls (backend.h). */
+static int cx_ucx_poll(cx_backend_t *bb)
+{
+    cx_ucx_t *b = (cx_ucx_t *)bb;
+    int n = 0;
+    for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next)
+        n += (int)ucp_worker_progress(wk->w);
+    cx_ucx_drain(b);
+    return n > 0;
+}
+
 static int cx_ucx_progress(cx_backend_t *bb)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
@@ -357,6 +368,7 @@ const struct cx_backend_ops cx_ucx_ops = {
     .address = cx_ucx_address,
     .wait_fd = cx_ucx_wait_fd,
     .progress = cx_ucx_progress,
+    .poll = cx_ucx_poll,
     .mem_reg = cx_ucx_mem_reg,
     .mem_dereg = cx_ucx_mem_dereg,
     .connect = cx_ucx_connect,

@@ -9,6 +9,7 @@
 #include "cx_sched.h"
 #include "staging.h"
 #include "spin.h"
+#include "drive.h"
 #include "rstage.h"
 
 #include <errno.h>
@@ -91,8 +92,18 @@ static int wait_done(cx_op_t *op)
 /* Runs on a stack op; returns its status. */
 static int run_sync(cx_engine_t *e, cx_op_t *op)
 {
-    int rc = cx_submit(e, op);
+    /* While a caller drives, the progress thread does not poll (spin.c): it would only keep
+     * the transports' lock from the caller. */
+    int driving = e->drive && op->spin_ns && op->kind != CX_OPK_EXEC;
+    int rc = CX_OK;
+    if (driving) atomic_fetch_add(&e->drivers, 1);
+    if (cx_drive(e, op, 1)) op->spin_ns = 0;   /* it polled for its window already */
+    else if ((rc = cx_submit(e, op)) == CX_OK && driving) {
+        cx_drive_wait(e, op);
+        op->spin_ns = 0;
+    }
     if (rc == CX_OK) rc = wait_done(op);
+    if (driving) atomic_fetch_sub(&e->drivers, 1);
     op_destroy(op);
     return rc;
 }
@@ -205,6 +216,7 @@ static void engine_free(cx_engine_t *e)
     cx_msgq_fini(&e->msgq);
     cx_evq_fini(&e->evq);
     pthread_mutex_destroy(&e->qmu);
+    pthread_mutex_destroy(&e->plock);
     cx_auth_free(e->auth);
     free(e);
 }
@@ -218,6 +230,8 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     if (!e) return CX_ENOMEM;
     e->epfd = e->lfd = e->cmdfd = e->timerfd = -1;
     pthread_mutex_init(&e->qmu, NULL);
+    pthread_mutex_init(&e->plock, NULL);
+    e->drive = cx_drive_enabled();
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
     if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);
@@ -593,7 +607,7 @@ int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t re
     op->x.msg = op->msg_copy;
     op->x.msg_len = msg_len;
     op->async = 1;
-    if (!rc) rc = cx_submit(e, op);
+    if (!rc) rc = cx_drive(e, op, 0) ? CX_OK : cx_submit(e, op);
     if (rc) { op_destroy(op); free(op); return rc; }
     *out = op;
     return CX_OK;
@@ -611,7 +625,7 @@ static int class_op(cx_engine_t *e, int kind, int xkind, const char *peer, void 
     int rc = prep(e, op, kind, xkind, peer, local, remote, len, what);
     op->cls = (int)cls;
     op->async = 1;
-    if (!rc) rc = cx_submit(e, op);
+    if (!rc) rc = cx_drive(e, op, 0) ? CX_OK : cx_submit(e, op);
     if (rc) { op_destroy(op); free(op); return rc; }
     *out = op;
     return CX_OK;

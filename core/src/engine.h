@@ -164,6 +164,13 @@ struct cx_engine {
     pthread_t thread;
     int thread_started;
     atomic_int stop;
+    /* The transports' owner: the progress thread, except while it sleeps, when a caller may
+     * drive them (drive.h). Everything under "progress-thread state" is guarded by it. */
+    pthread_mutex_t plock;
+    int ready;                /* under plock: the progress thread has started */
+    int drive;                /* CONNEX_DRIVE (drive.h), read once */
+    atomic_int drivers;       /* callers in a synchronous op that drive the transports themselves */
+    atomic_int pwant;         /* the progress thread waits for plock: a driving caller lets go */
 
     cx_bslot_t be[CX_MAX_BACKENDS];
     int nb;
@@ -222,6 +229,10 @@ int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
 
 /* progress.c */
 void *cx_progress_main(void *arg);
+void cx_progress_drain(cx_engine_t *e);   /* under plock: start every queued op */
+/* Under plock: every transport's turn, then what their completions unblock; 1: more at once.
+ * With `poll`, backends that can poll without arming do so (a driving caller's loop). */
+int cx_progress_turn(cx_engine_t *e, int poll);
 int cx_watch_add(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w);
 int cx_watch_mod(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w);
 void cx_watch_del(cx_engine_t *e, int fd);

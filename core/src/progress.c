@@ -36,10 +36,8 @@ void cx_watch_del(cx_engine_t *e, int fd)
     epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-static void drain_commands(cx_engine_t *e)
+void cx_progress_drain(cx_engine_t *e)
 {
-    uint64_t v;
-    if (read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
     for (;;) {
         cx_live_reap_pending(e);   /* a FAILED its caller saw is a failed peer here too */
         pthread_mutex_lock(&e->qmu);
@@ -56,10 +54,32 @@ static void drain_commands(cx_engine_t *e)
     }
 }
 
+static void drain_commands(cx_engine_t *e)
+{
+    uint64_t v;
+    if (read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
+    cx_progress_drain(e);
+}
+
+#define CX_POLL_TURNS 16   /* backend polls per epoll_wait while polling */
+
 static int progress_backends(cx_engine_t *e)
 {
     int more = 0;
     for (int i = 0; i < e->nb; i++) more |= e->be[i].ops->progress(e->be[i].b) > 0;
+    return more;
+}
+
+int cx_progress_turn(cx_engine_t *e, int poll)
+{
+    int more = 0;
+    if (!poll) more = progress_backends(e);
+    else
+        for (int i = 0; i < e->nb; i++)
+            more |= (e->be[i].ops->poll ? e->be[i].ops->poll(e->be[i].b) : e->be[i].ops->progress(e->be[i].b)) > 0;
+    cx_staging_progress(e);   /* after the backends: their completions free staging slots */
+    more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
+    more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
     return more;
 }
 
@@ -101,9 +121,28 @@ void *cx_progress_main(void *arg)
     cx_engine_t *e = arg;
     struct epoll_event evs[64];
     int more = 0;
-    cx_live_hold(e);   /* before any HELLO goes out: it advertises this mutex */
+    /* Held for every iteration, dropped only while sleeping: callers drive the transports in
+     * between (drive.h). */
+    cx_live_hold(e);   /* before any HELLO goes out: it advertises this mutex. Held for
+                        * good, so taken before plock: one lock order */
+    pthread_mutex_lock(&e->plock);
+    e->ready = 1;
+    int polled = 0;   /* the last turn polled: the wait fds are not armed */
     while (!atomic_load(&e->stop)) {
-        int n = epoll_wait(e->epfd, evs, 64, more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), cx_sched_timeout_ms(e, 1000)));
+        int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), cx_sched_timeout_ms(e, 1000));
+        if (timeout && polled) {
+            /* About to sleep after polling: arm first, and go round again if that found work. */
+            polled = 0;
+            if (cx_progress_turn(e, 0)) timeout = 0;
+        }
+        pthread_mutex_unlock(&e->plock);
+        int n = epoll_wait(e->epfd, evs, 64, timeout);
+        if (pthread_mutex_trylock(&e->plock)) {
+            /* A caller is driving: ask it to let go (drive.c), heartbeats and deaths wait. */
+            atomic_store(&e->pwant, 1);
+            pthread_mutex_lock(&e->plock);
+            atomic_store(&e->pwant, 0);
+        }
         if (n < 0 && errno != EINTR) {
             cx_error("epoll_wait: %s", strerror(errno));
             break;
@@ -130,14 +169,22 @@ void *cx_progress_main(void *arg)
         }
         /* Backends such as ZeroMQ signal edge-style: events may be pending after our own sends,
          * so every iteration gives each backend a turn. */
-        more = progress_backends(e);
-        cx_staging_progress(e);   /* after the backends: their completions free staging slots */
-        more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
-        more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
-        if (n > 0 || more) e->last_work_ns = cx_now_ns();   /* poll a while before sleeping (spin.h) */
+        uint64_t now = cx_now_ns();
+        /* Within the poll window the backends poll without arming (a syscall or more each),
+         * like a raw loop spinning on its worker; epoll still sees the control sockets. */
+        polled = e->spin_ns && now - e->last_work_ns < e->spin_ns && !atomic_load(&e->drivers);
+        more = cx_progress_turn(e, polled);
+        /* Polling: a few more cheap turns before the next epoll_wait and yield, which cost a
+         * syscall each (the raw loop this is measured against makes one per turn). */
+        for (int k = 0; polled && !more && n == 0 && k < CX_POLL_TURNS; k++) {
+            more = cx_progress_turn(e, 1);
+            if (!more && (k & 3) == 3) cx_progress_drain(e);
+        }
+        if (n > 0 || more) e->last_work_ns = now;   /* poll a while before sleeping (spin.h) */
     }
     fail_everything(e);
     progress_backends(e);
     cx_live_release(e);   /* a clean end: same-host watchers stop without a report */
+    pthread_mutex_unlock(&e->plock);
     return NULL;
 }

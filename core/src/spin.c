@@ -59,7 +59,9 @@ int cx_op_spin(const struct cx_op *op, uint64_t window_ns)
 
 int cx_spin_timeout_ms(const struct cx_engine *e, uint64_t now_ns, int sleep_ms)
 {
-    if (e->spin_ns && now_ns - e->last_work_ns < e->spin_ns) {
+    /* While a caller drives the transports itself (drive.h), a polling progress thread would
+     * only keep it from the lock. */
+    if (e->spin_ns && now_ns - e->last_work_ns < e->spin_ns && !atomic_load(&((struct cx_engine *)e)->drivers)) {
         sched_yield();
         return 0;
     }

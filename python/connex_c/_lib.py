@@ -125,7 +125,9 @@ class cx_stats_t(ctypes.Structure):
                 ("steps_duplicates_dropped", ctypes.c_uint64),
                 ("directory_changes", ctypes.c_uint64),
                 ("background_chunks", ctypes.c_uint64),
-                ("background_deferred", ctypes.c_uint64)]
+                ("background_deferred", ctypes.c_uint64),
+                ("ops_driven", ctypes.c_uint64),
+                ("ops_driven_done", ctypes.c_uint64)]
 
 
 class cx_peer_info_t(ctypes.Structure):

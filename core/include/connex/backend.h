@@ -2,7 +2,9 @@
  *
  * A backend moves bytes and reports what it sees; it never decides what a failure means (it calls
  * cx_core_peer_error and the core decides). Every function of the ops table and every cx_core_*
- * call below runs on the engine's progress thread, the only thread that touches the backend.
+ * call below runs under the engine's transport lock: on the progress thread, or on a caller's
+ * thread that drives the transports while the progress thread sleeps (core/src/drive.h). One
+ * thread at a time, never concurrently; a backend keeps no thread-local state across calls.
  */
 #ifndef CONNEX_BACKEND_H
 #define CONNEX_BACKEND_H
@@ -68,6 +70,11 @@ struct cx_backend_ops {
      * armed so that the next activity wakes the progress thread. Returns 0, or 1 when work
      * remains (it stopped at a fairness budget): the core then calls again without sleeping. */
     int (*progress)(cx_backend_t *b);
+    /* Optional (NULL: progress is used). One cheap pass that completes what has arrived, without
+     * arming the wait fd: a caller driving the transports calls it in a loop while it waits for
+     * its op, then calls progress() once before it lets go (core/src/drive.h). Returns 1 when it
+     * found work. */
+    int (*poll)(cx_backend_t *b);
 
     /* Register a region; the key blob (up to *key_len bytes) travels to peers. */
     int (*mem_reg)(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh,

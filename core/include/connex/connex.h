@@ -215,6 +215,8 @@ typedef struct cx_stats {
     uint64_t directory_changes;        /* directory entries added, moved or removed, as seen here */
     uint64_t background_chunks;        /* chunks of background-class transfers issued */
     uint64_t background_deferred;      /* times a background chunk waited for critical ops */
+    uint64_t ops_driven;               /* ops a caller started on its own thread (drive.h) */
+    uint64_t ops_driven_done;          /* ops done while their own caller drove the transports */
 } cx_stats_t;
 int cx_stats(cx_engine_t *e, cx_stats_t *st);
 

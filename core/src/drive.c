@@ -1,0 +1,98 @@
+/* Caller-driven progress (drive.h). */
+#include "drive.h"
+
+#include "connex/log.h"
+#include "spin.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int cx_drive_enabled(void)
+{
+    const char *s = getenv("CONNEX_DRIVE");
+    if (!s || !*s || !strcmp(s, "1")) return 1;
+    if (!strcmp(s, "0")) return 0;
+    cx_warn("CONNEX_DRIVE=%s: neither 0 nor 1; caller-driven progress stays on", s);
+    return 1;
+}
+
+/* The progress thread sleeps with a timeout it chose before this caller ran: wake it when the
+ * transports said there is more to do at once, or traffic held back is due before it would look. */
+static void wake_progress(cx_engine_t *e)
+{
+    uint64_t one = 1;
+    if (write(e->cmdfd, &one, sizeof one) < 0 && errno != EAGAIN) cx_error("eventfd: %s", strerror(errno));
+}
+
+/* While this caller polls the backends, their wait fds would wake the sleeping progress thread
+ * for every completion the caller handles itself (a context switch, and on a small host a CPU the
+ * target needs): take them out of its epoll set meanwhile. */
+static void backend_watches(cx_engine_t *e, uint32_t events)
+{
+    for (int i = 0; i < e->nb; i++)
+        if (e->be[i].w.kind) cx_watch_mod(e, e->be[i].ops->wait_fd(e->be[i].b), events, &e->be[i].w);
+}
+
+/* Under plock, which it releases: poll the transports until `op` is done or `end`, then a full
+ * turn (it arms the wait fds, so that what comes next wakes the progress thread). */
+static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end)
+{
+    if (!cx_op_is_done(op) && cx_now_ns() < end) {
+        backend_watches(e, 0);
+        for (unsigned i = 1; !cx_op_is_done(op); i++) {
+            cx_progress_turn(e, 1);
+            if (!(i & 7)) {
+                if (cx_now_ns() >= end || atomic_load(&e->pwant)) break;
+                cx_progress_drain(e);   /* other callers' ops: the progress thread waits for us */
+            }
+        }
+        backend_watches(e, EPOLLIN);
+    }
+    int more = cx_progress_turn(e, 0);
+    if (cx_op_is_done(op)) e->st.ops_driven_done++;
+    int wake = more || e->sched_wake_ns;
+    pthread_mutex_unlock(&e->plock);
+    if (wake) wake_progress(e);
+}
+
+/* The transports' lock, when free and the progress thread is running. */
+static int take(cx_engine_t *e)
+{
+    if (atomic_load(&e->pwant) || pthread_mutex_trylock(&e->plock)) return 0;
+    if (e->ready && !atomic_load(&e->stop)) return 1;
+    pthread_mutex_unlock(&e->plock);   /* not started, or closing: cx_submit says which */
+    return 0;
+}
+
+int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
+{
+    /* An exec's function may rely on running on the progress thread (the same-host watch's
+     * mutex is that thread's). */
+    if (!e->drive || op->kind == CX_OPK_EXEC || !take(e)) return 0;
+    cx_progress_drain(e);   /* ops queued before this one start first */
+    e->st.ops_driven++;
+    cx_op_start(e, op);
+    drive_locked(e, op, wait ? cx_now_ns() + op->spin_ns : 0);
+    return 1;
+}
+
+int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
+{
+    if (!e->drive || !op->spin_ns) return cx_op_is_done(op);
+    uint64_t end = cx_now_ns() + op->spin_ns;
+    for (unsigned i = 1; !cx_op_is_done(op); i++) {
+        if (take(e)) {
+            drive_locked(e, op, end);
+            break;
+        }
+        if (!(i & 63)) {
+            if (cx_now_ns() >= end) break;
+            sched_yield();
+        }
+    }
+    return cx_op_is_done(op);
+}
