@@ -1,5 +1,6 @@
 /* Polling before sleeping: how long the progress thread keeps polling after it last did work,
- * and how long a caller polls its op before it sleeps on the op's condition variable.
+ * and how long a caller drives the transports for its op (drive.h) or polls its op before it
+ * sleeps on the op's condition variable.
  *
  * A sleeping thread costs a wake-up (about 13 us on the 2-vCPU VM this was measured on) each
  * time it is needed, and a small read needs four: the caller's submit, the reply at the
@@ -27,8 +28,9 @@ void cx_op_set_done(struct cx_op *op);
 /* Caller side: poll the op's done flag for up to the engine's window. Returns 1 when done. */
 int cx_op_spin(const struct cx_op *op, uint64_t window_ns);
 
-/* Progress thread: the epoll timeout to use (0 while within the window after the last work,
- * else `sleep_ms`), and a yield while polling so that a thread that needs this CPU gets it. */
+/* Progress thread: the epoll timeout to use (0 while within the window after the last work and
+ * no caller drives, else `sleep_ms`), and a yield while polling so that a thread that needs this
+ * CPU gets it. */
 int cx_spin_timeout_ms(const struct cx_engine *e, uint64_t now_ns, int sleep_ms);
 
 #endif
