@@ -349,24 +349,34 @@ static void test_death_told_by_a_neighbour(void **state)
     NEED_WATCH();
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
-    cxt_peer_t v, w;
-    cxt_peer_opts_t ov = { .model = "victim", .replica = 1, .seed = 11, .ballast_mib = BIG, .host_id = "other-host" };
-    cxt_peer_opts_t ow = { .model = "neighbour", .replica = 1, .seed = 12, .host_id = "other-host" };
-    if (cxt_peer_start(&v, &ov, 20000) || cxt_peer_start(&w, &ow, 20000)) fail_msg("peers did not start");
-    up(e, &v);
-    up(e, &w);
-    char rep[128];
-    assert_int_equal(cxt_peer_cmd(&w, 10000, rep, sizeof rep, "CONNECT %s 5000", v.url), 0);
-    cx_peer_info_t i = info_of(e, v.lid);
-    assert_int_equal(i.same_host, 0);   /* we are not its neighbour: no watch of ours */
-    assert_int_equal(i.death_watch, 0);
-    char why[128];
-    double ms = kill_and_wait(e, &v, why, sizeof why);
-    fprintf(stderr, "FAILED %.2f ms after kill -9 (another host's process): '%s'\n", ms, why);
-    if (!strstr(why, "seen by neighbour|0|0|1")) fail_msg("FAILED by '%s', not by the neighbour's report", why);
-    /* The neighbour itself stays up. */
-    assert_int_equal(cx_peer_state(e, w.lid), CX_PEER_UP);
-    cxt_peer_stop(&w);
+    /* Two correct reports race: the neighbour's DEATH frame, and this engine's own data path on
+     * a backend that sees a dead peer by itself (UCX over tcp: "Endpoint timeout", once 17 ms
+     * after the kill under -j2 load). The neighbour's must win at least once in three kills. */
+    int told = 0;
+    for (int attempt = 0; attempt < 3 && !told; attempt++) {
+        cxt_peer_t v, w;
+        cxt_peer_opts_t ov = { .model = "victim", .replica = 1, .seed = 11, .ballast_mib = BIG, .host_id = "other-host" };
+        cxt_peer_opts_t ow = { .model = "neighbour", .replica = 1, .seed = 12, .host_id = "other-host" };
+        if (cxt_peer_start(&v, &ov, 20000) || cxt_peer_start(&w, &ow, 20000)) fail_msg("peers did not start");
+        up(e, &v);
+        up(e, &w);
+        char rep[128];
+        assert_int_equal(cxt_peer_cmd(&w, 10000, rep, sizeof rep, "CONNECT %s 5000", v.url), 0);
+        cx_peer_info_t i = info_of(e, v.lid);
+        assert_int_equal(i.same_host, 0);   /* we are not its neighbour: no watch of ours */
+        assert_int_equal(i.death_watch, 0);
+        char why[128];
+        double ms = kill_and_wait(e, &v, why, sizeof why);
+        fprintf(stderr, "FAILED %.2f ms after kill -9 (another host's process): '%s'\n", ms, why);
+        told = strstr(why, "seen by neighbour|0|0|1") != NULL;
+        /* The neighbour itself stays up. */
+        assert_int_equal(cx_peer_state(e, w.lid), CX_PEER_UP);
+        cxt_peer_stop(&w);
+        /* The same identities come back in the next attempt: wait until this one has left. */
+        cx_event_t ev;
+        (void)cxt_wait_event(e, w.lid, CX_EVENT_LEFT, 2000, &ev, NULL);
+    }
+    if (!told) fail_msg("three kills, and the neighbour's report never came first");
     cx_engine_destroy(e);
 }
 
