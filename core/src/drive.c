@@ -11,6 +11,25 @@
 #include <string.h>
 #include <unistd.h>
 
+void cx_drive_handoff(cx_engine_t *e, cx_op_t *op)
+{
+    op->stage = OPS_HANDOFF;
+    op->hnext = NULL;
+    cx_op_t **pp = &e->handoff;
+    while (*pp) pp = &(*pp)->hnext;   /* in order: a few ops at most */
+    *pp = op;
+}
+
+void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op)
+{
+    for (cx_op_t **pp = &e->handoff; *pp; pp = &(*pp)->hnext)
+        if (*pp == op) {
+            *pp = op->hnext;
+            op->hnext = NULL;
+            return;
+        }
+}
+
 int cx_drive_enabled(void)
 {
     const char *s = getenv("CONNEX_DRIVE");
@@ -34,7 +53,7 @@ static void wake_progress(cx_engine_t *e)
 static void backend_watches(cx_engine_t *e, uint32_t events)
 {
     for (int i = 0; i < e->nb; i++)
-        if (e->be[i].w.kind) cx_watch_mod(e, e->be[i].ops->wait_fd(e->be[i].b), events, &e->be[i].w);
+        if (e->be[i].w.kind && !e->be[i].ops->thread_bound) cx_watch_mod(e, e->be[i].ops->wait_fd(e->be[i].b), events, &e->be[i].w);
 }
 
 /* Under plock, which it releases: poll the transports until `op` is done or `end`, then a full
@@ -53,8 +72,13 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end)
         backend_watches(e, EPOLLIN);
     }
     int more = cx_progress_turn(e, 0);
-    if (cx_op_is_done(op)) e->st.ops_driven_done++;
-    int wake = more || e->sched_wake_ns;
+    int done = cx_op_is_done(op);
+    if (done) e->st.ops_driven_done++;
+    /* Not done within the window: the progress thread takes over, polling at once (spin.h), as
+     * it would have had the op gone through it, instead of waking for the completion. */
+    if (!done && op->spin_ns) e->last_work_ns = cx_now_ns();
+    int wake = more || e->sched_wake_ns || (!done && op->spin_ns) || e->handoff;
+    e->driving = 0;
     pthread_mutex_unlock(&e->plock);
     if (wake) wake_progress(e);
 }
@@ -63,7 +87,10 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end)
 static int take(cx_engine_t *e)
 {
     if (atomic_load(&e->pwant) || pthread_mutex_trylock(&e->plock)) return 0;
-    if (e->ready && !atomic_load(&e->stop)) return 1;
+    if (e->ready && !atomic_load(&e->stop)) {
+        e->driving = 1;
+        return 1;
+    }
     pthread_mutex_unlock(&e->plock);   /* not started, or closing: cx_submit says which */
     return 0;
 }
@@ -76,7 +103,8 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     cx_progress_drain(e);   /* ops queued before this one start first */
     e->st.ops_driven++;
     cx_op_start(e, op);
-    drive_locked(e, op, wait ? cx_now_ns() + op->spin_ns : 0);
+    /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
+    drive_locked(e, op, wait && op->stage != OPS_HANDOFF ? cx_now_ns() + op->spin_ns : 0);
     return 1;
 }
 

@@ -102,8 +102,8 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
         cx_drive_wait(e, op);
         op->spin_ns = 0;
     }
+    if (driving) atomic_fetch_sub(&e->drivers, 1);   /* the progress thread may poll for it now */
     if (rc == CX_OK) rc = wait_done(op);
-    if (driving) atomic_fetch_sub(&e->drivers, 1);
     op_destroy(op);
     return rc;
 }
@@ -283,6 +283,9 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->tw = (cx_watch_t){ CX_W_TIMER, e, 0 };
     rc = cx_watch_add(e, e->lfd, EPOLLIN, &e->lw) | cx_watch_add(e, e->cmdfd, EPOLLIN, &e->cw) |
          cx_watch_add(e, e->timerfd, EPOLLIN, &e->tw);
+    int drivable = 0;
+    for (int i = 0; i < e->nb; i++) drivable |= !e->be[i].ops->thread_bound;
+    if (!drivable) e->drive = 0;   /* nothing a caller could drive (drive.h) */
     for (int i = 0; i < e->nb && !rc; i++) {
         int bfd = e->be[i].ops->wait_fd(e->be[i].b);
         if (bfd < 0) continue;

@@ -75,6 +75,7 @@ struct cx_op {
     cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
                                  the peer's list of background transfers */
     cx_op_t *parent;          /* CX_OPK_CHUNK: the background transfer it is a piece of */
+    cx_op_t *hnext;           /* OPS_HANDOFF: the engine's handoff list (drive.h) */
     size_t bg_off;            /* background transfer: bytes handed to chunks so far */
     uint32_t bg_out;          /* background transfer: chunks not yet completed */
     int bg_status;            /* background transfer: first error of a chunk */
@@ -95,7 +96,8 @@ struct cx_op {
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
        OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
        OPS_CHUNKED,       /* a background transfer moving in chunks, not linked to the peer */
-       OPS_RSTAGE };      /* served by the target's core over the control connection (rstage.h) */
+       OPS_RSTAGE,        /* served by the target's core over the control connection (rstage.h) */
+       OPS_HANDOFF };     /* started by a driving caller, left for the progress thread (drive.h) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -171,6 +173,8 @@ struct cx_engine {
     int drive;                /* CONNEX_DRIVE (drive.h), read once */
     atomic_int drivers;       /* callers in a synchronous op that drive the transports themselves */
     atomic_int pwant;         /* the progress thread waits for plock: a driving caller lets go */
+    int driving;              /* under plock: its holder is a caller, not the progress thread */
+    cx_op_t *handoff;         /* under plock: ops a driving caller left for the progress thread */
 
     cx_bslot_t be[CX_MAX_BACKENDS];
     int nb;
@@ -229,9 +233,12 @@ int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
 
 /* progress.c */
 void *cx_progress_main(void *arg);
-void cx_progress_drain(cx_engine_t *e);   /* under plock: start every queued op */
+/* Under plock: start every queued op. A driving caller leaves the same-host watch's reports and
+ * execs (from the first one on, in order) to the progress thread. */
+void cx_progress_drain(cx_engine_t *e);
 /* Under plock: every transport's turn, then what their completions unblock; 1: more at once.
- * With `poll`, backends that can poll without arming do so (a driving caller's loop). */
+ * With `poll`, backends that can poll without arming do so (a driving caller's loop). A driving
+ * caller skips thread-bound backends and GPU staging (drive.h). */
 int cx_progress_turn(cx_engine_t *e, int poll);
 int cx_watch_add(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w);
 int cx_watch_mod(cx_engine_t *e, int fd, uint32_t events, cx_watch_t *w);

@@ -6,6 +6,7 @@
 #include "cx_sched.h"
 #include "staging.h"
 #include "rstage.h"
+#include "drive.h"
 #include "mobility/mobility.h"
 
 #include <stdio.h>
@@ -32,6 +33,7 @@ static void unlink_op(cx_op_t *op)
 
 void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 {
+    if (op->stage == OPS_HANDOFF) cx_drive_handoff_drop(e, op);
     unlink_op(op);
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
     if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
@@ -63,6 +65,12 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
 static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
 {
     cx_peer_t *p = op->peer;
+    /* A caller drives (drive.h): connecting a data endpoint, a thread-bound backend and device
+     * memory (staging) stay with the progress thread. */
+    if (e->driving && (!p->ep || e->be[p->bidx].ops->thread_bound)) {
+        cx_drive_handoff(e, op);
+        return;
+    }
     if (cx_peer_ensure_ep(e, p)) {
         cx_op_finish(e, op, CX_EUNSUPPORTED);
         return;
@@ -79,6 +87,10 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         if (!lr) {
             cx_warn("%s: local buffer %p was unregistered before the op started", p->url, x->local);
             cx_op_finish(e, op, CX_EINVAL);
+            return;
+        }
+        if (e->driving && x->local_mem != CX_MEM_HOST) {
+            cx_drive_handoff(e, op);
             return;
         }
         x->remote_region = rr->id;

@@ -39,10 +39,22 @@ void cx_watch_del(cx_engine_t *e, int fd)
 void cx_progress_drain(cx_engine_t *e)
 {
     for (;;) {
-        cx_live_reap_pending(e);   /* a FAILED its caller saw is a failed peer here too */
+        if (!e->driving) cx_live_reap_pending(e);   /* a FAILED its caller saw is a failed peer here too */
         pthread_mutex_lock(&e->qmu);
         cx_op_t *op = e->qhead;
-        e->qhead = e->qtail = NULL;
+        if (e->driving) {
+            /* Up to the first exec: its function may need the progress thread (drive.c). */
+            cx_op_t *last = NULL, *o = op;
+            while (o && o->kind != CX_OPK_EXEC) { last = o; o = o->next; }
+            if (!last) op = NULL;
+            else {
+                last->next = NULL;
+                e->qhead = o;
+                if (!o) e->qtail = NULL;
+            }
+        } else {
+            e->qhead = e->qtail = NULL;
+        }
         pthread_mutex_unlock(&e->qmu);
         if (!op) return;
         while (op) {
@@ -66,8 +78,21 @@ static void drain_commands(cx_engine_t *e)
 static int progress_backends(cx_engine_t *e)
 {
     int more = 0;
-    for (int i = 0; i < e->nb; i++) more |= e->be[i].ops->progress(e->be[i].b) > 0;
+    for (int i = 0; i < e->nb; i++)
+        if (!e->driving || !e->be[i].ops->thread_bound) more |= e->be[i].ops->progress(e->be[i].b) > 0;
     return more;
+}
+
+/* Ops a driving caller left here (drive.h): on their way again, from the progress thread. */
+static void run_handoff(cx_engine_t *e)
+{
+    while (e->handoff) {
+        cx_op_t *op = e->handoff;
+        e->handoff = op->hnext;
+        op->hnext = NULL;
+        op->stage = OPS_QUEUED;
+        cx_op_go(e, op);
+    }
 }
 
 int cx_progress_turn(cx_engine_t *e, int poll)
@@ -75,9 +100,15 @@ int cx_progress_turn(cx_engine_t *e, int poll)
     int more = 0;
     if (!poll) more = progress_backends(e);
     else
-        for (int i = 0; i < e->nb; i++)
-            more |= (e->be[i].ops->poll ? e->be[i].ops->poll(e->be[i].b) : e->be[i].ops->progress(e->be[i].b)) > 0;
-    cx_staging_progress(e);   /* after the backends: their completions free staging slots */
+        for (int i = 0; i < e->nb; i++) {
+            const struct cx_backend_ops *o = e->be[i].ops;
+            if (e->driving && o->thread_bound) continue;
+            more |= (o->poll ? o->poll(e->be[i].b) : o->progress(e->be[i].b)) > 0;
+        }
+    if (!e->driving) {
+        run_handoff(e);
+        cx_staging_progress(e);   /* after the backends: their completions free staging slots */
+    }
     more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
     more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
     return more;

@@ -99,6 +99,10 @@ struct cx_backend_ops {
      * memory without registering it. 0 (RDMA backends): device memory the backend cannot
      * register is not registered with it, and ops on it go through the target's core. */
     int software_target;
+    /* 1: the backend's handles stay on the progress thread, and callers of an engine that has it
+     * never drive the transports (core/src/drive.h). For a library whose objects are not safe to
+     * hand from thread to thread, even under a lock, or that was seen to fail when they were. */
+    int thread_bound;
     /* Optional: what it can do with GPU memory (NULL: nothing; device memory is then staged). */
     void (*gpu_caps)(cx_backend_t *b, cx_backend_gpu_caps_t *caps);
 };
