@@ -2,6 +2,7 @@
 #include "drive.h"
 
 #include "connex/log.h"
+#include "live.h"
 #include "spin.h"
 
 #include <errno.h>
@@ -83,11 +84,13 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end)
     if (wake) wake_progress(e);
 }
 
-/* The transports' lock, when free and the progress thread is running. */
+/* The transports' lock, when free and the progress thread is running. Not while a death the
+ * same-host watch reported waits to be reaped: the progress thread fails the peer first, so an
+ * op its caller starts after seeing that FAILED finds the peer failed (docs/semantics.md). */
 static int take(cx_engine_t *e)
 {
-    if (atomic_load(&e->pwant) || pthread_mutex_trylock(&e->plock)) return 0;
-    if (e->ready && !atomic_load(&e->stop)) {
+    if (atomic_load(&e->pwant) || cx_live_death_pending(e) || pthread_mutex_trylock(&e->plock)) return 0;
+    if (e->ready && !atomic_load(&e->stop) && !cx_live_death_pending(e)) {
         e->driving = 1;
         return 1;
     }
@@ -100,7 +103,13 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     /* An exec's function may rely on running on the progress thread (the same-host watch's
      * mutex is that thread's). */
     if (!e->drive || op->kind == CX_OPK_EXEC || !take(e)) return 0;
-    cx_progress_drain(e);   /* ops queued before this one start first */
+    /* Ops queued before this one start first; behind an exec, this one queues too (in order). */
+    if (!cx_progress_drain(e)) {
+        e->driving = 0;
+        pthread_mutex_unlock(&e->plock);
+        wake_progress(e);   /* the exec, and what the drain handed off */
+        return 0;
+    }
     e->st.ops_driven++;
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
@@ -114,6 +123,7 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
     uint64_t end = cx_now_ns() + op->spin_ns;
     for (unsigned i = 1; !cx_op_is_done(op); i++) {
         if (take(e)) {
+            cx_progress_drain(e);   /* this op, queued: start it now */
             drive_locked(e, op, end);
             break;
         }

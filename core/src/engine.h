@@ -233,9 +233,11 @@ int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
 
 /* progress.c */
 void *cx_progress_main(void *arg);
-/* Under plock: start every queued op. A driving caller leaves the same-host watch's reports and
- * execs (from the first one on, in order) to the progress thread. */
-void cx_progress_drain(cx_engine_t *e);
+/* Under plock: start every queued op, after the ops driving callers handed off. A driving caller
+ * leaves the same-host watch's reports and execs (from the first one on, in order) to the
+ * progress thread, and starts nothing while a reported death waits to be reaped. Returns 1 when
+ * the queue is empty now, 0 when something is left for the progress thread. */
+int cx_progress_drain(cx_engine_t *e);
 /* Under plock: every transport's turn, then what their completions unblock; 1: more at once.
  * With `poll`, backends that can poll without arming do so (a driving caller's loop). A driving
  * caller skips thread-bound backends and GPU staging (drive.h). */

@@ -348,7 +348,12 @@ void cx_live_reap(cx_engine_t *e)
 
 void cx_live_reap_pending(cx_engine_t *e)
 {
-    if (e->live && atomic_load(&e->live->dead) > 0) cx_live_reap(e);
+    if (cx_live_death_pending(e)) cx_live_reap(e);
+}
+
+int cx_live_death_pending(const cx_engine_t *e)
+{
+    return e->live && atomic_load(&e->live->dead) > 0;
 }
 
 int cx_live_watching(cx_engine_t *e, const cx_peer_t *p)

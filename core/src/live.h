@@ -43,6 +43,8 @@ void cx_live_reap(cx_engine_t *e);
 /* Progress thread: cx_live_reap when a watcher has reported a death it has not reaped yet. Called
  * before commands are started, so a caller that saw the FAILED finds the peer failed. */
 void cx_live_reap_pending(cx_engine_t *e);
+/* A death the watch reported is not reaped yet (any thread). */
+int cx_live_death_pending(const cx_engine_t *e);
 /* Progress thread: 1 when a running watch follows p's current incarnation. */
 int cx_live_watching(cx_engine_t *e, const cx_peer_t *p);
 /* Engine destroy, after the progress thread ended: stops and joins every watcher. */

@@ -33,7 +33,8 @@ static void unlink_op(cx_op_t *op)
 
 void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 {
-    if (op->stage == OPS_HANDOFF) cx_drive_handoff_drop(e, op);
+    /* Whatever its stage says now: failing a peer's ops marks them done before finishing them. */
+    if (e->handoff) cx_drive_handoff_drop(e, op);
     unlink_op(op);
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
     if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
@@ -66,8 +67,9 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
 {
     cx_peer_t *p = op->peer;
     /* A caller drives (drive.h): connecting a data endpoint, a thread-bound backend and device
-     * memory (staging) stay with the progress thread. */
-    if (e->driving && (!p->ep || e->be[p->bidx].ops->thread_bound)) {
+     * memory (staging) stay with the progress thread, and so does every op after one handed off
+     * (ops reach the backend in the order they started). */
+    if (e->driving && (e->handoff || !p->ep || e->be[p->bidx].ops->thread_bound)) {
         cx_drive_handoff(e, op);
         return;
     }

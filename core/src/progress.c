@@ -36,10 +36,26 @@ void cx_watch_del(cx_engine_t *e, int fd)
     epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
 }
 
-void cx_progress_drain(cx_engine_t *e)
+/* Ops a driving caller left here (drive.h): on their way again, from the progress thread, before
+ * anything submitted after them. */
+static void run_handoff(cx_engine_t *e)
 {
+    while (e->handoff) {
+        cx_op_t *op = e->handoff;
+        e->handoff = op->hnext;
+        op->hnext = NULL;
+        op->stage = OPS_QUEUED;
+        cx_op_go(e, op);
+    }
+}
+
+int cx_progress_drain(cx_engine_t *e)
+{
+    if (!e->driving) run_handoff(e);
     for (;;) {
-        if (!e->driving) cx_live_reap_pending(e);   /* a FAILED its caller saw is a failed peer here too */
+        /* A FAILED its caller saw is a failed peer here too: the progress thread reaps first. */
+        if (!e->driving) cx_live_reap_pending(e);
+        else if (cx_live_death_pending(e)) return 0;
         pthread_mutex_lock(&e->qmu);
         cx_op_t *op = e->qhead;
         if (e->driving) {
@@ -55,8 +71,9 @@ void cx_progress_drain(cx_engine_t *e)
         } else {
             e->qhead = e->qtail = NULL;
         }
+        int rest = e->qhead != NULL;   /* driving: an exec and what follows it */
         pthread_mutex_unlock(&e->qmu);
-        if (!op) return;
+        if (!op) return !rest;
         while (op) {
             cx_op_t *n = op->next;
             op->next = op->prev = NULL;
@@ -83,21 +100,12 @@ static int progress_backends(cx_engine_t *e)
     return more;
 }
 
-/* Ops a driving caller left here (drive.h): on their way again, from the progress thread. */
-static void run_handoff(cx_engine_t *e)
-{
-    while (e->handoff) {
-        cx_op_t *op = e->handoff;
-        e->handoff = op->hnext;
-        op->hnext = NULL;
-        op->stage = OPS_QUEUED;
-        cx_op_go(e, op);
-    }
-}
-
 int cx_progress_turn(cx_engine_t *e, int poll)
 {
     int more = 0;
+    /* Before the backends' turn: an op submitted after it would wait for the next wake-up (the
+     * turn arms the wait fds). */
+    if (!e->driving) run_handoff(e);
     if (!poll) more = progress_backends(e);
     else
         for (int i = 0; i < e->nb; i++) {
@@ -105,10 +113,7 @@ int cx_progress_turn(cx_engine_t *e, int poll)
             if (e->driving && o->thread_bound) continue;
             more |= (o->poll ? o->poll(e->be[i].b) : o->progress(e->be[i].b)) > 0;
         }
-    if (!e->driving) {
-        run_handoff(e);
-        cx_staging_progress(e);   /* after the backends: their completions free staging slots */
-    }
+    if (!e->driving) cx_staging_progress(e);   /* after the backends: their completions free staging slots */
     more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
     more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
     return more;
@@ -130,6 +135,18 @@ static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
     for (int i = 0; i < e->nb; i++)
         if (w == &e->be[i].w) return 1;   /* progressed below, every iteration */
     return 0;
+}
+
+/* Woken by `w` while a caller drives: whether to ask it to let go (cx_progress_main). Not for its
+ * backends, which it polls itself, nor for the command queue it has drained. */
+static int wants_lock(cx_engine_t *e, const cx_watch_t *w)
+{
+    if (is_backend_watch(e, w)) return 0;
+    if (w != &e->cw) return 1;
+    pthread_mutex_lock(&e->qmu);
+    int queued = e->qhead != NULL;
+    pthread_mutex_unlock(&e->qmu);
+    return queued;
 }
 
 static cx_conn_t *conn_of(cx_engine_t *e, const cx_watch_t *w)
@@ -169,11 +186,16 @@ void *cx_progress_main(void *arg)
         pthread_mutex_unlock(&e->plock);
         int n = epoll_wait(e->epfd, evs, 64, timeout);
         if (pthread_mutex_trylock(&e->plock)) {
-            /* A caller is driving: ask it to let go (drive.c), heartbeats and deaths wait. */
-            atomic_store(&e->pwant, 1);
+            /* A caller is driving. For anything but its backends' wake-ups (which it polls
+             * itself: asking it to let go for those would hand every completion back to this
+             * thread), ask it to let go (drive.c): heartbeats and deaths wait for nobody. */
+            int want = n < 0 || (n == 0 && timeout > 0);   /* a timer of ours ran out */
+            for (int i = 0; i < n && !want; i++) want = wants_lock(e, evs[i].data.ptr);
+            if (want) atomic_store(&e->pwant, 1);
             pthread_mutex_lock(&e->plock);
             atomic_store(&e->pwant, 0);
         }
+        run_handoff(e);   /* what callers left while this thread slept goes first */
         if (n < 0 && errno != EINTR) {
             cx_error("epoll_wait: %s", strerror(errno));
             break;
