@@ -395,8 +395,8 @@ int cx_select_decide_opts(const cx_probe_t *p, const cx_select_opts_t *o, cx_dec
                                  o->net_devices, d)))
             return rc;   /* d->error says which entry */
     } else if (o->net_devices && *o->net_devices) {
-        REASON(d, "CONNEX_NET_DEVICES=%s ignored: the first backend has no RDMA path",
-               o->net_devices);
+        REASON(d, "CONNEX_NET_DEVICES=%s: no RDMA NIC to check or pin (the first backend has no RDMA "
+               "path); UCX still gets it as UCX_NET_DEVICES (its TCP interfaces)", o->net_devices);
     }
     return CX_OK;
 }

@@ -254,6 +254,8 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
         argv[ac++] = ballast;
     }
     argv[ac] = NULL;
+    char devs[128];
+    snprintf(devs, sizeof devs, "CONNEX_NET_DEVICES=%s", o->net_devices ? o->net_devices : "");
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
@@ -263,11 +265,14 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
         if (getppid() != parent) _exit(127);
         dup2(in[0], 0);
         dup2(out[1], 1);
-        if (o->netns) {
-            const char *full[40] = { "ip", "netns", "exec", o->netns };
-            for (int i = 0; i <= ac; i++) full[4 + i] = argv[i];
-            execvp("ip", (char *const *)full);
-        }
+        /* Prefixes through exec, not setenv: after fork in a threaded process only
+         * async-signal-safe calls are. */
+        const char *full[48];
+        int n = 0;
+        if (o->netns) { full[n++] = "ip"; full[n++] = "netns"; full[n++] = "exec"; full[n++] = o->netns; }
+        if (o->net_devices) { full[n++] = "env"; full[n++] = devs; }
+        for (int i = 0; i <= ac; i++) full[n + i] = argv[i];
+        if (n) execvp(full[0], (char *const *)full);
         execv(CX_PEER_PATH, (char *const *)argv);
         static const char m[] = "cxt: exec " CX_PEER_PATH " failed\n";
         if (write(2, m, sizeof m - 1) < 0) _exit(126);

@@ -70,6 +70,7 @@ typedef struct cxt_peer_opts {
     uint32_t ballast_mib;     /* touched, unregistered memory it holds (its kill -9 takes longer) */
     const char *netns;        /* run it in this network namespace through `ip netns exec`, which
                                  also remounts /sys for it (UCX lists its interfaces there) */
+    const char *net_devices;  /* CONNEX_NET_DEVICES for it (NULL: inherited) */
 } cxt_peer_opts_t;
 
 #define CXT_STASH 256

@@ -105,6 +105,7 @@ static void teardown_net(void)
 static int start_peer_in_ns(cxt_peer_t *p, cxt_peer_opts_t *o)
 {
     o->netns = g_ns;
+    o->net_devices = g_vb;   /* its veth only: see survivor_up */
     return cxt_peer_start(p, o, 10000);
 }
 
@@ -151,7 +152,14 @@ static void survivor_up(const char *model, cx_engine_t **e, uint8_t **buf)
     c.heartbeat_ms = HB_MS;
     c.heartbeat_timeout_ms = HBT_MS;
     c.op_timeout_ms = OP_TIMEOUT_MS;
-    assert_int_equal(cx_engine_create(&c, e), 0);
+    /* UCX over TCP advertises every interface it lists and may pick a lane the other side
+     * cannot reach (this host's lo or eth0 from inside the namespace): both ends use the veth
+     * only, as a host with several networks would name its NIC (CONNEX_NET_DEVICES). The peers
+     * started later do not inherit it. */
+    setenv("CONNEX_NET_DEVICES", g_va, 1);
+    int rc = cx_engine_create(&c, e);
+    unsetenv("CONNEX_NET_DEVICES");
+    assert_int_equal(rc, 0);
     *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(*buf != MAP_FAILED);
     assert_int_equal(cx_register_memory(*e, *buf, RS), 0);
