@@ -45,6 +45,7 @@ int cx_drive_enabled(void)
 static void wake_progress(cx_engine_t *e)
 {
     uint64_t one = 1;
+    atomic_store(&e->cmd_kicked, 1);
     if (write(e->cmdfd, &one, sizeof one) < 0 && errno != EAGAIN) cx_error("eventfd: %s", strerror(errno));
 }
 
@@ -58,27 +59,33 @@ static void backend_watches(cx_engine_t *e, uint32_t events)
 }
 
 /* Under plock, which it releases: poll the transports until `op` is done or `end`, then a full
- * turn (it arms the wait fds, so that what comes next wakes the progress thread). */
-static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end)
+ * turn (it arms the wait fds, so that what comes next wakes the progress thread), and only then
+ * the wait fds back in the progress thread's epoll set: one still readable from the polling
+ * would wake it at once, for nothing. `left`: the queue holds what only the progress thread may
+ * start (cx_progress_drain), and this caller may have read the eventfd that would wake it. */
+static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left)
 {
+    int unwatched = 0;
     if (!cx_op_is_done(op) && cx_now_ns() < end) {
         backend_watches(e, 0);
+        unwatched = 1;
         for (unsigned i = 1; !cx_op_is_done(op); i++) {
             cx_progress_turn(e, 1);
             if (!(i & 7)) {
                 if (cx_now_ns() >= end || atomic_load(&e->pwant)) break;
-                cx_progress_drain(e);   /* other callers' ops: the progress thread waits for us */
+                /* other callers' ops: the progress thread waits for us */
+                if (!cx_progress_drain_commands(e)) left = 1;
             }
         }
-        backend_watches(e, EPOLLIN);
     }
     int more = cx_progress_turn(e, 0);
+    if (unwatched) backend_watches(e, EPOLLIN);
     int done = cx_op_is_done(op);
     if (done) e->st.ops_driven_done++;
     /* Not done within the window: the progress thread takes over, polling at once (spin.h), as
      * it would have had the op gone through it, instead of waking for the completion. */
     if (!done && op->spin_ns) e->last_work_ns = cx_now_ns();
-    int wake = more || e->sched_wake_ns || (!done && op->spin_ns) || e->handoff;
+    int wake = more || left || e->sched_wake_ns || (!done && op->spin_ns) || e->handoff;
     e->driving = 0;
     pthread_mutex_unlock(&e->plock);
     if (wake) wake_progress(e);
@@ -104,7 +111,7 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
      * mutex is that thread's). */
     if (!e->drive || op->kind == CX_OPK_EXEC || !take(e)) return 0;
     /* Ops queued before this one start first; behind an exec, this one queues too (in order). */
-    if (!cx_progress_drain(e)) {
+    if (!cx_progress_drain_commands(e)) {
         e->driving = 0;
         pthread_mutex_unlock(&e->plock);
         wake_progress(e);   /* the exec, and what the drain handed off */
@@ -113,7 +120,7 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     e->st.ops_driven++;
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
-    drive_locked(e, op, wait && op->stage != OPS_HANDOFF ? cx_now_ns() + op->spin_ns : 0);
+    drive_locked(e, op, wait && op->stage != OPS_HANDOFF ? cx_now_ns() + op->spin_ns : 0, 0);
     return 1;
 }
 
@@ -123,8 +130,8 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
     uint64_t end = cx_now_ns() + op->spin_ns;
     for (unsigned i = 1; !cx_op_is_done(op); i++) {
         if (take(e)) {
-            cx_progress_drain(e);   /* this op, queued: start it now */
-            drive_locked(e, op, end);
+            int left = !cx_progress_drain_commands(e);   /* this op, queued: start it now */
+            drive_locked(e, op, left ? 0 : end, left);
             break;
         }
         if (!(i & 63)) {

@@ -73,6 +73,7 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
     pthread_mutex_unlock(&e->qmu);
     if (was_empty) {
         uint64_t one = 1;
+        atomic_store(&e->cmd_kicked, 1);
         /* An eventfd write only fails when the counter would overflow; it is still readable. */
         if (write(e->cmdfd, &one, sizeof one) < 0 && errno != EAGAIN) cx_error("eventfd: %s", strerror(errno));
     }

@@ -173,6 +173,8 @@ struct cx_engine {
     int drive;                /* CONNEX_DRIVE (drive.h), read once */
     atomic_int drivers;       /* callers in a synchronous op that drive the transports themselves */
     atomic_int pwant;         /* the progress thread waits for plock: a driving caller lets go */
+    atomic_int cmd_kicked;    /* cmdfd was written and not read since (a driving caller reads
+                                 it when it drains the queue itself: drive.c) */
     int driving;              /* under plock: its holder is a caller, not the progress thread */
     cx_op_t *handoff;         /* under plock: ops a driving caller left for the progress thread */
 
@@ -238,6 +240,11 @@ void *cx_progress_main(void *arg);
  * progress thread, and starts nothing while a reported death waits to be reaped. Returns 1 when
  * the queue is empty now, 0 when something is left for the progress thread. */
 int cx_progress_drain(cx_engine_t *e);
+/* cx_progress_drain after reading the command eventfd. A driving caller that drains the queue
+ * reads it too, when a submit wrote it: else the progress thread wakes for commands the caller
+ * has started, takes the lock as the caller lets go, and the caller's next op queues again (and
+ * writes it again), a round that repeats for every op after it. */
+int cx_progress_drain_commands(cx_engine_t *e);
 /* Under plock: every transport's turn, then what their completions unblock; 1: more at once.
  * With `poll`, backends that can poll without arming do so (a driving caller's loop). A driving
  * caller skips thread-bound backends and GPU staging (drive.h). */

@@ -83,11 +83,14 @@ int cx_progress_drain(cx_engine_t *e)
     }
 }
 
-static void drain_commands(cx_engine_t *e)
+int cx_progress_drain_commands(cx_engine_t *e)
 {
     uint64_t v;
-    if (read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
-    cx_progress_drain(e);
+    /* Read before draining: a submit after the read writes it again. */
+    if (!e->driving) atomic_store(&e->cmd_kicked, 0);
+    if ((!e->driving || atomic_exchange(&e->cmd_kicked, 0)) && read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN)
+        cx_error("eventfd read: %s", strerror(errno));
+    return cx_progress_drain(e);
 }
 
 #define CX_POLL_TURNS 16   /* backend polls per epoll_wait while polling */
@@ -207,7 +210,7 @@ void *cx_progress_main(void *arg)
         for (int i = 0; i < n; i++) {
             cx_watch_t *w = evs[i].data.ptr;
             if (w == &e->lw) cx_accept_all(e);
-            else if (w == &e->cw) drain_commands(e);
+            else if (w == &e->cw) cx_progress_drain_commands(e);
             else if (w == &e->tw) tick(e);
             else if (cx_live_is_watch(e, w)) continue;   /* reaped above */
             else if (!is_backend_watch(e, w)) {
