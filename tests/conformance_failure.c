@@ -416,6 +416,60 @@ static void test_killed_mid_send(void **state)
     unmake(&f);
 }
 
+/* Unregister waits until every connected peer has dropped the region (REG_DEL_ACK), so that no
+ * peer reaches the memory once the caller may free it. A stopped peer cannot ack: unregister
+ * returns once the heartbeat declares it failed, not at the op timeout, and says CX_OK. */
+static void test_unregister_waits_for_peers(void **state)
+{
+    (void)state;
+    fixture_t f;
+    const uint32_t hb = 100, hbt = 1000, opt = 10000;
+    assert_int_equal(make(&f, hb, hbt, opt), 0);
+    assert_int_equal(start_peer(&f, 0, 4, hb, hbt, NULL), 0);
+    cx_event_t ev;
+    connect_up(&f, &ev);
+    char lid[CX_URL_MAX], rep[128];
+    cx_url_t u;
+    assert_int_equal(cx_url_parse(cx_engine_local_url(f.e), &u, NULL, 0), CX_OK);
+    cx_lid_format(&u.lid, lid, sizeof lid);
+    uint8_t *x = mmap(NULL, 65536, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(x != MAP_FAILED);
+    for (int round = 0; round < 3; round++) {
+        cxt_fill(x, 65536, 60 + (uint32_t)round, 0);
+        assert_int_equal(cx_register_memory(f.e, x, 65536), CX_OK);
+        /* The peer reads it (it may have to ask which region holds it: REG_QUERY) ... */
+        int rc = cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", lid, (uintptr_t)x);
+        if (rc) fail_msg("round %d: the peer could not read a registered region: '%s'", round, rep);
+        /* ... and once unregister has returned, at once, it cannot any more. */
+        uint64_t t0 = cxt_now_ns();
+        assert_int_equal(cx_unregister_memory(f.e, x), CX_OK);
+        double ms = cxt_ms_since(t0);
+        rc = cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", lid, (uintptr_t)x);
+        fprintf(stderr, "round %d: unregister took %.2f ms; the peer's read then: '%s'\n", round, ms, rep);
+        if (rc != CX_EINVAL) fail_msg("round %d: peer read of an unregistered region: '%s', expected ERR -4", round, rep);
+    }
+    /* A stopped peer owes its ack: unregister waits for the heartbeat's FAILED, no longer. */
+    assert_int_equal(cx_register_memory(f.e, x, 65536), CX_OK);
+    assert_int_equal(cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", lid, (uintptr_t)x), 0);
+    cxt_drain_events(f.e);
+    cxt_peer_signal(&f.p, SIGSTOP);
+    uint64_t t0 = cxt_now_ns();
+    int rc = cx_unregister_memory(f.e, x);
+    double ms = cxt_ms_since(t0);
+    fprintf(stderr, "unregister with a stopped peer: %s after %.1f ms (heartbeat timeout %u ms)\n",
+            cx_strerror(rc), ms, hbt);
+    int failed = cxt_wait_event(f.e, f.p.lid, CX_EVENT_FAILED, 3000, &ev, NULL);
+    cxt_peer_signal(&f.p, SIGCONT);
+    assert_int_equal(rc, CX_OK);
+    assert_int_equal(failed, 0);
+    if (ms < hbt * 0.5 || ms > hbt + 3000.0) fail_msg("unregister took %.1f ms with a stopped peer", ms);
+    cx_stats_t st;
+    assert_int_equal(cx_stats(f.e, &st), CX_OK);
+    assert_int_equal(st.regions, 1);
+    munmap(x, 65536);
+    unmake(&f);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -424,6 +478,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_sigstop_suspect_failed_timeout, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_restart_same_identity, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_killed_mid_send, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_unregister_waits_for_peers, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));

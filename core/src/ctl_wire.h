@@ -30,9 +30,10 @@ enum {
     CX_CTL_AUTH = 10,     /* before HELLO when a token is set: the exchange in auth.h */
     CX_CTL_DEATH = 11,    /* the sender's same-host watch saw a process die: LID, incarnation */
     CX_CTL_RMA_REQ = 12,  /* a chunk of a one-sided op the target serves itself (rstage.h) */
-    CX_CTL_RMA_RESP = 13  /* its answer: status, and a read's bytes */
+    CX_CTL_RMA_RESP = 13, /* its answer: status, and a read's bytes */
+    CX_CTL_REG_DEL_ACK = 14 /* u64 region id: the receiver of REG_DEL dropped that region */
 };
-#define CX_CTL_LAST CX_CTL_RMA_RESP
+#define CX_CTL_LAST CX_CTL_REG_DEL_ACK
 
 #define CX_WCHOICE_MAX 64
 typedef struct cx_wire_backend {

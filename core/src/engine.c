@@ -517,11 +517,7 @@ static void unreg_fn(cx_engine_t *e, void *arg)
     if (a->rc) return;
     for (int i = 0; i < e->nb; i++)
         if (r->mh[i]) e->be[i].ops->mem_dereg(e->be[i].b, r->mh[i]);
-    uint8_t body[8];
-    cx_wr_t w;
-    cx_wr_init(&w, body, sizeof body);
-    cx_wr_u64(&w, r->id);
-    cx_peer_broadcast(e, CX_CTL_REG_DEL, body, w.len);
+    cx_peer_region_gone(e, r);   /* REG_DEL; a pin per peer until it acks or goes */
     a->reg = r;
 }
 
@@ -532,16 +528,19 @@ int cx_unregister_memory(cx_engine_t *e, void *addr)
     int rc = cx_exec(e, unreg_fn, &a);
     if (rc) return rc;
     if (a.rc) return a.rc;
-    /* Zero-copy sends out of this region may still be on the wire: wait for them (bounded by the
-     * op timeout) before the caller is told it may free the memory. */
+    /* Zero-copy sends out of this region may still be on the wire, and peers may not have
+     * dropped it yet (over shared memory through CMA, or any transport whose target does not
+     * check keys, a peer with the old view still reaches it): wait for both (bounded by the op
+     * timeout; a peer that fails or leaves meanwhile owes nothing) before the caller is told it
+     * may free the memory. */
     uint64_t deadline = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
     while (atomic_load(&a.reg->pins) > 0 && cx_now_ns() < deadline) {
         struct timespec ts = { 0, 200000 };
         nanosleep(&ts, NULL);
     }
     if (atomic_load(&a.reg->pins) > 0) {
-        cx_error("unregister %p: sends from the region still in flight after %u ms; leaking its record",
-                 addr, e->cfg.op_timeout_ms);
+        cx_error("unregister %p: sends from the region still in flight, or a peer that has not "
+                 "dropped it, after %u ms; leaking its record", addr, e->cfg.op_timeout_ms);
         return CX_ETIMEDOUT;
     }
     cx_region_free(a.reg);

@@ -121,6 +121,10 @@ struct cx_peer {
     int bidx;                 /* backend in use, -1 none */
     cx_bep_t *ep;
     cx_rregion_t *rregions;
+    /* Our unregistered regions whose REG_DEL this peer has not acked yet: each holds a pin, so
+     * cx_unregister_memory returns only once the peer can no longer reach the memory. */
+    cx_region_t **owed;
+    size_t n_owed, cap_owed;
     cx_op_t ops;              /* sentinel: every op bound to this peer */
     uint64_t last_rx_ns, last_tx_ns;
     uint64_t connect_deadline_ns;  /* first connect: waiting ops fail after it */
@@ -278,6 +282,9 @@ void cx_conn_lost(cx_engine_t *e, cx_conn_t *c, const char *reason);
 void cx_accept_all(cx_engine_t *e);
 void cx_peers_tick(cx_engine_t *e, uint64_t now);
 void cx_peer_broadcast(cx_engine_t *e, uint8_t type, const void *body, size_t len);
+/* Progress thread: `r` left the registry. REG_DEL to every connected peer; each one up holds a pin
+ * on `r` until it acks (REG_DEL_ACK), fails or leaves. */
+void cx_peer_region_gone(cx_engine_t *e, cx_region_t *r);
 void cx_peer_send_bye_all(cx_engine_t *e);
 /* The same-host watch saw dead's process die: tell every other peer that is up (CX_CTL_DEATH). */
 void cx_peer_report_death(cx_engine_t *e, cx_peer_t *dead);

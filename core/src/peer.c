@@ -61,8 +61,53 @@ cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u)
     return p;
 }
 
+/* The peer's view of our regions is gone with its connection: it owes no REG_DEL_ACK. */
+static void owed_release(cx_peer_t *p)
+{
+    for (size_t i = 0; i < p->n_owed; i++) atomic_fetch_sub(&p->owed[i]->pins, 1);
+    free(p->owed);
+    p->owed = NULL;
+    p->n_owed = p->cap_owed = 0;
+}
+
+static void on_reg_del_ack(cx_peer_t *p, uint64_t id)
+{
+    for (size_t i = 0; i < p->n_owed; i++) {
+        if (p->owed[i]->id != id) continue;
+        atomic_fetch_sub(&p->owed[i]->pins, 1);
+        p->owed[i] = p->owed[--p->n_owed];
+        return;
+    }
+}
+
+void cx_peer_region_gone(cx_engine_t *e, cx_region_t *r)
+{
+    uint8_t body[8];
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u64(&w, r->id);
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        if (!p->conn) continue;
+        cx_conn_send(e, p->conn, CX_CTL_REG_DEL, body, w.len);
+        if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) continue;   /* HELLO will tell it */
+        if (p->n_owed == p->cap_owed) {
+            size_t cap = p->cap_owed ? 2 * p->cap_owed : 4;
+            cx_region_t **v = realloc(p->owed, cap * sizeof *v);
+            if (!v) {
+                cx_warn("peer %s: out of memory: unregister does not wait for its REG_DEL_ACK", p->url);
+                continue;
+            }
+            p->owed = v;
+            p->cap_owed = cap;
+        }
+        p->owed[p->n_owed++] = r;
+        atomic_fetch_add(&r->pins, 1);
+    }
+}
+
 static void rregions_free(cx_peer_t *p)
 {
+    owed_release(p);
     while (p->rregions) {
         cx_rregion_t *r = p->rregions;
         p->rregions = r->next;
@@ -720,8 +765,20 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
     }
     case CX_CTL_REG_DEL: {
         uint64_t id = cx_rd_u64(&r);
-        if (cx_rd_done(&r)) rregion_del(e, p, id);
-        else cx_warn("peer %s: malformed REG_DEL ignored", p->url);
+        if (!cx_rd_done(&r)) {
+            cx_warn("peer %s: malformed REG_DEL ignored", p->url);
+            return 0;
+        }
+        /* Ops started from now on find the region gone; say so, and its owner's unregister
+         * returns (cx_peer_region_gone). */
+        rregion_del(e, p, id);
+        cx_conn_send(e, c, CX_CTL_REG_DEL_ACK, body, len);
+        return 0;
+    }
+    case CX_CTL_REG_DEL_ACK: {
+        uint64_t id = cx_rd_u64(&r);
+        if (cx_rd_done(&r)) on_reg_del_ack(p, id);
+        else cx_warn("peer %s: malformed REG_DEL_ACK ignored", p->url);
         return 0;
     }
     case CX_CTL_REG_QUERY: on_reg_query(e, p, &r); return 0;

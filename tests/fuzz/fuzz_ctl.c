@@ -1,7 +1,7 @@
 /* libFuzzer target: the control channel's decoders, driven the way cx_conn_readable drives
  * them. The input is a byte stream from a peer: frames (8-byte header, body) one after another;
  * each body goes to the decoder its type selects (HELLO / HELLO_ACK with every region, REG_ADD,
- * REG_DEL, REG_QUERY, REG_REPLY, REFUSE, AUTH). Decoded values are checked for the promises the
+ * REG_DEL, REG_DEL_ACK, REG_QUERY, REG_REPLY, REFUSE, AUTH). Decoded values are checked for the promises the
  * peer code relies on (pointers inside the frame, counts within their bounds). */
 #include "auth.h"
 #include "ctl_wire.h"
@@ -51,7 +51,8 @@ static void body(uint8_t type, const uint8_t *b, size_t n)
         return;
     }
     case CX_CTL_REG_ADD: (void)region(&r, b, n); return;
-    case CX_CTL_REG_DEL: (void)cx_rd_u64(&r); (void)cx_rd_done(&r); return;
+    case CX_CTL_REG_DEL:
+    case CX_CTL_REG_DEL_ACK: (void)cx_rd_u64(&r); (void)cx_rd_done(&r); return;
     case CX_CTL_REG_QUERY: (void)cx_rd_u64(&r); (void)cx_rd_u64(&r); (void)cx_rd_u64(&r); (void)cx_rd_done(&r); return;
     case CX_CTL_REG_REPLY:
         (void)cx_rd_u64(&r);
