@@ -66,6 +66,14 @@ static void connect_up(fixture_t *f, cx_event_t *ev)
     if (cxt_wait_event(f->e, f->p.lid, CX_EVENT_UP, 5000, ev, NULL)) fail_msg("no UP for %s", f->p.lid);
 }
 
+/* The engine and a peer (pattern seed 4) with these heartbeat and op timeouts, connected. */
+static void make_up(fixture_t *f, uint32_t hb, uint32_t hbt, uint32_t opt, cx_event_t *ev)
+{
+    assert_int_equal(make(f, hb, hbt, opt), 0);
+    assert_int_equal(start_peer(f, 0, 4, hb, hbt, NULL), 0);
+    connect_up(f, ev);
+}
+
 /* ---- kill -9 during transfers ---- */
 
 typedef struct worker {
@@ -225,10 +233,8 @@ static void test_sigstop_suspect_failed_timeout(void **state)
     const uint32_t hb = 100, hbt = 1000, opt = 400;
     /* The op timeout is shorter than the heartbeat timeout, so an op to the hung peer times out
      * before the peer is declared failed. */
-    assert_int_equal(make(&f, hb, hbt, opt), 0);
-    assert_int_equal(start_peer(&f, 0, 4, hb, hbt, NULL), 0);
     cx_event_t ev;
-    connect_up(&f, &ev);
+    make_up(&f, hb, hbt, opt, &ev);
     assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK), CX_OK);
     assert_int_equal(cxt_check(f.r, CHUNK, 4, 0), -1);
     memset(f.r, 0, CHUNK);
@@ -424,10 +430,8 @@ static void test_unregister_waits_for_peers(void **state)
     (void)state;
     fixture_t f;
     const uint32_t hb = 100, hbt = 1000, opt = 10000;
-    assert_int_equal(make(&f, hb, hbt, opt), 0);
-    assert_int_equal(start_peer(&f, 0, 4, hb, hbt, NULL), 0);
     cx_event_t ev;
-    connect_up(&f, &ev);
+    make_up(&f, hb, hbt, opt, &ev);
     char lid[CX_URL_MAX], rep[128];
     cx_url_t u;
     assert_int_equal(cx_url_parse(cx_engine_local_url(f.e), &u, NULL, 0), CX_OK);
