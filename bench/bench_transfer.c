@@ -93,6 +93,8 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
         warm += !rc;
     }
     int n = 0;
+    cx_stats_t s0, s1;
+    int have_st = cx_stats(e, &s0) == CX_OK;
     t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 1000000ull;
     while (!rc && n < o->iters && (n < 3 || cx_bench_now_ns() < t_end)) {
         uint64_t t0 = cx_bench_now_ns();
@@ -101,6 +103,10 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
         n += !rc;
     }
     if (op == OP_PUTSIG) t->signals += (uint64_t)(n + warm);
+    /* How many timed ops ended on their own caller's thread (docs/semantics.md, "Threads and
+     * polling"): the rest went through the progress thread and paid its wake-ups. */
+    int driven = have_st && n && cx_stats(e, &s1) == CX_OK
+                     ? (int)((s1.ops_driven_done - s0.ops_driven_done) * 100 / (uint64_t)n) : -1;
     if (rc) {
         snprintf(r.note, sizeof r.note, "FAIL: %s", cx_strerror(rc));
         cx_bench_add_row(&r);
@@ -122,6 +128,8 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
             snprintf(r.note, sizeof r.note, "FAIL: peer got %" PRIu64 " signals of %" PRIu64, got, t->signals);
         else snprintf(r.note, sizeof r.note, "ok (%d signals arrived)", n + warm);
     }
+    size_t nl = strlen(r.note);
+    if (driven >= 0) snprintf(r.note + nl, sizeof r.note - nl, ", %d%% driven", driven);
     cx_bench_add_row(&r);
 }
 
