@@ -460,6 +460,68 @@ static void test_callers_drive(void **state)
     cxt_fill(R, 64 * 4096, TSEED, 0);
 }
 
+/* Between the ops of a caller that drives, the transports stay polled, not armed, and the
+ * progress thread looks every tick until callers stop, then arms them again (core/src/drive.h).
+ * Nothing may wait on that: a message that arrives right after a burst of driven reads, or well
+ * after it, and an async op in flight beside driven reads, all complete within bounds. */
+static void test_driving_leaves_nothing_behind(void **state)
+{
+    (void)state;
+    char *old_d, *old_p;
+    setenv_saved("CONNEX_DRIVE", "1", &old_d);
+    setenv_saved("CONNEX_POLL_US", "100000", &old_p);
+    cx_engine_t *d = NULL;
+    int rc = cxt_engine(&d, "tester-drive2", 0, 1000, 10000, 60000);
+    setenv_restore("CONNEX_DRIVE", old_d);
+    setenv_restore("CONNEX_POLL_US", old_p);
+    assert_int_equal(rc, CX_OK);
+    uint8_t *buf = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(cx_register_memory(d, buf, 2 * 4096), CX_OK);
+    assert_int_equal(cx_connect(d, P.url, 5000), CX_OK);
+    char durl[CX_URL_MAX], rep[256];
+    snprintf(durl, sizeof durl, "%s", cx_engine_local_url(d));
+    assert_int_equal(cx_read(E, P.url, R, P.base, 4096), CX_OK);   /* what the peer holds */
+    static const int pause_us[] = { 0, 300, 5000, 50000 };   /* under the tick, over it, long after */
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < 32; i++) {
+            rc = cx_read(d, P.url, buf, P.base, 4096);
+            if (rc) fail_msg("round %d read %d: %s", k, i, cx_strerror(rc));
+        }
+        assert_memory_equal(buf, R, 4096);
+        if (pause_us[k]) usleep((useconds_t)pause_us[k]);
+        uint64_t t0 = cxt_now_ns();
+        rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "SEND %s 64 %d", durl, 70 + k);
+        if (rc) fail_msg("round %d: peer send: %s", k, rep);
+        cx_msg_t m;
+        rc = cx_recv_msg(d, &m, 5000);
+        double ms = cxt_ms_since(t0);
+        if (rc) fail_msg("round %d: no message %d us after the reads: %s", k, pause_us[k], cx_strerror(rc));
+        assert_int_equal(m.len, 64);
+        assert_int_equal(cxt_check(m.data, 64, 70 + (uint32_t)k, 0), -1);
+        cx_msg_release(&m);
+        fprintf(stderr, "message %d us after 32 driven reads: delivered in %.2f ms\n", pause_us[k], ms);
+        assert_true(ms < 1000);
+    }
+    /* An async read in flight while the caller drives sync reads: it completes as the reads do. */
+    for (int k = 0; k < 3; k++) {
+        cx_op_t *h = NULL;
+        memset(buf + 4096, 0, 4096);
+        assert_int_equal(cx_read_async(d, P.url, buf + 4096, P.base, 4096, CX_CLASS_CRITICAL, &h), CX_OK);
+        for (int i = 0; i < 8; i++) assert_int_equal(cx_read(d, P.url, buf, P.base, 4096), CX_OK);
+        uint64_t t0 = cxt_now_ns();
+        rc = cx_op_wait(h, 5000);
+        if (rc) fail_msg("async read %d beside driven reads: %s", k, cx_strerror(rc));
+        assert_true(cxt_ms_since(t0) < 1000);
+        assert_memory_equal(buf + 4096, R, 4096);
+        usleep(2000);   /* the progress thread arms again: the next round starts from there */
+    }
+    cx_unregister_memory(d, buf);
+    cx_engine_destroy(d);
+    munmap(buf, 2 * 4096);
+    cxt_fill(R, 4096, TSEED, 0);
+}
+
 /* A second peer closes cleanly: LEFT, and ops to it fail with CX_EPEER, within bounds. */
 static void test_clean_close_left(void **state)
 {
@@ -553,6 +615,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_messages_from_peer, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_stats, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_callers_drive, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_driving_leaves_nothing_behind, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_clean_close_left, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_ipv6_pair, cxt_watchdog_setup, cxt_watchdog_teardown),
     };

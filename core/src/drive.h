@@ -30,6 +30,29 @@ void cx_drive_handoff(cx_engine_t *e, cx_op_t *op);
 /* Under plock: `op` ended while handed off (its peer failed, it timed out). */
 void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op);
 
+/* Between the ops of callers that drive, the transports stay polled, not armed: arming costs
+ * syscalls per op (UCX's, and the epoll_ctl that takes the wait fds out of the progress thread's
+ * set while a caller polls), and an armed shared-memory FIFO makes the peer signal it for every
+ * reply, a syscall there and a wake-up of our sleeping progress thread here. Meanwhile the
+ * progress thread wakes every CX_DRIVE_TICK_US and polls, so that what arrives between the
+ * callers' ops (a peer's message) waits at most that long; once no caller drove for a tick it
+ * arms them again and puts the wait fds back. A caller whose op is not done as it lets go, or
+ * that leaves other ops in flight, arms at once instead: their completions must wake the
+ * progress thread, not wait for its tick. */
+#define CX_DRIVE_TICK_US 200
+#define CX_DRIVE_FULL_MS 10   /* a full turn (backend progress(), which arms) at least this often */
+
+/* Under plock: callers drove within the last tick (the transports are theirs between ops). */
+static inline int cx_drive_recent(const cx_engine_t *e, uint64_t now_ns)
+{
+    return e->unarmed && now_ns - e->drove_ns < CX_DRIVE_TICK_US * 1000ull;
+}
+
+/* Progress thread, under plock, before it sleeps for `timeout_ms` (> 0): while callers drive,
+ * sets *tick (sleep at most CX_DRIVE_TICK_US); once they stopped, arms the transports again and
+ * returns 0 when that found work. Returns the timeout to use. */
+int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms, int *tick);
+
 /* CONNEX_DRIVE=0 turns caller-driven progress off (every op goes through the progress thread). */
 int cx_drive_enabled(void);
 

@@ -181,6 +181,12 @@ struct cx_engine {
                                  it when it drains the queue itself: drive.c) */
     int driving;              /* under plock: its holder is a caller, not the progress thread */
     cx_op_t *handoff;         /* under plock: ops a driving caller left for the progress thread */
+    int unarmed;              /* under plock: callers drive; the backends' wait fds are out of the
+                                 progress thread's epoll set and not armed (drive.h) */
+    uint64_t drove_ns;        /* under plock: when a driving caller last let go */
+    uint64_t full_turn_ns;    /* progress thread: its last turn that gave every backend progress() */
+    int psleep_long;          /* under plock: the progress thread sleeps for longer than a drive
+                                 tick (drive.h) */
 
     cx_bslot_t be[CX_MAX_BACKENDS];
     int nb;

@@ -5,6 +5,7 @@
 
 #include "connex/log.h"
 #include "cx_sched.h"
+#include "drive.h"
 #include "staging.h"
 #include "live.h"
 #include "spin.h"
@@ -141,15 +142,42 @@ static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
 }
 
 /* Woken by `w` while a caller drives: whether to ask it to let go (cx_progress_main). Not for its
- * backends, which it polls itself, nor for the command queue it has drained. */
+ * backends, which it polls itself, nor for commands: a driving caller starts them as it drains
+ * the queue every few polls (drive.c), all but an exec, which only this thread runs. Asking for
+ * the ops a caller queued while this thread held the lock, which that caller then drives
+ * itself, took the lock from it op after op. */
 static int wants_lock(cx_engine_t *e, const cx_watch_t *w)
 {
     if (is_backend_watch(e, w)) return 0;
     if (w != &e->cw) return 1;
     pthread_mutex_lock(&e->qmu);
-    int queued = e->qhead != NULL;
+    int exec = 0;
+    for (const cx_op_t *o = e->qhead; o && !exec; o = o->next) exec = o->kind == CX_OPK_EXEC;
     pthread_mutex_unlock(&e->qmu);
-    return queued;
+    return exec;
+}
+
+/* Of a batch of events that wants no lock: only the command eventfd, which the driving caller
+ * reads as it drains the queue (nothing there for this thread to wait for). */
+static int only_commands(const cx_engine_t *e, const struct epoll_event *evs, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (evs[i].data.ptr != &e->cw) return 0;
+    return 1;
+}
+
+/* epoll_wait, for at most a drive tick with `tick` (epoll_pwait2: microseconds; a kernel before
+ * 5.11 has none, and then the tick is a millisecond). */
+static int wait_events(cx_engine_t *e, struct epoll_event *evs, int max, int timeout_ms, int tick)
+{
+    static atomic_int no_pwait2;
+    if (tick && timeout_ms && !atomic_load(&no_pwait2)) {
+        struct timespec ts = { 0, CX_DRIVE_TICK_US * 1000l };
+        int n = epoll_pwait2(e->epfd, evs, max, &ts, NULL);
+        if (n >= 0 || errno != ENOSYS) return n;
+        atomic_store(&no_pwait2, 1);
+    }
+    return epoll_wait(e->epfd, evs, max, tick && timeout_ms ? 1 : timeout_ms);
 }
 
 static cx_conn_t *conn_of(cx_engine_t *e, const cx_watch_t *w)
@@ -181,22 +209,42 @@ void *cx_progress_main(void *arg)
     int polled = 0;   /* the last turn polled: the wait fds are not armed */
     while (!atomic_load(&e->stop)) {
         int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), cx_sched_timeout_ms(e, 1000));
-        if (timeout && polled) {
+        int ticking = 0;   /* sleep a drive tick at most (drive.h): no timer of ours runs out */
+        if (timeout && e->unarmed) {
+            /* Callers drive: a tick, or armed again once they stopped (drive.h). */
+            timeout = cx_drive_sleep_ms(e, timeout, &ticking);
+            polled = 0;
+        } else if (timeout && polled) {
             /* About to sleep after polling: arm first, and go round again if that found work. */
             polled = 0;
             if (cx_progress_turn(e, 0)) timeout = 0;
         }
+        e->psleep_long = timeout && !ticking;
         pthread_mutex_unlock(&e->plock);
-        int n = epoll_wait(e->epfd, evs, 64, timeout);
-        if (pthread_mutex_trylock(&e->plock)) {
+        int n;
+        for (;;) {
+            n = wait_events(e, evs, 64, timeout, ticking);
+            if (!pthread_mutex_trylock(&e->plock)) break;
             /* A caller is driving. For anything but its backends' wake-ups (which it polls
              * itself: asking it to let go for those would hand every completion back to this
              * thread), ask it to let go (drive.c): heartbeats and deaths wait for nobody. */
-            int want = n < 0 || (n == 0 && timeout > 0);   /* a timer of ours ran out */
+            int want = n < 0 || (n == 0 && timeout > 0 && !ticking);   /* a timer of ours ran out */
             for (int i = 0; i < n && !want; i++) want = wants_lock(e, evs[i].data.ptr);
+            if (!want && only_commands(e, evs, n)) {
+                /* Polling or ticking, and a caller has the transports: it polls them now, and
+                 * starts what was queued. Waiting for the lock would take it as the caller lets
+                 * go, this thread's wake-up on the CPU the peer polls on, for every op
+                 * (measured: 4 KiB shm reads at 21-30 us, against 1-2), and its next op would
+                 * queue behind this thread's iteration again. Sleep a tick instead (drive.h):
+                 * the command eventfd stays readable only until the caller drains the queue. */
+                if (!timeout) timeout = 1;
+                ticking = 1;
+                continue;
+            }
             if (want) atomic_store(&e->pwant, 1);
             pthread_mutex_lock(&e->plock);
             atomic_store(&e->pwant, 0);
+            break;
         }
         run_handoff(e);   /* what callers left while this thread slept goes first */
         if (n < 0 && errno != EINTR) {
@@ -229,7 +277,14 @@ void *cx_progress_main(void *arg)
         /* Within the poll window the backends poll without arming (a syscall or more each),
          * like a raw loop spinning on its worker; epoll still sees the control sockets. */
         polled = e->spin_ns && now - e->last_work_ns < e->spin_ns && !atomic_load(&e->drivers);
-        more = cx_progress_turn(e, polled);
+        /* Polling, or unarmed (callers drive, drive.h): and every CX_DRIVE_FULL_MS a full turn,
+         * which runs what backends do only there (timers, UCX worker rotation, libfabric's
+         * dead-peer reports), for a peer that never stops polling or callers that never stop
+         * driving. */
+        int poll = polled || e->unarmed;
+        if (poll && now - e->full_turn_ns >= CX_DRIVE_FULL_MS * 1000000ull) poll = 0;
+        if (!poll) e->full_turn_ns = now;
+        more = cx_progress_turn(e, poll);
         /* Polling: a few more cheap turns before the next epoll_wait and yield, which cost a
          * syscall each (the raw loop this is measured against makes one per turn). */
         for (int k = 0; polled && !more && n == 0 && k < CX_POLL_TURNS; k++) {

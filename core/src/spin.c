@@ -1,6 +1,7 @@
 /* Poll-then-sleep for callers and the progress thread (spin.h). */
 #include "spin.h"
 #include "engine.h"
+#include "drive.h"
 
 #include "connex/log.h"
 
@@ -59,9 +60,12 @@ int cx_op_spin(const struct cx_op *op, uint64_t window_ns)
 
 int cx_spin_timeout_ms(const struct cx_engine *e, uint64_t now_ns, int sleep_ms)
 {
-    /* While a caller drives the transports itself (drive.h), a polling progress thread would
-     * only keep it from the lock. */
-    if (e->spin_ns && now_ns - e->last_work_ns < e->spin_ns && !atomic_load(&((struct cx_engine *)e)->drivers)) {
+    /* While a caller drives the transports itself (drive.h), or between the ops of callers that
+     * do, a polling progress thread would only keep them from the lock: on a small host it then
+     * wakes for the lock as each caller lets go, on the CPU the peer polls on (measured: 4 KiB
+     * shm reads at 21-28 us, against 2). */
+    if (e->spin_ns && now_ns - e->last_work_ns < e->spin_ns && !atomic_load(&((struct cx_engine *)e)->drivers) &&
+        !cx_drive_recent(e, now_ns)) {
         sched_yield();
         return 0;
     }
