@@ -411,6 +411,17 @@ static void cx_fi_retry_tick(cx_backend_t *b)
         cx_fi_kick(b);
 }
 
+/* One pass without arming (backend.h: a caller driving the transports, or the progress thread
+ * between their ops): the CQ, which also drives a manual-progress provider, and the backlog it
+ * frees. The eventfd and timer reads, dead-peer reports, sweeps and fi_trywait stay with
+ * progress(), which the core still runs on its own schedule (core/src/drive.h). */
+int cx_fi_poll(cx_backend_t *b)
+{
+    int n = cx_fi_drain(b);
+    if (b->qhead && !b->q_stuck) cx_fi_backlog_run(b);
+    return n > 0;
+}
+
 int cx_fi_progress(cx_backend_t *b)
 {
     uint64_t v;

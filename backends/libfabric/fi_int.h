@@ -226,6 +226,7 @@ void cx_fi_report_dead(cx_backend_t *b);
 
 /* fi_cq.c */
 int cx_fi_progress(cx_backend_t *b);
+int cx_fi_poll(cx_backend_t *b);
 int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx);
 int cx_fi_tx_get(cx_backend_t *b);
 void cx_fi_tx_put(cx_backend_t *b, int i);

@@ -352,6 +352,7 @@ const struct cx_backend_ops cx_libfabric_ops = {
     .address = cx_fi_address,
     .wait_fd = cx_fi_wait_fd,
     .progress = cx_fi_progress,
+    .poll = cx_fi_poll,
     .mem_reg = cx_fi_mem_reg,
     .mem_dereg = cx_fi_mem_dereg,
     .connect = cx_fi_connect,
