@@ -131,6 +131,7 @@ struct cx_ucx_op {
     uint8_t hdr[CX_UCX_MSG_HDR_LEN];
     void *msg_copy;             /* endpoints without error handling: UCX may read it late */
     void *bounce;               /* same, reads: UCX may write it late (see ucx_xfer.c) */
+    size_t bounce_cap;          /* its size (cx_ucx_bounce_get) */
     cx_ucx_op_t *next, *prev;   /* endpoint's list, or the done list */
     cx_ucx_op_t *hnext;         /* ack table chain */
 };
@@ -197,6 +198,7 @@ struct cx_ucx {
     int closing_ep;              /* inside disconnect: hold messages back */
     cx_ucx_op_t *free_ops;       /* small cache: ops are allocated per xfer */
     int nfree;
+    struct { void *p; size_t cap; } bounces[2];   /* read bounce buffers kept for reuse */
 };
 
 /* ucx_env.c */
@@ -216,6 +218,10 @@ void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status);
 void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op);   /* after the core got it back */
 void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op);
 void cx_ucx_ops_free_cache(cx_ucx_t *b);
+/* A bounce buffer of at least len bytes for op (NULL: out of memory), from the two kept for
+ * reuse when one is large enough: a fresh malloc of a large one is an mmap, and the read then
+ * pays a page fault per 4 KiB on top of the copy (16 MiB ucx_shm read: 1.9 ms against 0.9 raw). */
+void *cx_ucx_bounce_get(cx_ucx_t *b, cx_ucx_op_t *op, size_t len);
 void cx_ucx_ack_add(cx_ucx_t *b, cx_ucx_op_t *op);
 cx_ucx_op_t *cx_ucx_ack_take(cx_ucx_t *b, uint64_t req_id);
 int cx_ucx_status(ucs_status_t st);

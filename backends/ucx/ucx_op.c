@@ -49,12 +49,50 @@ cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x)
     return op;
 }
 
+#define CX_UCX_BOUNCE_KEEP (64u << 20)   /* larger bounce buffers are freed, not kept */
+
+void *cx_ucx_bounce_get(cx_ucx_t *b, cx_ucx_op_t *op, size_t len)
+{
+    int best = -1;
+    for (int i = 0; i < 2; i++)
+        if (b->bounces[i].p && b->bounces[i].cap >= len && (best < 0 || b->bounces[i].cap < b->bounces[best].cap))
+            best = i;
+    if (best >= 0) {
+        op->bounce = b->bounces[best].p;
+        op->bounce_cap = b->bounces[best].cap;
+        b->bounces[best].p = NULL;
+    } else if ((op->bounce = malloc(len))) {
+        op->bounce_cap = len;
+    }
+    return op->bounce;
+}
+
+/* Only once UCX no longer names it (the op is freed): keep the two largest up to the limit. */
+static void bounce_put(cx_ucx_t *b, void *p, size_t cap)
+{
+    if (!p) return;
+    if (cap > CX_UCX_BOUNCE_KEEP) {
+        free(p);
+        return;
+    }
+    int slot = !b->bounces[0].p ? 0 : !b->bounces[1].p ? 1 : b->bounces[0].cap <= b->bounces[1].cap ? 0 : 1;
+    if (b->bounces[slot].p) {
+        if (b->bounces[slot].cap >= cap) {   /* both kept ones are at least as large */
+            free(p);
+            return;
+        }
+        free(b->bounces[slot].p);
+    }
+    b->bounces[slot].p = p;
+    b->bounces[slot].cap = cap;
+}
+
 static void cx_ucx_op_free(cx_ucx_t *b, cx_ucx_op_t *op)
 {
     if (op->ue) cx_ucx_ue_unref(op->ue);
     op->ue = NULL;
     free(op->msg_copy);
-    free(op->bounce);
+    bounce_put(b, op->bounce, op->bounce_cap);
     op->msg_copy = op->bounce = NULL;
     if (b->nfree < CX_UCX_FREE_OPS_MAX) {
         op->next = b->free_ops;
@@ -83,6 +121,10 @@ void cx_ucx_ops_free_cache(cx_ucx_t *b)
         free(op);
     }
     b->nfree = 0;
+    for (int i = 0; i < 2; i++) {
+        free(b->bounces[i].p);
+        b->bounces[i].p = NULL;
+    }
 }
 
 void cx_ucx_ack_add(cx_ucx_t *b, cx_ucx_op_t *op)

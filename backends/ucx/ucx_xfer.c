@@ -199,7 +199,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
              * 3): let it land in memory of ours, copied out only on success. The cost is one
              * memcpy per read; skipping it where closing the endpoint provably stops the DMA
              * (rc/dc) is future work. */
-            if (!(op->bounce = malloc(x->len))) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
+            if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
             cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
             r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
             break;
