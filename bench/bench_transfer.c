@@ -68,9 +68,25 @@ static uint64_t wait_count(cx_engine_t *e, const char *url, uint64_t want)
     return got;
 }
 
+
+/* CONNEX_BENCH_SAMPLES=DIR: every timed op's latency and start (CLOCK_MONOTONIC ns, the clock of
+ * `perf record -k CLOCK_MONOTONIC`), a line each, for looking at slow phases (bench/README.md). */
+static void dump_samples(const char *vname, int op, size_t size, const uint64_t *samples, const uint64_t *starts, int n)
+{
+    const char *dir = getenv("CONNEX_BENCH_SAMPLES");
+    if (!dir || !*dir) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s-%d-%zu.txt", dir, vname, op, size);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    for (int i = 0; i < n; i++) fprintf(f, "%" PRIu64 " %" PRIu64 "\n", samples[i], starts[i]);
+    fclose(f);
+}
+
 static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t *loc, uint8_t *scratch,
                   const char *vname, const char *pair, int op, size_t size, uint64_t *samples, int *pdone, int ptotal)
 {
+    uint64_t *starts = samples + o->iters + 1;
     cx_bench_row_t r;
     memset(&r, 0, sizeof r);
     snprintf(r.backend, sizeof r.backend, "%s", vname);
@@ -98,11 +114,13 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
     t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 1000000ull;
     while (!rc && n < o->iters && (n < 3 || cx_bench_now_ns() < t_end)) {
         uint64_t t0 = cx_bench_now_ns();
+        starts[n] = t0;
         rc = one_op(e, t, loc, op, size);
         samples[n] = cx_bench_now_ns() - t0;
         n += !rc;
     }
     if (op == OP_PUTSIG) t->signals += (uint64_t)(n + warm);
+    dump_samples(vname, op, size, samples, starts, n);
     /* How many timed ops ended on their own caller's thread (docs/semantics.md, "Threads and
      * polling"): the rest went through the progress thread and paid its wake-ups. */
     int driven = have_st && n && cx_stats(e, &s1) == CX_OK
@@ -159,7 +177,7 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
         return 0;
     }
     uint8_t *loc = mmap(NULL, 2 * maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    uint64_t *samples = calloc((size_t)o->iters + 1, sizeof *samples);
+    uint64_t *samples = calloc(2 * ((size_t)o->iters + 1), sizeof *samples);   /* latencies, then starts */
     int failed = 0;
     cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
     target_t t = { 0 };

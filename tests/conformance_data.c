@@ -460,10 +460,12 @@ static void test_callers_drive(void **state)
     cxt_fill(R, 64 * 4096, TSEED, 0);
 }
 
-/* Between the ops of a caller that drives, the transports stay polled, not armed, and the
- * progress thread looks every tick until callers stop, then arms them again (core/src/drive.h).
+/* Between the ops of a caller that drives, the transports stay polled, not armed, until the drive
+ * timer finds that callers stopped and the progress thread arms them again (core/src/drive.h).
  * Nothing may wait on that: a message that arrives right after a burst of driven reads, or well
- * after it, and an async op in flight beside driven reads, all complete within bounds. */
+ * after it, a peer's read of our memory (which our side serves: UCX over shared memory runs it
+ * as an active message on our worker), and an async op in flight beside driven reads, all
+ * complete within bounds. */
 static void test_driving_leaves_nothing_behind(void **state)
 {
     (void)state;
@@ -503,6 +505,21 @@ static void test_driving_leaves_nothing_behind(void **state)
         fprintf(stderr, "message %d us after 32 driven reads: delivered in %.2f ms\n", pause_us[k], ms);
         assert_true(ms < 1000);
     }
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 32; i++) assert_int_equal(cx_read(d, P.url, buf, P.base, 4096), CX_OK);
+        if (k) usleep(k == 1 ? 300 : 5000);
+        cxt_fill(buf + 4096, 4096, 90 + (uint32_t)k, 0);
+        char want[64];
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(buf + 4096, 4096));
+        uint64_t t0 = cxt_now_ns();
+        /* Into the peer's region at 64 KiB: its first pages are what the reads above compare. */
+        rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 65536", durl,
+                          (uintptr_t)(buf + 4096));
+        double ms = cxt_ms_since(t0);
+        if (rc || strcmp(rep, want)) fail_msg("round %d: the peer's read of our memory: '%s', expected '%s'", k, rep, want);
+        fprintf(stderr, "peer's read of our memory after 32 driven reads: %.2f ms\n", ms);
+        assert_true(ms < 1000);
+    }
     /* An async read in flight while the caller drives sync reads: it completes as the reads do. */
     for (int k = 0; k < 3; k++) {
         cx_op_t *h = NULL;
@@ -520,6 +537,7 @@ static void test_driving_leaves_nothing_behind(void **state)
     cx_engine_destroy(d);
     munmap(buf, 2 * 4096);
     cxt_fill(R, 4096, TSEED, 0);
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED), 0);
 }
 
 /* A second peer closes cleanly: LEFT, and ops to it fail with CX_EPEER, within bounds. */

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -79,19 +80,40 @@ static int rearm(cx_engine_t *e)
     return more;
 }
 
-int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms, int *tick)
+#define TICK_NS (CX_DRIVE_TICK_US * 1000ull)
+
+/* Under plock: the drive timer due no sooner than a tick after `from_ns`. Set two ticks ahead, so
+ * a caller that keeps driving moves it once a tick at most. */
+static void push_timer(cx_engine_t *e, uint64_t from_ns)
 {
-    *tick = 0;
+    if (e->dtimer_due_ns >= from_ns + TICK_NS) return;
+    uint64_t due = from_ns + 2 * TICK_NS;
+    struct itimerspec its = { .it_value = { (time_t)(due / 1000000000ull), (long)(due % 1000000000ull) } };
+    if (timerfd_settime(e->dtimerfd, TFD_TIMER_ABSTIME, &its, NULL)) {
+        cx_error("drive timer: %s", strerror(errno));
+        return;
+    }
+    e->dtimer_due_ns = due;
+}
+
+void cx_drive_timer_fired(cx_engine_t *e)
+{
+    uint64_t v;
+    if (read(e->dtimerfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("drive timer read: %s", strerror(errno));
+}
+
+int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms)
+{
     if (!e->unarmed) return timeout_ms;
     if (cx_drive_recent(e, cx_now_ns())) {
-        *tick = 1;
+        push_timer(e, e->drove_ns);
         return timeout_ms;
     }
     return rearm(e) ? 0 : timeout_ms;   /* the callers stopped driving */
 }
 
 /* Under plock: whether an op other than `op` is in flight. Its completion must wake the
- * progress thread at once, not at its next tick. */
+ * progress thread at once, not when the drive timer fires. */
 static int others_in_flight(const cx_engine_t *e, const cx_op_t *op)
 {
     for (const cx_peer_t *p = e->peers; p; p = p->next) {
@@ -133,9 +155,16 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left)
     if (stay && !polled) cx_progress_turn(e, 1);
     if (stay && !e->handoff && !others_in_flight(e, op)) {
         unwatch(e);
-        e->drove_ns = cx_now_ns();
-        /* A progress thread asleep for longer than the tick would not look before then. */
-        wake = e->sched_wake_ns || e->psleep_long;
+        uint64_t now = cx_now_ns();
+        e->drove_ns = now;
+        push_timer(e, now);
+        wake = e->sched_wake_ns != 0;
+        /* What backends do only in progress() (timers, UCX worker rotation, libfabric's
+         * dead-peer reports), for callers that never stop driving: the progress thread sleeps. */
+        if (now - e->full_turn_ns >= CX_DRIVE_FULL_MS * 1000000ull) {
+            e->full_turn_ns = now;
+            wake |= cx_progress_turn(e, 0);
+        }
     } else {
         int more = rearm(e);
         /* Not done within the window: the progress thread takes over, polling at once (spin.h),
@@ -175,6 +204,9 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
         return 0;
     }
     e->st.ops_driven++;
+    /* Polling: the wait fds out of the progress thread's set before the op starts, not after,
+     * or its first completion wakes that thread for nothing. */
+    if (wait && op->spin_ns) unwatch(e);
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
     drive_locked(e, op, wait && op->stage != OPS_HANDOFF ? cx_now_ns() + op->spin_ns : 0, 0);

@@ -34,11 +34,15 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op);
  * syscalls per op (UCX's, and the epoll_ctl that takes the wait fds out of the progress thread's
  * set while a caller polls), and an armed shared-memory FIFO makes the peer signal it for every
  * reply, a syscall there and a wake-up of our sleeping progress thread here. Meanwhile the
- * progress thread wakes every CX_DRIVE_TICK_US and polls, so that what arrives between the
- * callers' ops (a peer's message) waits at most that long; once no caller drove for a tick it
- * arms them again and puts the wait fds back. A caller whose op is not done as it lets go, or
- * that leaves other ops in flight, arms at once instead: their completions must wake the
- * progress thread, not wait for its tick. */
+ * progress thread sleeps: a caller that lets go keeps the drive timer (a timerfd in its epoll
+ * set) due one to two ticks ahead, a timerfd_settime per tick of driving at most, and once it
+ * fires with no caller driving for a tick, the progress thread arms the transports again and
+ * puts the wait fds back. So what arrives after the callers' last op (a peer's message, a peer's
+ * read that our side must serve) waits at most two ticks. An earlier design woke the progress
+ * thread every tick while callers drove instead: on a small host that wake-up took the CPU from
+ * the caller or the peer every 200 us, a 25-45 us op each time. A caller whose op is not done as
+ * it lets go, or that leaves other ops in flight, arms at once instead: their completions must
+ * wake the progress thread, not wait for the timer. */
 #define CX_DRIVE_TICK_US 200
 #define CX_DRIVE_FULL_MS 10   /* a full turn (backend progress(), which arms) at least this often */
 
@@ -49,9 +53,12 @@ static inline int cx_drive_recent(const cx_engine_t *e, uint64_t now_ns)
 }
 
 /* Progress thread, under plock, before it sleeps for `timeout_ms` (> 0): while callers drive,
- * sets *tick (sleep at most CX_DRIVE_TICK_US); once they stopped, arms the transports again and
+ * makes sure the drive timer will wake it; once they stopped, arms the transports again and
  * returns 0 when that found work. Returns the timeout to use. */
-int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms, int *tick);
+int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms);
+
+/* Progress thread, with or without plock: the drive timer fired (reads its timerfd). */
+void cx_drive_timer_fired(cx_engine_t *e);
 
 /* CONNEX_DRIVE=0 turns caller-driven progress off (every op goes through the progress thread). */
 int cx_drive_enabled(void);

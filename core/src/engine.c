@@ -212,6 +212,7 @@ static void engine_free(cx_engine_t *e)
     if (e->lfd >= 0) close(e->lfd);
     if (e->cmdfd >= 0) close(e->cmdfd);
     if (e->timerfd >= 0) close(e->timerfd);
+    if (e->dtimerfd >= 0) close(e->dtimerfd);
     if (e->epfd >= 0) close(e->epfd);
     cx_registry_fini(&e->reg);
     cx_msgq_fini(&e->msgq);
@@ -229,7 +230,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     *out = NULL;
     cx_engine_t *e = calloc(1, sizeof *e);
     if (!e) return CX_ENOMEM;
-    e->epfd = e->lfd = e->cmdfd = e->timerfd = -1;
+    e->epfd = e->lfd = e->cmdfd = e->timerfd = e->dtimerfd = -1;
     pthread_mutex_init(&e->qmu, NULL);
     pthread_mutex_init(&e->plock, NULL);
     e->drive = cx_drive_enabled();
@@ -249,7 +250,8 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     e->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (e->epfd < 0 || e->cmdfd < 0 || e->timerfd < 0) {
+    e->dtimerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (e->epfd < 0 || e->cmdfd < 0 || e->timerfd < 0 || e->dtimerfd < 0) {
         cx_error("engine: epoll/eventfd/timerfd: %s", strerror(errno));
         engine_free(e);
         return CX_ERR;
@@ -282,8 +284,9 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->lw = (cx_watch_t){ CX_W_LISTEN, e, 0 };
     e->cw = (cx_watch_t){ CX_W_CMD, e, 0 };
     e->tw = (cx_watch_t){ CX_W_TIMER, e, 0 };
+    e->dw = (cx_watch_t){ CX_W_DRIVE, e, 0 };
     rc = cx_watch_add(e, e->lfd, EPOLLIN, &e->lw) | cx_watch_add(e, e->cmdfd, EPOLLIN, &e->cw) |
-         cx_watch_add(e, e->timerfd, EPOLLIN, &e->tw);
+         cx_watch_add(e, e->timerfd, EPOLLIN, &e->tw) | cx_watch_add(e, e->dtimerfd, EPOLLIN, &e->dw);
     int drivable = 0;
     for (int i = 0; i < e->nb; i++) drivable |= !e->be[i].ops->thread_bound;
     if (!drivable) e->drive = 0;   /* nothing a caller could drive (drive.h) */

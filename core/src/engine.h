@@ -18,7 +18,7 @@
 typedef struct cx_peer cx_peer_t;
 typedef struct cx_conn cx_conn_t;
 
-enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE };
+enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE, CX_W_DRIVE };
 typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
 
 struct cx_conn {
@@ -166,7 +166,8 @@ struct cx_engine {
     cx_auth_t *auth;          /* NULL: no token, connections are not authenticated */
 
     int epfd, lfd, cmdfd, timerfd;
-    cx_watch_t lw, cw, tw;
+    int dtimerfd;             /* the drive timer (drive.h): callers that drive push it forward */
+    cx_watch_t lw, cw, tw, dw;
     pthread_t thread;
     int thread_started;
     atomic_int stop;
@@ -185,8 +186,7 @@ struct cx_engine {
                                  progress thread's epoll set and not armed (drive.h) */
     uint64_t drove_ns;        /* under plock: when a driving caller last let go */
     uint64_t full_turn_ns;    /* progress thread: its last turn that gave every backend progress() */
-    int psleep_long;          /* under plock: the progress thread sleeps for longer than a drive
-                                 tick (drive.h) */
+    uint64_t dtimer_due_ns;   /* under plock: when the drive timer fires (drive.h) */
 
     cx_bslot_t be[CX_MAX_BACKENDS];
     int nb;

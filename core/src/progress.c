@@ -12,6 +12,7 @@
 #include "mobility/mobility.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <unistd.h>
@@ -134,7 +135,7 @@ static void tick(cx_engine_t *e)
     cx_groups_tick(e, now);
 }
 
-static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
+static int is_backend_watch(const cx_engine_t *e, const cx_watch_t *w)
 {
     for (int i = 0; i < e->nb; i++)
         if (w == &e->be[i].w) return 1;   /* progressed below, every iteration */
@@ -148,7 +149,7 @@ static int is_backend_watch(cx_engine_t *e, const cx_watch_t *w)
  * itself, took the lock from it op after op. */
 static int wants_lock(cx_engine_t *e, const cx_watch_t *w)
 {
-    if (is_backend_watch(e, w)) return 0;
+    if (is_backend_watch(e, w) || w == &e->dw) return 0;   /* the drive timer: only_drive_events */
     if (w != &e->cw) return 1;
     pthread_mutex_lock(&e->qmu);
     int exec = 0;
@@ -157,13 +158,24 @@ static int wants_lock(cx_engine_t *e, const cx_watch_t *w)
     return exec;
 }
 
-/* Of a batch of events that wants no lock: only the command eventfd, which the driving caller
- * reads as it drains the queue (nothing there for this thread to wait for). */
-static int only_commands(const cx_engine_t *e, const struct epoll_event *evs, int n)
+/* Of a batch of events that wants no lock, while a caller drives: the command eventfd, which the
+ * caller reads as it drains the queue (nothing there for this thread to wait for), the drive
+ * timer, which the caller moves again as it lets go, and the wake-ups of the backends it polls
+ * itself (all but thread-bound ones). Returns 0 when the batch holds anything else, 2 when it
+ * holds a backend's wake-up. */
+static int only_drive_events(cx_engine_t *e, const struct epoll_event *evs, int n)
 {
+    int backend = 0;
+    for (int i = 0; i < n; i++) {
+        const cx_watch_t *w = evs[i].data.ptr;
+        int b = 0;
+        for (int k = 0; k < e->nb && !b; k++) b = w == &e->be[k].w && !e->be[k].ops->thread_bound;
+        if (b) backend = 1;
+        else if (w != &e->cw && w != &e->dw) return 0;
+    }
     for (int i = 0; i < n; i++)
-        if (evs[i].data.ptr != &e->cw) return 0;
-    return 1;
+        if (evs[i].data.ptr == &e->dw) cx_drive_timer_fired(e);   /* else it stays readable */
+    return 1 + backend;
 }
 
 /* epoll_wait, for at most a drive tick with `tick` (epoll_pwait2: microseconds; a kernel before
@@ -208,20 +220,20 @@ void *cx_progress_main(void *arg)
     e->ready = 1;
     int polled = 0;   /* the last turn polled: the wait fds are not armed */
     while (!atomic_load(&e->stop)) {
-        int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), cx_sched_timeout_ms(e, 1000));
-        int ticking = 0;   /* sleep a drive tick at most (drive.h): no timer of ours runs out */
+        int rest_ms = cx_sched_timeout_ms(e, 1000);   /* until a timer of ours is due */
+        int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), rest_ms);
         if (timeout && e->unarmed) {
-            /* Callers drive: a tick, or armed again once they stopped (drive.h). */
-            timeout = cx_drive_sleep_ms(e, timeout, &ticking);
+            /* Callers drive: the drive timer wakes this thread, or armed again once they
+             * stopped (drive.h). */
+            timeout = cx_drive_sleep_ms(e, timeout);
             polled = 0;
         } else if (timeout && polled) {
             /* About to sleep after polling: arm first, and go round again if that found work. */
             polled = 0;
             if (cx_progress_turn(e, 0)) timeout = 0;
         }
-        e->psleep_long = timeout && !ticking;
         pthread_mutex_unlock(&e->plock);
-        int n;
+        int n, ticking = 0;   /* ticking: a drive tick at most, not a timer of ours */
         for (;;) {
             n = wait_events(e, evs, 64, timeout, ticking);
             if (!pthread_mutex_trylock(&e->plock)) break;
@@ -230,15 +242,28 @@ void *cx_progress_main(void *arg)
              * thread), ask it to let go (drive.c): heartbeats and deaths wait for nobody. */
             int want = n < 0 || (n == 0 && timeout > 0 && !ticking);   /* a timer of ours ran out */
             for (int i = 0; i < n && !want; i++) want = wants_lock(e, evs[i].data.ptr);
-            if (!want && only_commands(e, evs, n)) {
-                /* Polling or ticking, and a caller has the transports: it polls them now, and
-                 * starts what was queued. Waiting for the lock would take it as the caller lets
-                 * go, this thread's wake-up on the CPU the peer polls on, for every op
-                 * (measured: 4 KiB shm reads at 21-30 us, against 1-2), and its next op would
-                 * queue behind this thread's iteration again. Sleep a tick instead (drive.h):
-                 * the command eventfd stays readable only until the caller drains the queue. */
-                if (!timeout) timeout = 1;
-                ticking = 1;
+            int mine = want ? 0 : only_drive_events(e, evs, n);
+            if (mine) {
+                /* A caller has the transports: it polls them now, and starts what was queued.
+                 * Waiting for the lock would take it as the caller lets go, this thread's
+                 * wake-up on the CPU the peer polls on, for every op (measured: 4 KiB shm
+                 * reads at 21-30 us, against 1-2), and its next op would queue behind this
+                 * thread's iteration again, which arms the transports again: a state that
+                 * lasted for thousands of ops. Polling, this thread looks once more after a
+                 * tick; else, or after that, it sleeps until one of its fds or timers calls:
+                 * the caller wakes it as it lets go when it must, else the drive timer does
+                 * (drive.h). Waking every tick instead took the CPU from the caller or the
+                 * peer every 200 us, a 25-45 us op each time. The command eventfd stays
+                 * readable only until the caller drains the queue, a backend's wait fd until
+                 * the caller, polling, takes it out of the set: let the caller run. */
+                if (!timeout) {
+                    timeout = 1;
+                    ticking = 1;
+                } else if (ticking) {
+                    timeout = rest_ms;
+                    ticking = 0;
+                }
+                if (mine == 2) sched_yield();
                 continue;
             }
             if (want) atomic_store(&e->pwant, 1);
@@ -260,6 +285,7 @@ void *cx_progress_main(void *arg)
             if (w == &e->lw) cx_accept_all(e);
             else if (w == &e->cw) cx_progress_drain_commands(e);
             else if (w == &e->tw) tick(e);
+            else if (w == &e->dw) cx_drive_timer_fired(e);   /* acted on at the loop's top */
             else if (cx_live_is_watch(e, w)) continue;   /* reaped above */
             else if (!is_backend_watch(e, w)) {
                 /* A control connection. One closed by an earlier event of this batch is freed:
