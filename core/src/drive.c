@@ -59,9 +59,7 @@ static void backend_watches(cx_engine_t *e, uint32_t events)
         if (e->be[i].w.kind && !e->be[i].ops->thread_bound) cx_watch_mod(e, e->be[i].ops->wait_fd(e->be[i].b), events, &e->be[i].w);
 }
 
-/* Under plock: the backends' wait fds out of the progress thread's epoll set, for as long as
- * callers keep driving (drive.h). */
-static void unwatch(cx_engine_t *e)
+void cx_drive_unwatch(cx_engine_t *e)
 {
     if (e->unarmed) return;
     backend_watches(e, 0);
@@ -133,7 +131,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left)
 {
     int polled = 0;
     if (!cx_op_is_done(op) && cx_now_ns() < end) {
-        unwatch(e);
+        cx_drive_unwatch(e);
         polled = 1;
         for (unsigned i = 1; !cx_op_is_done(op); i++) {
             cx_progress_turn(e, 1);
@@ -154,7 +152,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left)
      * (a write's completion ack, every op: measured 30 us per 4 KiB shm write, against 1.3). */
     if (stay && !polled) cx_progress_turn(e, 1);
     if (stay && !e->handoff && !others_in_flight(e, op)) {
-        unwatch(e);
+        cx_drive_unwatch(e);
         uint64_t now = cx_now_ns();
         e->drove_ns = now;
         push_timer(e, now);
@@ -206,7 +204,7 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     e->st.ops_driven++;
     /* Polling: the wait fds out of the progress thread's set before the op starts, not after,
      * or its first completion wakes that thread for nothing. */
-    if (wait && op->spin_ns) unwatch(e);
+    if (wait && op->spin_ns) cx_drive_unwatch(e);
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
     drive_locked(e, op, wait && op->stage != OPS_HANDOFF ? cx_now_ns() + op->spin_ns : 0, 0);

@@ -57,6 +57,11 @@ static inline int cx_drive_recent(const cx_engine_t *e, uint64_t now_ns)
  * returns 0 when that found work. Returns the timeout to use. */
 int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms);
 
+/* Under plock: the backends' wait fds out of the progress thread's epoll set and the transports
+ * left unarmed, for as long as callers keep driving or the progress thread polls; armed and back
+ * in the set by cx_drive_sleep_ms once neither does. */
+void cx_drive_unwatch(cx_engine_t *e);
+
 /* Progress thread, with or without plock: the drive timer fired (reads its timerfd). */
 void cx_drive_timer_fired(cx_engine_t *e);
 

@@ -95,7 +95,13 @@ int cx_progress_drain_commands(cx_engine_t *e)
     return cx_progress_drain(e);
 }
 
-#define CX_POLL_TURNS 16   /* backend polls per epoll_wait while polling */
+/* Polling, the backends' turns between two looks at epoll (and a yield: spin.c), each a syscall:
+ * a request that arrives while this thread is in one waits for it. Looking after every 16 turns,
+ * and at once after a turn that found work, put those syscalls right where the next request of
+ * a caller that waits for each reply lands: 4 KiB ucx_shm reads locked into 2.0-2.3 us for
+ * thousands of ops, against 1.0-1.1 in runs where they did not. The raw loop looks at its pipe
+ * after 1000 turns. */
+#define CX_POLL_SLICE_NS 20000ull
 
 static int progress_backends(cx_engine_t *e)
 {
@@ -218,20 +224,13 @@ void *cx_progress_main(void *arg)
                         * good, so taken before plock: one lock order */
     pthread_mutex_lock(&e->plock);
     e->ready = 1;
-    int polled = 0;   /* the last turn polled: the wait fds are not armed */
     while (!atomic_load(&e->stop)) {
         int rest_ms = cx_sched_timeout_ms(e, 1000);   /* until a timer of ours is due */
         int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), rest_ms);
-        if (timeout && e->unarmed) {
-            /* Callers drive: the drive timer wakes this thread, or armed again once they
-             * stopped (drive.h). */
-            timeout = cx_drive_sleep_ms(e, timeout);
-            polled = 0;
-        } else if (timeout && polled) {
-            /* About to sleep after polling: arm first, and go round again if that found work. */
-            polled = 0;
-            if (cx_progress_turn(e, 0)) timeout = 0;
-        }
+        /* Callers drive, or this thread polled: about to sleep, the drive timer wakes this
+         * thread while callers drive, else the transports are armed first, and it goes round
+         * again if that found work (drive.h). */
+        if (timeout && e->unarmed) timeout = cx_drive_sleep_ms(e, timeout);
         pthread_mutex_unlock(&e->plock);
         int n, ticking = 0;   /* ticking: a drive tick at most, not a timer of ours */
         for (;;) {
@@ -302,7 +301,13 @@ void *cx_progress_main(void *arg)
         uint64_t now = cx_now_ns();
         /* Within the poll window the backends poll without arming (a syscall or more each),
          * like a raw loop spinning on its worker; epoll still sees the control sockets. */
-        polled = e->spin_ns && now - e->last_work_ns < e->spin_ns && !atomic_load(&e->drivers);
+        int polled = e->spin_ns && now - e->last_work_ns < e->spin_ns && !atomic_load(&e->drivers);
+        /* Polling: the backends' wait fds out of the epoll set, as for a driving caller. One
+         * signalled once stays readable until the backend arms again: every epoll_wait then
+         * returned it, and this thread went back to epoll after every turn (measured: an
+         * epoll_wait per 2.5 us on a shm target, 4 KiB reads at 2.0-3.0 us against 1.0).
+         * Armed and back in the set when the window ends (drive.c). */
+        if (polled) cx_drive_unwatch(e);
         /* Polling, or unarmed (callers drive, drive.h): and every CX_DRIVE_FULL_MS a full turn,
          * which runs what backends do only there (timers, UCX worker rotation, libfabric's
          * dead-peer reports), for a peer that never stops polling or callers that never stop
@@ -311,11 +316,19 @@ void *cx_progress_main(void *arg)
         if (poll && now - e->full_turn_ns >= CX_DRIVE_FULL_MS * 1000000ull) poll = 0;
         if (!poll) e->full_turn_ns = now;
         more = cx_progress_turn(e, poll);
-        /* Polling: a few more cheap turns before the next epoll_wait and yield, which cost a
-         * syscall each (the raw loop this is measured against makes one per turn). */
-        for (int k = 0; polled && !more && n == 0 && k < CX_POLL_TURNS; k++) {
-            more = cx_progress_turn(e, 1);
-            if (!more && (k & 3) == 3) cx_progress_drain(e);
+        if (polled && n == 0) {
+            /* Polling: turn after turn for a slice, without the syscalls, until a caller wants
+             * the transports (drivers: it drives them itself, drive.h). Queued commands are
+             * started every few turns, as a driving caller does. */
+            uint64_t end = now + CX_POLL_SLICE_NS;
+            for (unsigned k = 1; !atomic_load(&e->drivers); k++) {
+                if (cx_progress_turn(e, 1)) {
+                    more = 1;
+                    e->last_work_ns = cx_now_ns();
+                }
+                if (!(k & 3)) cx_progress_drain(e);
+                if (!(k & 15) && cx_now_ns() >= end) break;
+            }
         }
         if (n > 0 || more) e->last_work_ns = now;   /* poll a while before sleeping (spin.h) */
     }
