@@ -571,6 +571,7 @@ static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *pe
     op->x.local = local;
     op->x.len = len;
     op->x.remote = remote;
+    op->spin_ns = cx_spin_for_len(op->spin_ns, len);
     int rc = parse_peer(peer, op);
     if (!rc && xkind != CX_XFER_MSG) rc = local_check(e, local, len, what, &op->x.local_mem);
     if (!rc && remote + len < remote) { cx_warn("%s: remote range wraps around", what); rc = CX_EINVAL; }

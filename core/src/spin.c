@@ -25,13 +25,20 @@ uint64_t cx_spin_window_ns(void)
     if (!s || !*s) return default_window_ns();
     char *end;
     long v = strtol(s, &end, 10);
-    if (*end || v < 0 || v > 100000) {
+    if (*s < '0' || *s > '9' || *end || v > 100000) {   /* digits only: no sign, no blanks */
         uint64_t d = default_window_ns();
         cx_warn("CONNEX_POLL_US=%s: not an integer in 0..100000 (microseconds); using %llu", s,
                 (unsigned long long)(d / 1000));
         return d;
     }
     return (uint64_t)v * 1000ull;
+}
+
+uint64_t cx_spin_for_len(uint64_t window_ns, uint64_t len)
+{
+    if (!window_ns || window_ns >= CX_POLL_MAX_NS) return window_ns;
+    uint64_t us = len / CX_POLL_BYTES_PER_US, room = CX_POLL_MAX_NS - window_ns;
+    return us >= room / 1000 ? CX_POLL_MAX_NS : window_ns + us * 1000;
 }
 
 int cx_op_is_done(const struct cx_op *op)
