@@ -174,6 +174,7 @@ struct cx_ucx {
     cx_ucx_wk_t *old;            /* retired workers still alive */
     int n_old;
     int rotate_zombies;          /* CONNEX_UCX_ROTATE_ZOMBIES */
+    int bounce_all;              /* CONNEX_UCX_READ_BOUNCE=1: every host read lands in a bounce buffer */
     uint64_t grace_ns;           /* CONNEX_UCX_ROTATE_GRACE_MS */
     uint64_t last_rotate_ns;
     uint64_t rotations, zombies_freed;

@@ -192,13 +192,17 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
     switch (x->kind) {
     case CX_XFER_READ:
         op->stage = CX_UCX_OPS_RMA;
-        if (x->len && x->local_mem == CX_MEM_HOST) {
+        if (x->len && x->local_mem == CX_MEM_HOST && (!ue->peer_mode || b->bounce_all)) {
             /* A timed-out read must never write the caller's buffer afterwards. Without peer
-             * error handling the endpoint cannot be force-closed, and even a forced close over
-             * tcp was seen to let a late get land (conformance_failure_ucx_tcp, about 1 run in
-             * 3): let it land in memory of ours, copied out only on success. The cost is one
-             * memcpy per read; skipping it where closing the endpoint provably stops the DMA
-             * (rc/dc) is future work. */
+             * error handling (shm-only UCX_TLS) the endpoint cannot be force-closed and a get
+             * that UCX emulates with active messages may still land after a timeout: let it
+             * land in memory of ours, copied out only on success. With it, the forced close
+             * that ends the op (ucx_ep.c) is waited for, and once it completed the transport
+             * endpoints are gone (rc: the QP; tcp: the socket): the get lands in place. Commit
+             * 88dceae had seen a late get land over tcp about 1 run in 3 and bounced every read
+             * since; session 10 found 0 in 48 timed-out reads of conformance_failure_ucx_tcp
+             * and _poll without the bounce, which cost a memcpy per read (16 MiB: 0.66 ms
+             * here). CONNEX_UCX_READ_BOUNCE=1 bounces every host read again. */
             if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
             cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
             r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
