@@ -245,7 +245,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
         if (getrandom(&e->incarnation, sizeof e->incarnation, 0) != sizeof e->incarnation)
             e->incarnation = cx_now_ns() ^ ((uint64_t)getpid() << 32);
     e->next_query_id = 1;
-    e->spin_ns = cx_spin_window_ns();
+    e->spin_ns = e->pwin_ns = cx_spin_window_ns();
 
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

@@ -228,6 +228,9 @@ struct cx_engine {
     struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
 
     uint64_t spin_ns;         /* poll window after work (spin.h, CONNEX_POLL_US); 0: never poll */
+    uint64_t pwin_ns;         /* progress thread: its own window, spin_ns grown while a backend
+                                 wakes it soon after it stopped polling (spin.h) */
+    uint64_t pslept_ns;       /* progress thread: when it stopped polling to sleep (0: it did not) */
     uint64_t last_work_ns;    /* progress thread: when an iteration last found something to do */
 };
 

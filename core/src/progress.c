@@ -198,6 +198,23 @@ static int wait_events(cx_engine_t *e, struct epoll_event *evs, int max, int tim
     return epoll_wait(e->epfd, evs, max, tick && timeout_ms ? 1 : timeout_ms);
 }
 
+/* Woken after it stopped polling: a backend's wake-up that came within the window means the
+ * window was too short for this peer's pace. A backend that serves one-sided ops inside its
+ * poll (libfabric: the provider moves the data in fi_cq_read and reports nothing) never tells
+ * this thread it did work, so the window ran out between a peer's requests and every third
+ * one or so woke it (measured: 4 KiB libfabric_tcp writes, an epoll_ctl pair per 2 ops at the
+ * target). Doubled up to 16 x CONNEX_POLL_US, halved back when the wake-ups come late. */
+static void window_fit(cx_engine_t *e, const struct epoll_event *evs, int n, uint64_t now)
+{
+    int backend = 0;
+    for (int i = 0; i < n && !backend; i++) backend = is_backend_watch(e, evs[i].data.ptr);
+    if (!backend) return;
+    uint64_t gap = now - e->pslept_ns;
+    e->pslept_ns = 0;
+    if (gap < e->pwin_ns) e->pwin_ns = e->pwin_ns * 2 > 16 * e->spin_ns ? 16 * e->spin_ns : e->pwin_ns * 2;
+    else if (gap > 4 * e->pwin_ns) e->pwin_ns = e->pwin_ns / 2 < e->spin_ns ? e->spin_ns : e->pwin_ns / 2;
+}
+
 static cx_conn_t *conn_of(cx_engine_t *e, const cx_watch_t *w)
 {
     for (cx_conn_t *k = e->conns; k; k = k->next)
@@ -224,6 +241,7 @@ void *cx_progress_main(void *arg)
                         * good, so taken before plock: one lock order */
     pthread_mutex_lock(&e->plock);
     e->ready = 1;
+    int polling = 0;   /* the last iteration polled */
     while (!atomic_load(&e->stop)) {
         int rest_ms = cx_sched_timeout_ms(e, 1000);   /* until a timer of ours is due */
         int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), rest_ms);
@@ -231,6 +249,8 @@ void *cx_progress_main(void *arg)
          * thread while callers drive, else the transports are armed first, and it goes round
          * again if that found work (drive.h). */
         if (timeout && e->unarmed) timeout = cx_drive_sleep_ms(e, timeout);
+        if (timeout && polling) e->pslept_ns = cx_now_ns();
+        polling = 0;
         pthread_mutex_unlock(&e->plock);
         int n, ticking = 0;   /* ticking: a drive tick at most, not a timer of ours */
         for (;;) {
@@ -301,7 +321,9 @@ void *cx_progress_main(void *arg)
         uint64_t now = cx_now_ns();
         /* Within the poll window the backends poll without arming (a syscall or more each),
          * like a raw loop spinning on its worker; epoll still sees the control sockets. */
-        int polled = e->spin_ns && now - e->last_work_ns < e->spin_ns && !atomic_load(&e->drivers);
+        if (e->pslept_ns && n > 0) window_fit(e, evs, n, now);
+        int polled = e->spin_ns && now - e->last_work_ns < e->pwin_ns && !atomic_load(&e->drivers);
+        polling = polled;
         /* Polling: the backends' wait fds out of the epoll set, as for a driving caller. One
          * signalled once stays readable until the backend arms again: every epoll_wait then
          * returned it, and this thread went back to epoll after every turn (measured: an

@@ -71,7 +71,7 @@ int cx_spin_timeout_ms(const struct cx_engine *e, uint64_t now_ns, int sleep_ms)
      * do, a polling progress thread would only keep them from the lock: on a small host it then
      * wakes for the lock as each caller lets go, on the CPU the peer polls on (measured: 4 KiB
      * shm reads at 21-28 us, against 2). */
-    if (e->spin_ns && now_ns - e->last_work_ns < e->spin_ns && !atomic_load(&((struct cx_engine *)e)->drivers) &&
+    if (e->spin_ns && now_ns - e->last_work_ns < e->pwin_ns && !atomic_load(&((struct cx_engine *)e)->drivers) &&
         !cx_drive_recent(e, now_ns)) {
         sched_yield();
         return 0;
