@@ -28,7 +28,7 @@ static cxt_peer_t P;
 static char E_LID[CX_URL_MAX];
 static int fds_before[256], nfds_before;
 
-static const size_t sizes[] = { 1, 7, 4096, 65537, 1u << 20, (16u << 20) + 3, 64u << 20 };
+static const size_t sizes[] = { 1, 7, 4096, 16385, 65536, 65537, 1u << 20, (16u << 20) + 3, 64u << 20 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
 /* Odd offsets for odd sizes, so unaligned transfers are covered. */

@@ -117,7 +117,7 @@ static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq,
 
 static void cx_fi_pull_end(cx_backend_t *b, cx_fi_op_t *op, int status);
 
-static void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
+void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
 {
     cx_fi_op_t *op = cx_fi_ack_take(b, seq);
     if (!op) {
@@ -162,7 +162,11 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         cx_fi_on_ack(b, seq, st);
         return;
     }
-    if (type == CX_FM_RREQ || type == CX_FM_PREQ) {
+    if (type == CX_FM_RDATA) {
+        cx_fi_wb_on_rdata(b, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
+        return;
+    }
+    if (type == CX_FM_RREQ || type == CX_FM_PREQ || type == CX_FM_RREQ_IN) {
         void *rp = cx_core_peer_by_incarnation(b->core, inc);
         if (!rp) {
             cx_warn("libfabric: read request from unknown incarnation %016llx refused",
@@ -171,12 +175,14 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         }
         cx_fi_wbreq_t q;
         if (cx_fi_wbreq_get(buf + CX_FM_HDR, len - CX_FM_HDR, &q)) {
-            cx_warn("libfabric: malformed %s request dropped", type == CX_FM_RREQ ? "read" : "pull");
+            cx_warn("libfabric: malformed %s request dropped", type == CX_FM_PREQ ? "pull" : "read");
             cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
             return;
         }
         if (type == CX_FM_RREQ)
             cx_fi_wb_on_rreq(b, rp, seq, &q);
+        else if (type == CX_FM_RREQ_IN)
+            cx_fi_wb_on_rreq_in(b, rp, seq, &q);
         else
             cx_fi_wb_on_preq(b, rp, seq, &q);
         return;

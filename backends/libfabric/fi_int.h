@@ -43,6 +43,8 @@ typedef struct cx_fi_rx {
     uint8_t *buf;
 } cx_fi_rx_t;
 
+enum { CX_FI_RREQ_WB = 1, CX_FI_RREQ_IN = 2 };   /* cx_fi_op.rreq */
+
 enum {
     CX_FOP_READ = 1,    /* fi_read for the core */
     CX_FOP_WRITE,       /* fi_write for the core */
@@ -68,14 +70,17 @@ typedef struct cx_fi_op {
     uint8_t *tmp_buf;           /* PULL: landing buffer */
     /* PULL / ACK: what the target answers */
     void *peer;
-    uint8_t mtype;
+    uint8_t mtype;              /* PULL: MSG or SIG; ACK: ACK, or RDATA with wb_src's r_len bytes
+                                   at offset r_addr of the read */
     uint64_t ack_seq;
     int32_t ack_val;
     uint64_t r_addr, r_key;
     size_t r_len;
-    int rreq;                   /* SEND: a write-back read request (fi_wb.c), x is the read */
-    const void *wb_src;         /* WBACK: the bytes written (in a pinned region, or tmp_buf) */
-    void *wb_pin;               /* WBACK: the core's pin on the source region */
+    int rreq;                   /* SEND: a read request on tcp (fi_wb.c), x is the read:
+                                   CX_FI_RREQ_WB or CX_FI_RREQ_IN */
+    size_t rd_got;              /* RREQ_IN: bytes of the answer copied in so far */
+    const void *wb_src;         /* WBACK, RDATA: the bytes sent (in a pinned region, or tmp_buf) */
+    void *wb_pin;               /* WBACK, RDATA: the core's pin on the source region */
     struct cx_fi_op *enext, *eprev;    /* ep's list */
     struct cx_fi_op *qnext;            /* backlog */
     struct cx_fi_op *hnext;            /* ack hash */
@@ -154,6 +159,8 @@ struct cx_backend {
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
+    size_t rd_inline;           /* with wb: reads up to this many bytes answered inline */
+    size_t rd_part;             /* bytes per RDATA message: rxm's eager limit, less headers */
     int closing;
     int sweep_now;              /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
@@ -196,6 +203,9 @@ cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq);
 int cx_fi_wb_choose(cx_backend_t *b);
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
+void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
+/* An RDATA body for the read of sequence seq: the bytes copied in, then the op ends as on an ack. */
+void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_t len);
 int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
@@ -227,6 +237,7 @@ void cx_fi_report_dead(cx_backend_t *b);
 /* fi_cq.c */
 int cx_fi_progress(cx_backend_t *b);
 int cx_fi_poll(cx_backend_t *b);
+void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status);   /* the target's answer to seq */
 int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx);
 int cx_fi_tx_get(cx_backend_t *b);
 void cx_fi_tx_put(cx_backend_t *b, int i);

@@ -14,7 +14,17 @@
  * The guarantee of docs/semantics.md holds as with fi_read: disconnect closes rxm's connection
  * (FI_AV_REMOVE_CLEANUP=1) before the op completes with an error, so a late write cannot land.
  * Large messages (RTS) likewise: the target asks the sender to write the message into its
- * landing buffer instead of pulling it with fi_read. */
+ * landing buffer instead of pulling it with fi_read.
+ *
+ * Small reads (up to rd_inline: CONNEX_FI_READ_INLINE, default 32 KiB, at most 64 KiB; measured
+ * here, write-back catches up at about 40 KiB) skip the write: the
+ * target answers with the bytes in messages (RREQ_IN, answered by RDATA parts of at most rxm's
+ * eager limit each: a larger message goes by rxm's segmentation, measured 2x slower), and the
+ * reader copies them into the caller's buffer only while the op is still waiting for that
+ * answer. One round trip and no per-op registration, where write-back takes the request, the
+ * write, its delivery ack and the answer plus an fi_mr_reg / fi_close pair (docs/results.md,
+ * session 11). Nothing can
+ * land late: the reader's copy is the only write into the caller's buffer. */
 #include "fi_int.h"
 
 #include "connex/log.h"
@@ -24,11 +34,35 @@
 
 /* Write-back needs no local descriptor on the target side (no FI_MR_LOCAL): tcp;ofi_rxm
  * reports mr_mode 0. CONNEX_FI_TCP_READ=rma keeps fi_read (for measurements, or a fixed
- * libfabric); anything else but "writeback" is refused with a warning. */
+ * libfabric); anything else but "writeback" is refused with a warning. Also sets rd_inline. */
 int cx_fi_wb_choose(cx_backend_t *b)
 {
+    /* RDATA parts fit rxm's eager limit (the user's FI_OFI_RXM_EAGER_LIMIT, else 16 KiB): a
+     * target serves small reads whatever its own setting. */
+    size_t eager = 16384;
+    const char *el = getenv("FI_OFI_RXM_EAGER_LIMIT");
+    if (el && *el >= '0' && *el <= '9')
+        eager = (size_t)strtoull(el, NULL, 10);
+    if (eager > CX_FI_BUF)
+        eager = CX_FI_BUF;
+    b->rd_part = eager > 1024 ? eager - CX_FM_HDR - CX_FM_RDATA_HDR : 1024 - CX_FM_HDR - CX_FM_RDATA_HDR;
+    b->rd_inline = 0;
     if (strncmp(b->prov, "tcp", 3) || (b->mr_mode & FI_MR_LOCAL))
         return 0;
+    b->rd_inline = CX_FM_RD_INLINE_DEFAULT;
+    const char *in = getenv("CONNEX_FI_READ_INLINE");
+    if (in && *in) {
+        char *end;
+        unsigned long long v = strtoull(in, &end, 10);
+        if (*in < '0' || *in > '9' || *end)
+            cx_warn("libfabric: CONNEX_FI_READ_INLINE=%s is not a byte count; using %u", in,
+                    (unsigned)CX_FM_RD_INLINE_DEFAULT);
+        else if (v > CX_FM_RD_INLINE_MAX)
+            cx_warn("libfabric: CONNEX_FI_READ_INLINE=%s is above %u; using %u", in,
+                    (unsigned)CX_FM_RD_INLINE_MAX, (unsigned)CX_FM_RD_INLINE_MAX);
+        else
+            b->rd_inline = (size_t)v;
+    }
     const char *s = getenv("CONNEX_FI_TCP_READ");
     if (!s || !*s || !strcmp(s, "writeback"))
         return 1;
@@ -47,6 +81,10 @@ int cx_fi_wb_choose(cx_backend_t *b)
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w)
 {
     cx_xfer_t *x = op->x;
+    if (op->rreq == CX_FI_RREQ_IN) {   /* answered with the bytes: nothing to register */
+        cx_fi_wbreq_put(w, &(cx_fi_wbreq_t){ .what = x->remote, .len = x->len });
+        return w->ok ? 0 : -FI_EINVAL;
+    }
     if (!op->tmp_mr) {
         int r = cx_fi_mr_reg(b, x->local, x->len, FI_REMOTE_WRITE, CX_MEM_HOST, &op->tmp_mr);
         if (r)
@@ -118,6 +156,100 @@ void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
         return;
     cx_fi_op_free(b, op);       /* unpins */
     cx_fi_wb_answer(b, ep, peer, seq, st == CX_OK ? CX_EPEER : st);
+}
+
+/* Target of a small read: the bytes go back in RDATA parts, each copied into its send buffer as
+ * that is filled (cx_fi_post_send), its range of the region pinned until then. Parts leave in
+ * order (cx_fi_start keeps an endpoint's order through the backlog); the reader takes them only
+ * in order. A part that cannot start ends the answer with an error ack instead. */
+void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q)
+{
+    uint64_t src = q->what, len = q->len;
+    cx_bep_t *ep = cx_fi_ep_by_peer(b, peer);
+    if (!ep) {
+        cx_warn("libfabric: read request from a peer without endpoint; dropped");
+        return;
+    }
+    if (!len || len > CX_FM_RD_INLINE_MAX) {
+        cx_warn("libfabric: malformed small-read request (%llu bytes, at most %u)",
+                (unsigned long long)len, (unsigned)CX_FM_RD_INLINE_MAX);
+        cx_fi_wb_answer(b, ep, peer, seq, CX_EINVAL);
+        return;
+    }
+    for (uint64_t off = 0; off < len; off += b->rd_part) {
+        size_t n = (size_t)(len - off < b->rd_part ? len - off : b->rd_part);
+        const void *at = (const void *)(uintptr_t)(src + off);
+        int st = CX_ENOMEM;
+        void *pin = NULL;
+        cx_fi_op_t *a = NULL;
+        /* Pinned per part: each holds its range until its bytes are in its send buffer. */
+        if (cx_core_region_check(b->core, src + off, n, &pin) != CX_OK)
+            st = CX_EINVAL;
+        else if ((a = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep))) {
+            a->peer = peer;
+            a->ack_seq = seq;
+            a->ack_val = CX_OK;
+            a->mtype = CX_FM_RDATA;
+            a->wb_pin = pin;
+            pin = NULL;
+            a->r_addr = off;
+            a->r_len = n;
+            a->wb_src = at;
+            st = CX_OK;
+            if (cx_core_region_kind(b->core, src + off, n) != CX_MEM_HOST) {
+                /* Device memory is never handed to the network library: copy. */
+                a->tmp_buf = malloc(n);
+                st = a->tmp_buf ? cx_core_mem_copy(b->core, a->tmp_buf, at, n) : CX_ENOMEM;
+                a->wb_src = a->tmp_buf;
+            }
+            int r = st == CX_OK ? cx_fi_start(b, a) : 0;
+            if (st == CX_OK && !r)
+                continue;
+            if (r) {
+                cx_warn("libfabric: %s: read answer: %s", b->prov, fi_strerror(-r));
+                st = CX_EPEER;
+            }
+            cx_fi_op_free(b, a);   /* unpins */
+        }
+        cx_core_region_unpin(pin);
+        cx_fi_wb_answer(b, ep, peer, seq, st);
+        return;
+    }
+}
+
+void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_t len)
+{
+    int32_t st;
+    uint32_t off;
+    const uint8_t *d;
+    size_t dl;
+    int bad = cx_fi_rdata_get(body, len, &st, &off, &d, &dl);
+    cx_fi_op_t *op = cx_fi_ack_find(b, seq);
+    if (!op) {
+        cx_debug("libfabric: read answer for unknown op %llu (completed already)",
+                 (unsigned long long)seq);
+        return;
+    }
+    if (op->rreq != CX_FI_RREQ_IN || !op->x) {
+        cx_warn("libfabric: read answer for op %llu, which is no small read: dropped",
+                (unsigned long long)seq);
+        return;
+    }
+    cx_xfer_t *x = op->x;
+    if (!bad && st == CX_OK && (off != op->rd_got || !dl || dl > x->len - op->rd_got))
+        bad = 1;
+    if (bad) {
+        cx_warn("libfabric: malformed read answer (%zu bytes at %u, %zu of %zu in): the read fails",
+                dl, (unsigned)off, op->rd_got, x->len);
+        st = CX_EPEER;
+    } else if (st == CX_OK) {
+        /* Still waiting for this answer (it is in the ack table): the caller's buffer is ours. */
+        memcpy((uint8_t *)x->local + off, d, dl);
+        op->rd_got += dl;
+        if (op->rd_got < x->len)
+            return;
+    }
+    cx_fi_on_ack(b, seq, st);
 }
 
 /* Large messages (RTS) the same way: the target, instead of pulling with fi_read, asks the

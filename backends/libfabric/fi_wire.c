@@ -77,6 +77,34 @@ int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q)
     return cx_rd_done(&r) && q->len ? CX_OK : CX_EINVAL;
 }
 
+void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data, size_t len)
+{
+    cx_wr_u32(w, (uint32_t)status);
+    cx_wr_u32(w, off);
+    if (status == 0)
+        cx_wr_bytes(w, data, len);
+}
+
+int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off,
+                    const uint8_t **data, size_t *dlen)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, body ? len : 0);
+    *status = (int32_t)cx_rd_u32(&r);
+    *off = cx_rd_u32(&r);
+    *data = NULL;
+    *dlen = 0;
+    if (!r.ok)
+        return CX_EINVAL;
+    if (len > CX_FM_RDATA_HDR) {
+        *data = (const uint8_t *)body + CX_FM_RDATA_HDR;
+        *dlen = len - CX_FM_RDATA_HDR;
+    }
+    if (*status != 0 && *dlen)
+        return CX_EINVAL;
+    return (uint64_t)*off + *dlen <= CX_FM_RD_INLINE_MAX ? CX_OK : CX_EINVAL;
+}
+
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a)
 {
     cx_wr_u8(w, CX_FI_ADDR_VERSION);

@@ -17,9 +17,15 @@
 #include <stdint.h>
 
 /* Message header: u8 type, u8 version, u16 reserved (0, ignored), u64 sender incarnation,
- * u64 sequence. After it: MSG / SIG the message itself, ACK the status, *_RTS a cx_fi_rts_t. */
+ * u64 sequence. After it: MSG / SIG the message itself, ACK the status, *_RTS a cx_fi_rts_t,
+ * RREQ / PREQ / RREQ_IN a cx_fi_wbreq_t, RDATA the status then the bytes read. */
 enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5,
-       CX_FM_RREQ = 6, CX_FM_PREQ = 7 };
+       CX_FM_RREQ = 6, CX_FM_PREQ = 7,
+       CX_FM_RREQ_IN = 8,       /* a small read on tcp: answer with the bytes (RDATA) */
+       CX_FM_RDATA = 9 };       /* a part of the answer to RREQ_IN: i32 status, u32 offset, bytes */
+#define CX_FM_RDATA_HDR 8       /* RDATA after the header: i32 status, u32 offset */
+#define CX_FM_RD_INLINE_MAX 65536u   /* the largest read a target answers with RDATA */
+#define CX_FM_RD_INLINE_DEFAULT 32768u   /* what a reader asks that way unless told (fi_wb.c) */
 #define CX_FM_VERSION 1
 #define CX_FM_HDR 20
 #define CX_FM_ACK_LEN 4         /* after the header: i32 status */
@@ -45,11 +51,11 @@ typedef struct cx_fi_rts {      /* a large message the target pulls with fi_read
 } cx_fi_rts_t;
 
 typedef struct cx_fi_wbreq {   /* "write this to me" (reads and large messages on tcp, fi_wb.c) */
-    uint64_t what;              /* RREQ: the source address at the target; PREQ: the target's
-                                   sequence of the message it should write */
+    uint64_t what;              /* RREQ, RREQ_IN: the source address at the target; PREQ: the
+                                   target's sequence of the message it should write */
     uint64_t len;               /* 1 .. the backend's largest transfer (checked by the caller) */
-    uint64_t dst;               /* where to write, as the asker's provider wants it */
-    uint64_t key;               /* the asker's key for that one op */
+    uint64_t dst;               /* where to write, as the asker's provider wants it (RREQ_IN: 0) */
+    uint64_t key;               /* the asker's key for that one op (RREQ_IN: 0) */
 } cx_fi_wbreq_t;
 
 typedef struct cx_fi_addr {     /* the address blob in HELLO */
@@ -75,6 +81,11 @@ void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *r);
 int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *r);
 void cx_fi_wbreq_put(cx_wr_t *w, const cx_fi_wbreq_t *q);
 int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q);   /* len 0 refused */
+/* RDATA's body: the status, the offset of these bytes in the read, the bytes (pointing into
+ * body). Refused: bytes with an error status, or bytes past CX_FM_RD_INLINE_MAX. */
+void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data, size_t len);
+int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off,
+                    const uint8_t **data, size_t *dlen);
 
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a);
 int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a);

@@ -237,14 +237,25 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         if (op->rreq || op->kind == CX_FOP_PULL) {
             /* A read by write-back, or a large message pulled that way (fi_wb.c): ask the target
              * (or the message's sender) to write, then ack this sequence. */
-            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = op->rreq ? CX_FM_RREQ : CX_FM_PREQ, .inc = b->inc,
-                                               .seq = op->seq });
+            uint8_t t = op->rreq == CX_FI_RREQ_IN ? CX_FM_RREQ_IN : op->rreq ? CX_FM_RREQ : CX_FM_PREQ;
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = t, .inc = b->inc, .seq = op->seq });
             int r = op->rreq ? cx_fi_wb_rreq_write(b, op, &w) : cx_fi_wb_preq_write(b, op, &w);
             if (r) {
                 cx_fi_tx_put(b, op->txi);
                 op->txi = -1;
                 return r;
             }
+        } else if (op->kind == CX_FOP_ACK && op->mtype == CX_FM_RDATA) {
+            /* A small read's answer (fi_wb.c): the bytes now, then the region may go. */
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_RDATA, .inc = b->inc, .seq = op->ack_seq });
+            cx_fi_rdata_put(&w, CX_OK, (uint32_t)op->r_addr, op->wb_src, op->r_len);
+            if (op->wb_pin) {
+                cx_core_region_unpin(op->wb_pin);
+                op->wb_pin = NULL;
+            }
+            free(op->tmp_buf);
+            op->tmp_buf = NULL;
+            op->wb_src = NULL;
         } else if (op->kind == CX_FOP_ACK) {
             cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = op->ack_seq });
             cx_fi_ack_put(&w, op->ack_val);
@@ -451,7 +462,8 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     }
     /* tcp (libfabric 1.17.0) cannot tear down a connection with a read half answered: reads
      * there go as a request the target answers with a write (fi_wb.c). */
-    int rreq = kind == CX_FOP_READ && b->wb;
+    int rreq = kind != CX_FOP_READ || !b->wb ? 0 :
+               x->len <= b->rd_inline && x->local_mem == CX_MEM_HOST ? CX_FI_RREQ_IN : CX_FI_RREQ_WB;
     if (rreq)
         kind = CX_FOP_SEND;
     cx_fi_op_t *op = cx_fi_op_new(b, kind, x, ep);

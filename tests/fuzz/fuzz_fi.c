@@ -1,6 +1,6 @@
 /* libFuzzer target: the libfabric backend's wire decoders (backends/libfabric/fi_wire.c): every
- * received fi_send buffer (header, then an ack's status or a rendezvous header, as cx_fi_on_recv
- * and cx_fi_pull_start decode it), the address blob in HELLO (cx_fi_connect) and a region's key
+ * received fi_send buffer (header, then an ack's status, a rendezvous header, a read request or
+ * a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start and cx_fi_wb_on_rdata decode it), the address blob in HELLO (cx_fi_connect) and a region's key
  * blob (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes must satisfy what
  * the backend relies on and encode back to the same bytes (the header's reserved field aside). */
 #include "fi_wire.h"
@@ -53,6 +53,27 @@ static void wbreq(const uint8_t *body, size_t n)
     if (!w.ok || w.len != n || memcmp(b, body, n)) abort();
 }
 
+static void rdata(const uint8_t *body, size_t n)
+{
+    int32_t st;
+    uint32_t off;
+    const uint8_t *d;
+    size_t dl;
+    if (cx_fi_rdata_get(body, n, &st, &off, &d, &dl) != CX_OK) return;
+    /* what cx_fi_wb_on_rdata relies on before its own checks against the op */
+    if (n < CX_FM_RDATA_HDR || dl != n - CX_FM_RDATA_HDR || (st != 0 && dl) ||
+        (uint64_t)off + dl > CX_FM_RD_INLINE_MAX)
+        abort();
+    inside(d, dl, body, n);
+    uint8_t *b = malloc(n ? n : 1);
+    if (!b) return;
+    cx_wr_t w;
+    cx_wr_init(&w, b, n);
+    cx_fi_rdata_put(&w, st, off, d, dl);
+    if (!w.ok || w.len != n || memcmp(b, body, n)) abort();
+    free(b);
+}
+
 /* A received message: what cx_fi_on_recv does with it. */
 static void message(const uint8_t *data, size_t size)
 {
@@ -70,7 +91,8 @@ static void message(const uint8_t *data, size_t size)
     size_t n = size - CX_FM_HDR;
     if (h.type == CX_FM_ACK) ack(body, n);
     else if (h.type == CX_FM_MSG_RTS || h.type == CX_FM_SIG_RTS) rts(body, n);
-    else if (h.type == CX_FM_RREQ || h.type == CX_FM_PREQ) wbreq(body, n);
+    else if (h.type == CX_FM_RREQ || h.type == CX_FM_PREQ || h.type == CX_FM_RREQ_IN) wbreq(body, n);
+    else if (h.type == CX_FM_RDATA) rdata(body, n);
     else if (h.type == CX_FM_MSG || h.type == CX_FM_SIG) inside(body, n, data, size);
 }
 
@@ -121,6 +143,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ack(data, size);
     rts(data, size);
     wbreq(data, size);
+    rdata(data, size);
     addr(data, size);
     key(data, size);
     return 0;

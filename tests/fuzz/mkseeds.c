@@ -214,6 +214,12 @@ int main(int argc, char **argv)
     wq.len = 1 << 20;
     wq.dst = 0;
     PUT_WR("fi", "preq", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_wbreq_put(&w_, &wq));
+    fh.type = CX_FM_RREQ_IN;
+    wq = (cx_fi_wbreq_t){ .what = 0x7f0012340000ull, .len = 40000 };
+    PUT_WR("fi", "rreq-in", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_wbreq_put(&w_, &wq));
+    fh.type = CX_FM_RDATA;
+    PUT_WR("fi", "rdata", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rdata_put(&w_, CX_OK, 16360, "sixteen bytes!!!", 16));
+    PUT_WR("fi", "rdata-err", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rdata_put(&w_, CX_EINVAL, 0, NULL, 0));
     const uint8_t sin[16] = { 2, 0, 0x13, 0x88, 127, 0, 0, 1 };
     cx_fi_addr_t fa = { .prov = "tcp;ofi_rxm", .fmt = 1, .name = sin, .name_len = sizeof sin,
                         .pid = 4242 };

@@ -11,6 +11,7 @@ void fc_reset(cx_core_t *c)
     c->refuse = 0;
     c->check_at = NULL;
     c->check_failed = 0;
+    c->reg_lo = c->reg_hi = 0;
 }
 
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
@@ -34,9 +35,11 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation)
 
 int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
 {
-    (void)c; (void)addr; (void)len;
     if (pin)
         *pin = NULL;
+    c->region_checks++;
+    if (c->reg_hi && (addr < c->reg_lo || addr + len > c->reg_hi || addr + len < addr))
+        return CX_EINVAL;
     return CX_OK;
 }
 

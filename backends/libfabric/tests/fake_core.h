@@ -12,6 +12,8 @@ struct cx_core {
     uint64_t peer_inc;          /* the one other side */
     void *peer_cookie;          /* what peer_by_incarnation answers for it */
     int refuse;                 /* deliver_msg answers CX_EAGAIN */
+    uint64_t reg_lo, reg_hi;    /* when reg_hi: region_check refuses what is not inside */
+    int region_checks;          /* region_check calls (served requests) */
     /* put_signal check: at delivery, these bytes must already hold check_val */
     const unsigned char *check_at;
     size_t check_len;
