@@ -13,12 +13,14 @@
 #define CX_ZMQ_REP_HDR 12
 #define CX_ZMQ_ZEROCOPY_MIN (64u << 10)   /* below this a copy is cheaper than the bookkeeping */
 
-typedef struct cx_zmq_req {     /* frame 1 of a request */
+/* A request is one frame (never multipart, zmq_be_submit): this header, then a WRITE's or
+ * PUT_SIGNAL's len data bytes, then a PUT_SIGNAL's or MSG's message (the rest of the frame). */
+typedef struct cx_zmq_req {     /* the head of a request */
     uint8_t kind;               /* CX_XFER_* */
     uint64_t id;                /* echoed in the reply */
     uint64_t sender;            /* sender's incarnation */
     uint64_t addr;              /* remote address (READ/WRITE/PUT_SIGNAL) */
-    uint64_t len;               /* payload length */
+    uint64_t len;               /* READ/WRITE/PUT_SIGNAL: data length; MSG: 0 */
 } cx_zmq_req_t;
 
 typedef struct cx_zmq_rep {     /* frame 1 of a reply; frame 2 is the data of a READ */

@@ -35,9 +35,18 @@ static void reply(struct cx_backend *b, zmq_msg_t *ident, uint64_t id, int statu
 static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
 {
     cx_zmq_req_t r;
-    if (n < 2 || cx_zmq_req_get(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &r)) {
-        cx_warn("zmq: malformed request (%d parts) dropped", n);
+    size_t fsz = n >= 2 ? zmq_msg_size(&parts[1]) : 0;
+    if (n < 2 || fsz < CX_ZMQ_REQ_HDR || cx_zmq_req_get(zmq_msg_data(&parts[1]), CX_ZMQ_REQ_HDR, &r)) {
+        cx_warn("zmq: malformed request (%d frames, the first %zu bytes) dropped", n - 1, fsz);
         cx_core_count_served(b->core, -1, 0, 0);
+        return;
+    }
+    if (n != 2) {
+        /* A connex before session 11 sent header, data and message as separate frames. */
+        cx_warn("zmq: request kind %u in %d frames (one expected; a peer of an older version?): refused", r.kind,
+                n - 1);
+        cx_core_count_served(b->core, r.kind, 0, 0);
+        reply(b, &parts[0], r.id, CX_EINVAL, NULL);
         return;
     }
     void *peer = cx_core_peer_by_incarnation(b->core, r.sender);
@@ -47,13 +56,25 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
         reply(b, &parts[0], r.id, CX_EPEER, NULL);
         return;
     }
-    int want = 2 + (r.kind == CX_XFER_WRITE || r.kind == CX_XFER_PUT_SIGNAL) +
-               (r.kind == CX_XFER_PUT_SIGNAL || r.kind == CX_XFER_MSG);
-    zmq_msg_t *data = r.kind == CX_XFER_WRITE || r.kind == CX_XFER_PUT_SIGNAL ? &parts[2] : NULL;
-    zmq_msg_t *msg = r.kind == CX_XFER_PUT_SIGNAL ? &parts[3] : r.kind == CX_XFER_MSG ? &parts[2] : NULL;
-    if (n != want || (data && zmq_msg_size(data) != r.len) || (r.kind != CX_XFER_MSG && r.len == 0)) {
-        cx_warn("zmq: request kind %u with %d parts / %zu data bytes does not add up: refused", r.kind, n,
-                data ? zmq_msg_size(data) : 0);
+    /* One frame (zmq_be_submit): header, a write's r.len data bytes, then a message (the rest). */
+    const uint8_t *body = (const uint8_t *)zmq_msg_data(&parts[1]) + CX_ZMQ_REQ_HDR;
+    size_t blen = fsz - CX_ZMQ_REQ_HDR;
+    int has_data = r.kind == CX_XFER_WRITE || r.kind == CX_XFER_PUT_SIGNAL;
+    int has_msg = r.kind == CX_XFER_PUT_SIGNAL || r.kind == CX_XFER_MSG;
+    const uint8_t *data = has_data ? body : NULL;
+    const uint8_t *msg = NULL;
+    size_t msg_len = 0;
+    int bad = (has_data && blen < r.len) || (r.kind != CX_XFER_MSG && r.len == 0) ||
+              (r.kind == CX_XFER_MSG && r.len != 0);
+    if (!bad) {
+        size_t dlen = has_data ? (size_t)r.len : 0;
+        msg = body + dlen;
+        msg_len = blen - dlen;
+        bad = !has_msg && msg_len;
+    }
+    if (bad) {
+        cx_warn("zmq: request kind %u of %zu bytes for %llu data bytes does not add up: refused", r.kind, blen,
+                (unsigned long long)r.len);
         cx_core_count_served(b->core, r.kind, 0, 0);
         reply(b, &parts[0], r.id, CX_EINVAL, NULL);
         return;
@@ -90,15 +111,15 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
     }
     case CX_XFER_WRITE:
     case CX_XFER_PUT_SIGNAL:
-        st = cx_core_mem_copy(b->core, where, zmq_msg_data(data), r.len);
+        st = cx_core_mem_copy(b->core, where, data, r.len);
         /* put_signal: the data is in place (device copies included) before the message is queued. */
-        if (st == CX_OK && r.kind == CX_XFER_PUT_SIGNAL) st = cx_core_deliver_msg(b->core, peer, zmq_msg_data(msg), zmq_msg_size(msg));
+        if (st == CX_OK && r.kind == CX_XFER_PUT_SIGNAL) st = cx_core_deliver_msg(b->core, peer, msg, msg_len);
         break;
     case CX_XFER_MSG:
-        st = cx_core_deliver_msg(b->core, peer, zmq_msg_data(msg), zmq_msg_size(msg));
+        st = cx_core_deliver_msg(b->core, peer, msg, msg_len);
         break;
     }
-    cx_core_count_served(b->core, r.kind, r.kind == CX_XFER_MSG ? zmq_msg_size(msg) : r.len, 1);
+    cx_core_count_served(b->core, r.kind, r.kind == CX_XFER_MSG ? msg_len : r.len, 1);
     reply(b, &parts[0], r.id, st, NULL);
 }
 

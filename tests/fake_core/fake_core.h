@@ -1,7 +1,8 @@
-/* A stand-in for the engine as a backend sees it: enough of cx_core_* to run two backend
- * instances against each other in one process, recording what the backend reports. */
-#ifndef CX_FI_FAKE_CORE_H
-#define CX_FI_FAKE_CORE_H
+/* A stand-in for the engine as a backend sees it: enough of cx_core_* to run backend instances
+ * against each other (or against raw traffic) in one process, recording what they report. Used
+ * by the libfabric and ZeroMQ backend tests (tests/fake_core/README.md). */
+#ifndef CX_FAKE_CORE_H
+#define CX_FAKE_CORE_H
 
 #include "connex/backend.h"
 
