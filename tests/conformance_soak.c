@@ -1,6 +1,7 @@
 /* Conformance, soak: 100 kill -9 and rejoin cycles of one peer identity against one survivor.
- * The survivor's open fds must come back to exactly their first-cycle count, its RSS to within
- * 8 MiB, its regions to what it registered; every cycle moves data that is checked.
+ * With the peer dead, the survivor's open fds must come back to at most their first-cycle count
+ * (with it up, to that count, or up to 2 more: transport connections to the live peer); its RSS
+ * to within 8 MiB, its regions to what it registered; every cycle moves data that is checked.
  * CXT_SOAK_CYCLES overrides the count (e.g. 10 for a quick run). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -20,6 +21,25 @@
 
 #define RS ((size_t)1 << 20)
 #define RSS_SLACK_KIB (8 * 1024)
+
+/* Open fds once the dead peer's connections have closed: with want < 0, the count once it has
+ * not changed for 300 ms (at most 3 s); else the count once it is at most want (at most 8 s: a
+ * UCX worker retired by rotation lives out its 5 s grace). */
+static int fds_after_death(int want)
+{
+    uint64_t t0 = cxt_now_ns(), still = t0;
+    int n = cxt_count_fds(), last = n;
+    for (;;) {
+        if (want >= 0 ? n <= want || cxt_ms_since(t0) > 8000 : cxt_ms_since(still) > 300 || cxt_ms_since(t0) > 3000)
+            return n;
+        usleep(10000);
+        n = cxt_count_fds();
+        if (n != last) {
+            last = n;
+            still = cxt_now_ns();
+        }
+    }
+}
 
 static void test_kill_rejoin_cycles(void **state)
 {
@@ -41,7 +61,7 @@ static void test_kill_rejoin_cycles(void **state)
     assert_int_equal(cx_url_parse(eurl, &eu, NULL, 0), CX_OK);
     cx_lid_format(&eu.lid, elid, sizeof elid);
 
-    int fd0 = -1;
+    int fd0 = -1, fdl0[512], nfdl0 = 0, fdd0 = -1, fdld0[512], nfdld0 = 0;
     long rss0 = -1;
     uint16_t port = 0;
     char url0[CX_URL_MAX] = "";
@@ -97,6 +117,8 @@ static void test_kill_rejoin_cycles(void **state)
         assert_int_equal(st.ops_in_flight, 0);
         if (c == 0) {
             fd0 = cxt_count_fds();
+            nfdl0 = cxt_list_fds(fdl0, 512);
+            if (nfdl0 > 512) nfdl0 = 512;
             rss0 = cxt_rss_kib();
         } else if (c == 1 || c == cycles - 1 || c % 10 == 0) {
             /* 8 s: a UCX worker retired by rotation lives out its 5 s grace (backends/ucx) */
@@ -104,7 +126,14 @@ static void test_kill_rejoin_cycles(void **state)
             long rssn = cxt_rss_kib();
             fprintf(stderr, "cycle %3d: fds %d (first %d) rss %ld KiB (first %ld) joins %" PRIu64
                     " failures %" PRIu64 "\n", c, fdn, fd0, rssn, rss0, st.peer_joins, st.peer_failures);
-            if (fdn != fd0) fail_msg("cycle %d: %d fds open, %d in the first cycle", c, fdn, fd0);
+            if (fdn != fd0) {
+                /* With the peer up, UCX over tcp now and then holds one connection more to it than
+                 * in the first cycle (seen: one extra socket in 1 of 6 runs, at one checkpoint);
+                 * that is no leak unless it outlives the peer, which the check after its death
+                 * below decides. More than that is a leak either way. */
+                cxt_fds_report(fdl0, nfdl0, "soak, peer up");
+                if (fdn > fd0 + 2) fail_msg("cycle %d: %d fds open, %d in the first cycle", c, fdn, fd0);
+            }
             if (rssn > rss0 + RSS_SLACK_KIB) fail_msg("cycle %d: RSS %ld KiB, first cycle %ld KiB", c, rssn, rss0);
         }
         /* Crash it mid-life. */
@@ -115,6 +144,19 @@ static void test_kill_rejoin_cycles(void **state)
         double fm = cxt_ms_since(tk);
         if (fm > max_fail_ms) max_fail_ms = fm;
         if (cx_read(e, p.lid, r, p.base, 16) != CX_EPEER) fail_msg("cycle %d: op to a dead peer did not fail", c);
+        /* With the peer dead: back to what the first cycle left once its peer was dead. */
+        if (c == 0) {
+            fdd0 = fds_after_death(-1);
+            nfdld0 = cxt_list_fds(fdld0, 512);
+            if (nfdld0 > 512) nfdld0 = 512;
+        } else if (c == 1 || c == cycles - 1 || c % 10 == 0) {
+            int fdn = fds_after_death(fdd0);
+            if (fdn != fdd0) fprintf(stderr, "cycle %3d: peer dead: fds %d (first %d)\n", c, fdn, fdd0);
+            if (fdn > fdd0) {
+                cxt_fds_report(fdld0, nfdld0, "soak, peer dead");
+                fail_msg("cycle %d: %d fds open with the peer dead, %d in the first cycle", c, fdn, fdd0);
+            }
+        }
     }
     fprintf(stderr, "%d cycles in %.1f s; FAILED at most %.1f ms after kill; JOINED mean %.1f ms, max %.1f ms "
             "after restart\n", cycles, cxt_ms_since(t_all) / 1000, max_fail_ms,

@@ -93,6 +93,55 @@ int cxt_fds_without_cloexec(const int *known, int nknown)
     return bad;
 }
 
+/* "tcp 127.0.0.1:5000 -> 127.0.0.1:6000 st 01" for a TCP socket inode, from /proc/self/net. */
+static int cxt_tcp_by_inode(unsigned long inode, char *out, size_t cap)
+{
+    static const char *const files[] = { "/proc/self/net/tcp", "/proc/self/net/tcp6" };
+    for (int f = 0; f < 2; f++) {
+        FILE *fp = fopen(files[f], "r");
+        if (!fp) continue;
+        char line[512];
+        while (fgets(line, sizeof line, fp)) {
+            char la[64], ra[64], st[8];
+            unsigned long ino = 0;
+            if (sscanf(line, "%*d: %63s %63s %7s %*s %*s %*s %*d %*d %lu", la, ra, st, &ino) != 4 || ino != inode)
+                continue;
+            const char *lp = strrchr(la, ':'), *rp = strrchr(ra, ':');
+            snprintf(out, cap, "tcp port %lu -> port %lu, state %s", lp ? strtoul(lp + 1, NULL, 16) : 0,
+                     rp ? strtoul(rp + 1, NULL, 16) : 0, st);
+            fclose(fp);
+            return 1;
+        }
+        fclose(fp);
+    }
+    return 0;
+}
+
+void cxt_fds_report(const int *known, int nknown, const char *why)
+{
+    int fds[1024];
+    int n = cxt_list_fds(fds, 1024);
+    if (n > 1024) n = 1024;
+    for (int i = 0; i < n; i++) {
+        int old = 0;
+        for (int k = 0; k < nknown; k++) old |= known[k] == fds[i];
+        if (old) continue;
+        char path[64], tgt[256] = "";
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fds[i]);
+        ssize_t r = readlink(path, tgt, sizeof tgt - 1);
+        if (r > 0) tgt[r] = 0;
+        char tcp[128] = "";
+        unsigned long ino = 0;
+        if (sscanf(tgt, "socket:[%lu]", &ino) == 1) cxt_tcp_by_inode(ino, tcp, sizeof tcp);
+        fprintf(stderr, "cxt: %s: fd %d (%s%s%s) is new\n", why, fds[i], tgt, *tcp ? ", " : "", tcp);
+    }
+    for (int k = 0; k < nknown; k++) {
+        int still = 0;
+        for (int i = 0; i < n; i++) still |= known[k] == fds[i];
+        if (!still) fprintf(stderr, "cxt: %s: fd %d is gone\n", why, known[k]);
+    }
+}
+
 int cxt_fds_settle(int want, int ms)
 {
     uint64_t t0 = cxt_now_ns();

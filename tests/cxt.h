@@ -32,6 +32,9 @@ int cxt_count_fds(void);
 /* fds settle asynchronously (a backend may close its sockets from its own thread): polls up to
  * ms for the count `want` before the caller calls it a leak. Returns the last count. */
 int cxt_fds_settle(int want, int ms);
+/* Prints (stderr) the fds open now that are not in known[], with what they point to, and those
+ * of known[] that are gone: what a failed fd-count check leaked. */
+void cxt_fds_report(const int *known, int nknown, const char *why);
 long cxt_rss_kib(void);
 /* Number of open fds >= 3 without FD_CLOEXEC and not in the `known` list (fds open before). */
 int cxt_fds_without_cloexec(const int *known, int nknown);
