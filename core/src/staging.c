@@ -185,8 +185,12 @@ static void chunk_cb(const cx_stage_chunk_t *c)
     sub->in_submit = 1;
     rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     sub->in_submit = 0;
-    if (!sub->finished && rc != CX_OK) cx_op_finish(e, so, rc);   /* not started: unlink, count */
-    if (sub->finished) sub_complete(sub);
+    /* Either way sub_complete runs exactly once and frees sub: touch it no more after. (A submit
+     * that refused the chunk used to be finished here, which freed sub, and then sub->finished
+     * was read from freed memory and the chunk completed twice: "chunk_done for chunk 35 that is
+     * not on the network", then a double free, seen when a peer died mid-staging over UCX.) */
+    if (sub->finished) sub_complete(sub);   /* completed inside submit */
+    else if (rc != CX_OK) cx_op_finish(e, so, rc);   /* not started: unlink, count, complete */
 }
 
 /* ---------------------------------------------------------------- jobs */
