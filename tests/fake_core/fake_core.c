@@ -1,7 +1,9 @@
 #include "fake_core.h"
 
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void fc_reset(cx_core_t *c)
 {
@@ -83,4 +85,46 @@ void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok)
         c->served_ok++;
     else
         c->served_bad++;
+}
+
+uint64_t fc_now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
+}
+
+int fc_drive(const struct cx_backend_ops *ops, cx_backend_t *a, cx_backend_t *b, fc_xfer_t **xs, int n,
+             int timeout_ms)
+{
+    uint64_t end = fc_now_ms() + (uint64_t)timeout_ms;
+    for (;;) {
+        int all = 1;
+        for (int i = 0; i < n; i++)
+            if (!xs[i]->done)
+                all = 0;
+        if (all)
+            return 0;
+        if (fc_now_ms() > end)
+            return -1;
+        struct pollfd p[2] = { { ops->wait_fd(a), POLLIN, 0 }, { ops->wait_fd(b), POLLIN, 0 } };
+        int r = poll(p, 2, 20);
+        if (r > 0 && (p[0].revents & POLLIN))
+            ops->progress(a);
+        if (r > 0 && (p[1].revents & POLLIN))
+            ops->progress(b);
+    }
+}
+
+void fc_xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote, const void *msg,
+                  size_t msg_len)
+{
+    memset(f, 0, sizeof *f);
+    f->status = 12345;
+    f->x.kind = kind;
+    f->x.local = local;
+    f->x.len = len;
+    f->x.remote = remote;
+    f->x.msg = msg;
+    f->x.msg_len = msg_len;
 }

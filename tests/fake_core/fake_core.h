@@ -36,4 +36,13 @@ typedef struct fc_xfer {
 
 void fc_reset(cx_core_t *c);
 
+uint64_t fc_now_ms(void);   /* CLOCK_MONOTONIC */
+/* Drives backends a and b of ops as the engine does (progress() only when a wait fd is readable,
+ * so a missed re-arm shows up as a timeout) until every xfer is done: 0, or -1 after timeout_ms. */
+int fc_drive(const struct cx_backend_ops *ops, cx_backend_t *a, cx_backend_t *b, fc_xfer_t **xs, int n,
+             int timeout_ms);
+/* A fresh xfer (status 12345 until completed); the caller sets local_mh and the remote key. */
+void fc_xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote, const void *msg,
+                  size_t msg_len);
+
 #endif

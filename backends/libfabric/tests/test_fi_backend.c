@@ -32,33 +32,10 @@ static void *amh, *bmh;
 static unsigned char akey[256], bkey[256];
 static size_t akey_len, bkey_len;
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
 /* Drives both backends until every xfer is done or timeout_ms passed. */
 static int drive(fc_xfer_t **xs, int n, int timeout_ms)
 {
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        int all = 1;
-        for (int i = 0; i < n; i++)
-            if (!xs[i]->done)
-                all = 0;
-        if (all)
-            return 0;
-        if (now_ms() > end)
-            return -1;
-        struct pollfd p[2] = { { ops->wait_fd(ba), POLLIN, 0 }, { ops->wait_fd(bb), POLLIN, 0 } };
-        int r = poll(p, 2, 20);
-        if (r > 0 && (p[0].revents & POLLIN))
-            ops->progress(ba);
-        if (r > 0 && (p[1].revents & POLLIN))
-            ops->progress(bb);
-    }
+    return fc_drive(ops, ba, bb, xs, n, timeout_ms);
 }
 
 /* Runs both progress loops for ms milliseconds (lets late entries arrive). */
@@ -73,18 +50,11 @@ static void settle(int ms)
 static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote,
                       const void *msg, size_t msg_len)
 {
-    memset(f, 0, sizeof *f);
-    f->status = 12345;
-    f->x.kind = kind;
-    f->x.local = local;
-    f->x.len = len;
+    fc_xfer_init(f, kind, local, len, remote, msg, msg_len);
     f->x.local_mh = amh;
-    f->x.remote = remote;
     f->x.remote_base = (uint64_t)(uintptr_t)bbuf;
     f->x.rkey = bkey;
     f->x.rkey_len = bkey_len;
-    f->x.msg = msg;
-    f->x.msg_len = msg_len;
 }
 
 static int run1(fc_xfer_t *f, int timeout_ms)

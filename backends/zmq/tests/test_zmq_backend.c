@@ -32,50 +32,19 @@ static void *rctx, *raw;                /* the test's own DEALER, connected to B
 static unsigned char abuf[REG], bbuf[REG];
 static void *amh, *bmh;
 
-static uint64_t now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000;
-}
-
-/* Progress both backends until every xfer is done or timeout_ms passed. */
-static int drive(fc_xfer_t **xs, int n, int timeout_ms)
-{
-    uint64_t end = now_ms() + (uint64_t)timeout_ms;
-    for (;;) {
-        int all = 1;
-        for (int i = 0; i < n; i++)
-            if (!xs[i]->done) all = 0;
-        if (all) return 0;
-        if (now_ms() > end) return -1;
-        struct pollfd p[2] = { { ops->wait_fd(ba), POLLIN, 0 }, { ops->wait_fd(bb), POLLIN, 0 } };
-        poll(p, 2, 5);
-        ops->progress(ba);
-        ops->progress(bb);
-    }
-}
-
 static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote, const void *msg,
                       size_t msg_len)
 {
-    memset(f, 0, sizeof *f);
-    f->status = 12345;
-    f->x.kind = kind;
-    f->x.local = local;
-    f->x.len = len;
+    fc_xfer_init(f, kind, local, len, remote, msg, msg_len);
     f->x.local_mh = amh;
-    f->x.remote = remote;
     f->x.remote_base = (uint64_t)(uintptr_t)bbuf;
-    f->x.msg = msg;
-    f->x.msg_len = msg_len;
 }
 
 static int run1(fc_xfer_t *f)
 {
     int r = ops->submit(ba, ab, &f->x);
     if (r) return r;
-    return drive(&f, 1, 5000) ? CX_ETIMEDOUT : f->status;
+    return fc_drive(ops, ba, bb, &f, 1, 5000) ? CX_ETIMEDOUT : f->status;
 }
 
 /* Sends one raw request (nparts frames), serves it on B and returns the reply's status, with a
@@ -85,8 +54,8 @@ static int raw_req(const void *const *part, const size_t *len, int nparts, void 
     for (int i = 0; i < nparts; i++)
         assert_true(zmq_send(raw, part[i], len[i], i + 1 < nparts ? ZMQ_SNDMORE : 0) >= 0);
     if (dlen) *dlen = 0;
-    uint64_t end = now_ms() + 1000;
-    while (now_ms() < end) {
+    uint64_t end = fc_now_ms() + 1000;
+    while (fc_now_ms() < end) {
         struct pollfd p = { ops->wait_fd(bb), POLLIN, 0 };
         poll(&p, 1, 2);
         ops->progress(bb);
