@@ -128,3 +128,17 @@ void fc_xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remo
     f->x.msg = msg;
     f->x.msg_len = msg_len;
 }
+
+int fc_open_pair(const struct cx_backend_ops *ops, cx_core_t *ca, cx_core_t *cb, void *cookie_a, void *cookie_b,
+                 cx_backend_t **ba, cx_backend_t **bb)
+{
+    ca->inc = 0x1111;
+    cb->inc = 0x2222;
+    ca->peer_inc = cb->inc;
+    cb->peer_inc = ca->inc;
+    ca->peer_cookie = cookie_b;
+    cb->peer_cookie = cookie_a;
+    cx_backend_params_t pa = { .core = ca, .listen_ip = "127.0.0.1", .incarnation = ca->inc };
+    cx_backend_params_t pb = { .core = cb, .listen_ip = "127.0.0.1", .incarnation = cb->inc };
+    return ops->open(&pa, ba) || ops->open(&pb, bb) ? -1 : 0;
+}

@@ -37,6 +37,10 @@ typedef struct fc_xfer {
 void fc_reset(cx_core_t *c);
 
 uint64_t fc_now_ms(void);   /* CLOCK_MONOTONIC */
+/* Two sides that know each other (incarnations 0x1111 and 0x2222; a's peer is cookie_b, b's is
+ * cookie_a), each with a backend of ops opened on 127.0.0.1. 0, or -1 when one cannot open. */
+int fc_open_pair(const struct cx_backend_ops *ops, cx_core_t *ca, cx_core_t *cb, void *cookie_a, void *cookie_b,
+                 cx_backend_t **ba, cx_backend_t **bb);
 /* Drives backends a and b of ops as the engine does (progress() only when a wait fd is readable,
  * so a missed re-arm shows up as a timeout) until every xfer is done: 0, or -1 after timeout_ms. */
 int fc_drive(const struct cx_backend_ops *ops, cx_backend_t *a, cx_backend_t *b, fc_xfer_t **xs, int n,

@@ -361,15 +361,7 @@ static void test_disconnect_in_flight(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    ca.inc = 0x1111;
-    cb.inc = 0x2222;
-    ca.peer_inc = cb.inc;
-    cb.peer_inc = ca.inc;
-    ca.peer_cookie = &cookie_b;
-    cb.peer_cookie = &cookie_a;
-    cx_backend_params_t pa = { .core = &ca, .listen_ip = "127.0.0.1", .incarnation = ca.inc };
-    cx_backend_params_t pb = { .core = &cb, .listen_ip = "127.0.0.1", .incarnation = cb.inc };
-    if (ops->open(&pa, &ba) || ops->open(&pb, &bb))
+    if (fc_open_pair(ops, &ca, &cb, &cookie_a, &cookie_b, &ba, &bb))
         return -1;
     unsigned char addr[4096];
     size_t len = sizeof addr;

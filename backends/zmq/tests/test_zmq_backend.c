@@ -232,15 +232,8 @@ static void test_raw_garbage(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    ca.inc = 0x1111;
-    cb.inc = 0x2222;
-    ca.peer_inc = cb.inc;
-    cb.peer_inc = ca.inc;
-    ca.peer_cookie = &cookie_b;
-    cb.peer_cookie = &cookie_a;
-    cx_backend_params_t pa = { .core = &ca, .listen_ip = "127.0.0.1", .incarnation = ca.inc };
-    cx_backend_params_t pb = { .core = &cb, .listen_ip = "127.0.0.1", .incarnation = cb.inc };
-    if (ops->open(&pa, &ba) || ops->open(&pb, &bb)) return -1;
+    if (fc_open_pair(ops, &ca, &cb, &cookie_a, &cookie_b, &ba, &bb))
+        return -1;
     char addr[256];
     size_t len = sizeof addr - 1;
     if (ops->address(bb, addr, &len) || ops->connect(ba, &cookie_b, addr, len, &ab)) return -1;
