@@ -201,6 +201,7 @@ int cx_ucx_am_init(cx_ucx_wk_t *wk)
         p.cb = cx_ucx_am_upd;
         st = ucp_worker_set_am_recv_handler(wk->w, &p);
     }
+    if (st == UCS_OK) return cx_ucx_read_am_init(wk, &p);
     if (st != UCS_OK) {
         cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
         return CX_ERR;

@@ -112,6 +112,7 @@ struct cx_ucx_ctl {
     cx_ucx_wk_t *wk;
     cx_ucx_ctl_t *next, *prev;
     uint8_t *buf;                /* right behind the struct (b->ctl, the sentinel, has none) */
+    void *pin;                   /* a read answer's region (ucx_read.c): unpinned when freed */
 };
 
 /* The backend's state of one xfer. It outlives the xfer when its endpoint is closed while UCX
@@ -128,10 +129,11 @@ struct cx_ucx_op {
     int status;
     int sent, acked, ack_status, in_acks;
     uint64_t req_id;
-    uint8_t hdr[CX_UCX_MSG_HDR_LEN];
+    uint8_t hdr[CX_UCX_RREQ_HDR_LEN];   /* a message's header, or a read request (ucx_read.c) */
     void *msg_copy;             /* endpoints without error handling: UCX may read it late */
     void *bounce;               /* same, reads: UCX may write it late (see ucx_xfer.c) */
     size_t bounce_cap;          /* its size (cx_ucx_bounce_get) */
+    int landing;                /* a read's data is being received into the caller's buffer */
     cx_ucx_op_t *next, *prev;   /* endpoint's list, or the done list */
     cx_ucx_op_t *hnext;         /* ack table chain */
 };
@@ -174,7 +176,8 @@ struct cx_ucx {
     cx_ucx_wk_t *old;            /* retired workers still alive */
     int n_old;
     int rotate_zombies;          /* CONNEX_UCX_ROTATE_ZOMBIES */
-    int bounce_all;              /* CONNEX_UCX_READ_BOUNCE=1: every host read lands in a bounce buffer */
+    int bounce_all;              /* CONNEX_UCX_READ_BOUNCE=1: every host read is a get into a bounce
+                                    buffer (else reads without peer error handling: ucx_read.c) */
     uint64_t grace_ns;           /* CONNEX_UCX_ROTATE_GRACE_MS */
     uint64_t last_rotate_ns;
     uint64_t rotations, zombies_freed;
@@ -231,6 +234,12 @@ void cx_ucx_list_add(cx_ucx_op_t *head, cx_ucx_op_t *op);
 
 /* ucx_xfer.c */
 int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x);
+void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user);   /* a message or read request left */
+
+/* ucx_read.c: reads answered by the target, on endpoints without peer error handling */
+void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op);
+void cx_ucx_read_landed(cx_bep_t *ep, cx_ucx_wk_t *wk);   /* from disconnect */
+int cx_ucx_read_am_init(cx_ucx_wk_t *wk, ucp_am_handler_param_t *p);
 
 /* ucx_mem.c */
 int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh,

@@ -187,6 +187,7 @@ cx_ucx_ctl_t *cx_ucx_ctl_new(cx_ucx_t *b, cx_ucx_wk_t *wk, size_t len)
     if (!c) return NULL;
     c->wk = wk;
     c->buf = (uint8_t *)(c + 1);
+    c->pin = NULL;
     c->prev = b->ctl.prev;
     c->next = &b->ctl;
     b->ctl.prev->next = c;
@@ -198,6 +199,7 @@ void cx_ucx_ctl_free(cx_ucx_ctl_t *c)
 {
     c->prev->next = c->next;
     c->next->prev = c->prev;
+    cx_core_region_unpin(c->pin);
     free(c);
 }
 

@@ -46,6 +46,30 @@ int cx_ucx_ack_hdr_get(const void *buf, size_t len, cx_ucx_ack_hdr_t *h)
     return CX_OK;
 }
 
+void cx_ucx_rreq_hdr_put(cx_wr_t *w, const cx_ucx_rreq_hdr_t *h)
+{
+    cx_wr_u32(w, CX_UCX_RREQ_MAGIC);
+    cx_wr_u64(w, h->inc);
+    cx_wr_u64(w, h->req_id);
+    cx_wr_u64(w, h->addr);
+    cx_wr_u64(w, h->len);
+}
+
+int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t magic = cx_rd_u32(&rd);
+    h->inc = cx_rd_u64(&rd);
+    h->req_id = cx_rd_u64(&rd);
+    h->addr = cx_rd_u64(&rd);
+    h->len = cx_rd_u64(&rd);
+    if (!cx_rd_done(&rd) || magic != CX_UCX_RREQ_MAGIC || !h->len || h->len > CX_UCX_RREQ_MAX ||
+        h->addr + h->len < h->addr)
+        return CX_EINVAL;
+    return CX_OK;
+}
+
 void cx_ucx_blob_put(cx_wr_t *w, uint32_t magic, const void *blob, size_t n)
 {
     cx_wr_u32(w, magic);

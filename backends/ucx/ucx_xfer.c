@@ -1,6 +1,7 @@
 /* The initiator side of every xfer kind.
  *
- *   read        ucp_get_nbx
+ *   read        ucp_get_nbx; on endpoints without peer error handling, a request that the
+ *               target answers with the bytes (ucx_read.c)
  *   write       ucp_put_nbx, then ucp_ep_flush_nbx: done when the data is in place at the peer
  *   put_signal  put, flush, then an active message with the signal; done when the target acked
  *               it (it delivers the message only after the flush, so after the data)
@@ -75,7 +76,7 @@ static void cx_ucx_rma_cb(void *req, ucs_status_t st, void *user)
     }
 }
 
-static void cx_ucx_am_cb(void *req, ucs_status_t st, void *user)
+void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user)
 {
     cx_ucx_op_t *op = user;
     cx_ucx_t *b = op->b;
@@ -109,7 +110,7 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
              x->kind, op->ue->wk->gen);
 
     ucp_request_param_t p;
-    cx_ucx_param(&p, op, cx_ucx_am_cb, NULL);
+    cx_ucx_param(&p, op, cx_ucx_am_sent_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
     ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_MSG, op->hdr, w.len,
@@ -158,6 +159,22 @@ static int cx_ucx_not_started(cx_ucx_t *b, cx_ucx_op_t *op, int st, int sync)
     return st;
 }
 
+/* After sending a message or read request: one that finished at once was refused, and sync (from
+ * submit) it was not started. */
+static int cx_ucx_refused_at_once(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
+{
+    if (!op->finished) return CX_OK;
+    if (!sync) {
+        cx_ucx_signal(b);
+        return op->status;
+    }
+    int st = op->status;
+    op->x = NULL;
+    cx_ucx_list_del(op);
+    cx_ucx_op_release(b, op);
+    return st;
+}
+
 static int cx_ucx_old_msgs(const cx_bep_t *ep)
 {
     for (const cx_ucx_ue_t *ue = ep->old; ue; ue = ue->next)
@@ -192,21 +209,25 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
     switch (x->kind) {
     case CX_XFER_READ:
         op->stage = CX_UCX_OPS_RMA;
-        if (x->len && x->local_mem == CX_MEM_HOST && (!ue->peer_mode || b->bounce_all)) {
-            /* A timed-out read must never write the caller's buffer afterwards. Without peer
-             * error handling (shm-only UCX_TLS) the endpoint cannot be force-closed and a get
-             * that UCX emulates with active messages may still land after a timeout: let it
-             * land in memory of ours, copied out only on success. With it, the forced close
-             * that ends the op (ucx_ep.c) is waited for, and once it completed the transport
-             * endpoints are gone (rc: the QP; tcp: the socket): the get lands in place. Commit
-             * 88dceae had seen a late get land over tcp about 1 run in 3 and bounced every read
-             * since; session 10 found 0 in 48 timed-out reads of conformance_failure_ucx_tcp
-             * and _poll without the bounce, which cost a memcpy per read (16 MiB: 0.66 ms
-             * here). CONNEX_UCX_READ_BOUNCE=1 bounces every host read again. */
+        /* A timed-out read must never write the caller's buffer afterwards. With peer error
+         * handling (tcp here; rc/dc on RDMA) the forced close that ends such an op (ucx_ep.c)
+         * is waited for, and once it completed the transport endpoints are gone (rc: the QP;
+         * tcp: the socket): the get lands in place (session 10: 0 late landings in 48 timed-out
+         * reads of conformance_failure_ucx_tcp and _poll; commit 88dceae had seen one about 1
+         * run in 3 and bounced every read since). Without it (shm-only UCX_TLS) the endpoint
+         * cannot be force-closed and UCX emulates the get with active messages that could land
+         * late: the target answers the read instead (ucx_read.c). CONNEX_UCX_READ_BOUNCE=1:
+         * every host read is a get into a buffer of ours, copied out only on success (a memcpy
+         * per read: 16 MiB, 0.66 ms here), as before session 12. */
+        if (x->len && x->local_mem == CX_MEM_HOST && b->bounce_all) {
             if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
             cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
             r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
             break;
+        }
+        if (x->len && x->local_mem == CX_MEM_HOST && !ue->peer_mode) {
+            cx_ucx_read_send(b, op);
+            return cx_ucx_refused_at_once(b, op, sync);
         }
         cx_ucx_param(&p, op, cx_ucx_rma_cb, x);
         r = ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
@@ -217,18 +238,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         break;
     case CX_XFER_MSG:
         cx_ucx_send_am(b, op);
-        if (op->finished) {      /* refused at once: not started */
-            if (!sync) {
-                cx_ucx_signal(b);
-                return op->status;
-            }
-            int st = op->status;
-            op->x = NULL;
-            cx_ucx_list_del(op);
-            cx_ucx_op_release(b, op);
-            return st;
-        }
-        return CX_OK;
+        return cx_ucx_refused_at_once(b, op, sync);
     }
     if (UCS_PTR_IS_ERR(r)) {
         ucs_status_t st = UCS_PTR_STATUS(r);

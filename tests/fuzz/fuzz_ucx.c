@@ -2,7 +2,8 @@
  * a peer's bytes the backend parses before UCX does: the active-message header of a message or
  * put_signal's signal (cx_ucx_am_msg), the ack header (cx_ucx_am_ack), and the "CUX1" worker
  * address / "CUK1" packed-rkey blobs advertised in HELLO (cx_ucx_connect, cx_ucx_rkey_get), and
- * the "CUU1" address update of worker rotation (ucx_rot.c).
+ * the "CUU1" address update of worker rotation (ucx_rot.c), and the "CUR1" read request that a
+ * target answers from its registered memory (ucx_read.c).
  * Every input goes to every decoder. Whatever decodes must satisfy what the backend relies on and
  * encode back to the same bytes; the encoders are also driven with the input as a blob. */
 #include "ucx_wire.h"
@@ -90,6 +91,20 @@ static void upd(const uint8_t *data, size_t size)
     free(b);
 }
 
+/* A read request: what decodes is a non-empty range that does not wrap, and encodes back. */
+static void rreq(const uint8_t *data, size_t size)
+{
+    cx_ucx_rreq_hdr_t h;
+    if (cx_ucx_rreq_hdr_get(data, size, &h) != CX_OK) return;
+    if (size != CX_UCX_RREQ_HDR_LEN || !h.len || h.len > CX_UCX_RREQ_MAX || h.addr + h.len < h.addr)
+        abort();
+    uint8_t b[CX_UCX_RREQ_HDR_LEN];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_ucx_rreq_hdr_put(&w, &h);
+    if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
+}
+
 /* The encoder on arbitrary content (a worker address or packed rkey is opaque to the backend). */
 static void blob_roundtrip(const uint8_t *data, size_t size)
 {
@@ -118,5 +133,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     blob(data, size, CX_UCX_KEY_MAGIC);
     blob_roundtrip(data, size);
     upd(data, size);
+    rreq(data, size);
     return 0;
 }

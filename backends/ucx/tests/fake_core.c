@@ -53,12 +53,29 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 
 int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
 {
-    (void)c; (void)addr; (void)len;
+    (void)c;
     if (pin) *pin = NULL;
+    if (fx.reg_hi && (addr < fx.reg_lo || addr + len > fx.reg_hi || addr + len < addr)) {
+        cx_log_write(CX_LOG_WARN, __FILE__, __LINE__, "refused [0x%llx, +%zu)", (unsigned long long)addr, len);
+        return CX_EINVAL;
+    }
+    if (pin) {
+        fx.pins++;
+        *pin = &fx.pins;
+    }
     return CX_OK;
 }
 
-void cx_core_region_unpin(void *pin) { (void)pin; }
+void cx_core_region_unpin(void *pin)
+{
+    if (pin) fx.pins--;
+}
+
+int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
+{
+    (void)c; (void)addr; (void)len;
+    return CX_MEM_HOST;
+}
 
 int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
 {

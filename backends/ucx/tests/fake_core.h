@@ -17,6 +17,8 @@ typedef struct fake_core {
     char last_error[128];
     int (*on_msg)(const void *data, size_t len);   /* deliver_msg's answer */
     int served_ok, served_bad;
+    uint64_t reg_lo, reg_hi;  /* when reg_hi: region_check refuses what is not inside */
+    int pins;                 /* region_check pins not unpinned yet */
 } fake_core_t;
 
 extern fake_core_t fx;

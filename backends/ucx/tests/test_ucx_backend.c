@@ -143,6 +143,8 @@ static void child_main(void)
     uint8_t key[1024], addr[4096], paddr[4096];
     size_t key_len = sizeof key, addr_len = sizeof addr, paddr_len;
     if (OPS.mem_reg(g_b, g_buf, BUF_LEN, CX_MEM_HOST, &g_mh, key, &key_len) != CX_OK) _exit(11);
+    fx.reg_lo = (uint64_t)(uintptr_t)g_buf;   /* what reads answered here may cover */
+    fx.reg_hi = fx.reg_lo + BUF_LEN;
     if (OPS.address(g_b, addr, &addr_len) != CX_OK) _exit(12);
     uint64_t a = (uint64_t)(uintptr_t)g_buf;
     if (send_blob(g_sock, addr, (uint32_t)addr_len) || send_blob(g_sock, key, (uint32_t)key_len) ||
@@ -161,6 +163,10 @@ static void child_main(void)
             uint8_t cmd[8];
             size_t n;
             if (recv_blob(g_sock, cmd, sizeof cmd, &n, 1000) || cmd[0] == 'Q') break;
+            if (cmd[0] == 'P') {   /* pins held and requests refused, for the parent's checks */
+                int32_t v[2] = { fx.pins, fx.served_bad };
+                send_blob(g_sock, v, sizeof v);
+            }
         }
     }
     OPS.disconnect(g_b, g_ep, CX_EPEER);
@@ -396,6 +402,91 @@ static void test_forget_region_reunpacks(void **state)
     assert_int_equal(g_buf[100], pat(100, 0));
 }
 
+/* An AM transport with peer failure handling: tcp or RDMA (not sysv/posix in UCX 1.13). Without
+ * it reads are requests the target answers (ucx_read.c). */
+static int peer_mode_tls(void)
+{
+    const char *tls = getenv("UCX_TLS");
+    return !tls || !*tls || strstr(tls, "tcp") || strstr(tls, "rc") || strstr(tls, "dc") ||
+           strstr(tls, "ud") || strstr(tls, "all");
+}
+
+/* The child's pins still held and requests it refused; -1 when it did not answer. */
+static int child_pins(int *refused)
+{
+    int32_t v[2];
+    size_t n;
+    if (send_blob(g_sock, "P", 1) || recv_blob(g_sock, v, sizeof v, &n, 2000) || n != sizeof v)
+        return -1;
+    if (refused) *refused = v[1];
+    return v[0];
+}
+
+/* The target answers a read only from inside what it registered, and holds nothing after. */
+static void test_read_target_checks_range(void **state)
+{
+    (void)state;
+    int refused0 = 0, refused = 0;
+    assert_int_equal(child_pins(&refused0), 0);
+    if (peer_mode_tls()) skip();   /* a get: UCX's rkey, not the target's registry, decides */
+    fx_xfer_t f;
+    memset(g_buf, 0xEE, 8192);
+    rma_init(&f, CX_XFER_READ, 0, BUF_LEN - 4096, 8192);   /* half past the end */
+    assert_int_equal(run(&f, 5000), CX_EINVAL);
+    for (int i = 0; i < 8192; i++) assert_int_equal(g_buf[i], 0xEE);
+    assert_int_equal(child_pins(&refused), 0);
+    assert_int_equal(refused, refused0 + 1);
+    rma_init(&f, CX_XFER_READ, 0, BUF_LEN - 4096, 4096);   /* the last page: inside */
+    assert_int_equal(run(&f, 5000), CX_OK);
+    assert_int_equal(g_buf[0], pat(BUF_LEN - 4096, 0));
+}
+
+/* Reads of a stopped target fail at disconnect; the target's answers, once it runs again, find
+ * no read and never land in the caller's buffer (eager and rendezvous sizes). */
+static void test_late_answer_never_lands(void **state)
+{
+    (void)state;
+    if (peer_mode_tls()) skip();   /* there the forced close covers it (conformance_failure) */
+    const size_t small = 4096, large = 1u << 20;
+    memset(g_buf, 0xEE, small + large);
+    assert_int_equal(kill(g_child, SIGSTOP), 0);
+    fx_xfer_t f[2];
+    rma_init(&f[0], CX_XFER_READ, 0, 0, small);
+    rma_init(&f[1], CX_XFER_READ, small, 0, large);
+    assert_int_equal(OPS.submit(g_b, g_ep, &f[0].x), CX_OK);
+    assert_int_equal(OPS.submit(g_b, g_ep, &f[1].x), CX_OK);
+    OPS.progress(g_b);
+    OPS.disconnect(g_b, g_ep, CX_EPEER);
+    g_ep = NULL;
+    assert_int_equal(f[0].calls, 1);
+    assert_int_equal(f[1].calls, 1);
+    assert_int_equal(f[0].status, CX_EPEER);
+    assert_int_equal(f[1].status, CX_EPEER);
+    assert_int_equal(kill(g_child, SIGCONT), 0);
+    /* the answers arrive and are dropped */
+    struct pollfd pf = { .fd = OPS.wait_fd(g_b), .events = POLLIN };
+    uint64_t end = now_ms() + 500;
+    while (now_ms() < end) {
+        if (poll(&pf, 1, 10) > 0) OPS.progress(g_b);
+    }
+    for (size_t i = 0; i < small + large; i++)
+        if (g_buf[i] != 0xEE) fail_msg("byte %zu written after its read failed", i);
+    int pins = -1;
+    for (int i = 0; i < 50 && pins != 0; i++) {   /* the dropped rendezvous answer is released */
+        OPS.progress(g_b);
+        pins = child_pins(NULL);
+        if (pins) usleep(20000);
+    }
+    assert_int_equal(pins, 0);
+    assert_int_equal(OPS.connect(g_b, &fx.peer_cookie, g_caddr, g_caddr_len, &g_ep), CX_OK);
+    fx_xfer_t r;
+    const uint64_t roff = 12u << 20;   /* no test wrote there */
+    rma_init(&r, CX_XFER_READ, 0, roff, large);
+    assert_int_equal(run(&r, 5000), CX_OK);
+    for (size_t i = 0; i < large; i++)
+        if (g_buf[i] != pat(roff + i, 0)) fail_msg("byte %zu of the read after rejoin differs", i);
+}
+
 /* disconnect while ops are outstanding at a stopped target: each is completed (once) before
  * disconnect returns; then a new endpoint to the same worker works (the rejoin path). */
 static void test_disconnect_completes_outstanding(void **state)
@@ -439,10 +530,7 @@ static void test_disconnect_completes_outstanding(void **state)
 static void test_peer_killed(void **state)
 {
     (void)state;
-    const char *tls = getenv("UCX_TLS");
-    /* an AM transport with peer failure handling: tcp or RDMA (not sysv/posix in UCX 1.13) */
-    int peer_mode = !tls || !*tls || strstr(tls, "tcp") || strstr(tls, "rc") ||
-                    strstr(tls, "dc") || strstr(tls, "ud") || strstr(tls, "all");
+    int peer_mode = peer_mode_tls();
     int errs0 = fx.peer_errors;
     assert_int_equal(kill(g_child, SIGKILL), 0);
     int st;
@@ -500,6 +588,8 @@ int main(void)
         cmocka_unit_test(test_msg_refused_eagain),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_forget_region_reunpacks),
+        cmocka_unit_test(test_read_target_checks_range),
+        cmocka_unit_test(test_late_answer_never_lands),
         cmocka_unit_test(test_disconnect_completes_outstanding),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_ucx_log_routed),
