@@ -27,6 +27,7 @@ typedef struct cx_bench_opts {
     const char *json;       /* --json FILE */
     const char *plot;       /* --plot FILE.png */
     const char *peer;       /* --peer URL: a remote `connex-bench serve` instead of a child */
+    int rounds;             /* transfer: every variant and baseline this many times, alternating */
     int runs;               /* failover */
     unsigned faults;        /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
     int cycles;             /* soak */
@@ -63,7 +64,18 @@ typedef struct cx_bench_row {
     double p50_us, p99_us, max_us, gbps;   /* gbps: size / p50 */
     int baseline;           /* 1: a raw-library or host baseline, not connex */
     char note[96];          /* "ok (verified)", "skipped: ...", "FAIL: ..." */
+    int round;              /* transfer --rounds: which round measured it (0-based) */
 } cx_bench_row_t;
+
+/* connex-c against the raw loop of its transport (ucx_raw, fi_raw) at one point, paired per round
+ * (bench_ratio.c): medians over the rounds, and the ratio's median and range. */
+typedef struct cx_bench_ratio {
+    char backend[40], raw[40], op[16];
+    size_t size;
+    int n;                  /* rounds with both */
+    double cx_p50, raw_p50; /* medians of the rounds' p50s, us */
+    double ratio, lo, hi;   /* connex p50 / raw p50 of the same round: median, min, max */
+} cx_bench_ratio_t;
 
 typedef struct cx_bench_dist { int n; double p50, p99, max; } cx_bench_dist_t;
 
@@ -99,6 +111,9 @@ void cx_bench_add_soak(const cx_bench_soak_t *s);
 
 /* Report writers: table on stdout, JSON file, gnuplot PNG. 0 or -1 (message on stderr). */
 void cx_bench_print_transfer(void);
+void cx_bench_set_round(int round);   /* stamped on the rows added from now on */
+int cx_bench_ratios(cx_bench_ratio_t *out, int max);   /* bench_ratio.c: how many written */
+void cx_bench_print_ratios(int rounds);
 void cx_bench_print_failover(void);
 void cx_bench_print_targets(uint32_t hb_ms, uint32_t hb_to_ms);
 void cx_bench_print_soak(void);

@@ -17,14 +17,20 @@
 
 static cx_bench_row_t rows[MAX_ROWS];
 static int nrows;
+static int cur_round;
 static cx_bench_fo_row_t fos[MAX_FO];
 static int nfos;
 static cx_bench_soak_t soaks[MAX_SOAK];
 static int nsoaks;
 
+void cx_bench_set_round(int round) { cur_round = round; }
+
 void cx_bench_add_row(const cx_bench_row_t *r)
 {
-    if (nrows < MAX_ROWS) rows[nrows++] = *r;
+    if (nrows < MAX_ROWS) {
+        rows[nrows] = *r;
+        rows[nrows++].round = cur_round;
+    }
 }
 int cx_bench_nrows(void) { return nrows; }
 const cx_bench_row_t *cx_bench_rows(void) { return rows; }
@@ -203,9 +209,24 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         fprintf(f, ", \"baseline\": %s, \"op\": ", r->baseline ? "true" : "false");
         jstr(f, r->op);
         fprintf(f, ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
-                "\"gbps\": %.4f, \"result\": ", r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps);
+                "\"gbps\": %.4f, \"round\": %d, \"result\": ", r->size, r->iters, r->p50_us, r->p99_us, r->max_us,
+                r->gbps, r->round);
         jstr(f, r->note);
         fputc('}', f);
+    }
+    static cx_bench_ratio_t rs[MAX_ROWS];
+    int nr = cx_bench_ratios(rs, MAX_ROWS);
+    fprintf(f, "\n  ],\n  \"vs_raw\": [");
+    for (int i = 0; i < nr; i++) {
+        fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
+        jstr(f, rs[i].backend);
+        fprintf(f, ", \"raw\": ");
+        jstr(f, rs[i].raw);
+        fprintf(f, ", \"op\": ");
+        jstr(f, rs[i].op);
+        fprintf(f, ", \"size\": %zu, \"rounds\": %d, \"p50_us\": %.3f, \"raw_p50_us\": %.3f, \"ratio\": %.3f, "
+                "\"ratio_min\": %.3f, \"ratio_max\": %.3f}", rs[i].size, rs[i].n, rs[i].cx_p50, rs[i].raw_p50,
+                rs[i].ratio, rs[i].lo, rs[i].hi);
     }
     fprintf(f, "\n  ],\n  \"failover\": [");
     for (int i = 0; i < nfos; i++) {
@@ -278,7 +299,7 @@ int cx_bench_plot(const char *png)
             int nn = 0;
             for (int i = 0; i < nrows && nn < 64; i++) {
                 const cx_bench_row_t *r = &rows[i];
-                if ((strcmp(r->op, ops[oi]) && strcmp(r->op, "copy")) || r->p50_us <= 0) continue;
+                if ((strcmp(r->op, ops[oi]) && strcmp(r->op, "copy")) || r->p50_us <= 0 || r->round) continue;
                 int seen = 0;
                 for (int k = 0; k < nn; k++) seen |= !strcmp(names[k], r->backend);
                 if (!seen) snprintf(names[nn++], sizeof names[0], "%s", r->backend);
@@ -293,7 +314,7 @@ int cx_bench_plot(const char *png)
                 for (int i = 0; i < nrows; i++) {
                     const cx_bench_row_t *r = &rows[i];
                     if (strcmp(r->backend, names[k]) || (strcmp(r->op, ops[oi]) && strcmp(r->op, "copy")) ||
-                        r->p50_us <= 0)
+                        r->p50_us <= 0 || r->round)
                         continue;
                     fprintf(d, "%zu %.6f %.3f\n", r->size, r->gbps, r->p50_us);
                 }

@@ -252,19 +252,27 @@ int cx_bench_transfer(const cx_bench_opts_t *o)
     int mask = ops_mask(o->ops), nops = 0;
     for (int i = 0; i < 3; i++) nops += (mask >> i) & 1;
     if (!nops) { fprintf(stderr, "connex-bench: --ops: none of read,write,put_signal\n"); return 2; }
-    int total = (o->peer ? 1 : nv) * nops * o->nsizes, done = 0, failed = 0;
-    if (o->peer) {
-        failed |= run_variant(o, "remote", &done, total);
-    } else {
-        for (int i = 0; i < nv; i++) {
-            cx_bench_variant_env(vs[i], 1);
-            failed |= run_variant(o, vs[i]->name, &done, total);
-            cx_bench_variant_env(vs[i], 0);
+    int rounds = o->rounds > 0 ? o->rounds : 1;
+    int total = (o->peer ? 1 : nv) * nops * o->nsizes * rounds, done = 0, failed = 0;
+    for (int round = 0; round < rounds; round++) {
+        cx_bench_set_round(round);
+        /* odd rounds: the baselines first, so neither side always runs right after the other */
+        if (!o->peer && round % 2) cx_bench_baselines(o, vs, nv);
+        if (o->peer) {
+            failed |= run_variant(o, "remote", &done, total);
+        } else {
+            for (int i = 0; i < nv; i++) {
+                cx_bench_variant_env(vs[i], 1);
+                failed |= run_variant(o, vs[i]->name, &done, total);
+                cx_bench_variant_env(vs[i], 0);
+            }
         }
+        if (!o->peer && !(round % 2)) cx_bench_baselines(o, vs, nv);
     }
-    if (!o->peer) cx_bench_baselines(o, vs, nv);
     cx_bench_progress_done(o);
-    cx_bench_print_transfer();
+    if (rounds == 1) cx_bench_print_transfer();
+    else printf("\n(%d rounds: every row is in --json FILE; the table pairs each round's rows)\n", rounds);
+    cx_bench_print_ratios(rounds);
     for (int i = 0; i < cx_bench_nrows(); i++)
         if (!strncmp(cx_bench_rows()[i].note, "FAIL", 4)) failed = 1;
     if (o->json && cx_bench_write_json(o, o->json)) failed = 1;

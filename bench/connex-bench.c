@@ -17,6 +17,7 @@ static void usage(FILE *f)
         "                             [--budget-ms MS] [--ops read,write,put_signal]\n"
         "                             [--baselines all|none|memcpy,tcp,zmq,ucx_raw,fi_raw,perftest]\n"
         "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
+        "                             [--rounds N: all of it N times, then connex-c / raw loop per round]\n"
         "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
         "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
         "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
@@ -45,6 +46,7 @@ int main(int argc, char **argv)
     o.ops = "read,write,put_signal";
     o.baselines = "all";
     o.runs = 5;
+    o.rounds = 1;
     o.faults = 7;
     o.cycles = 100;
     o.hb_ms = 0;           /* 0: engine defaults (1 s / 3 s) for transfer and soak */
@@ -72,7 +74,8 @@ int main(int argc, char **argv)
         { "ops", 1, 0, 'o' }, { "baselines", 1, 0, 'L' }, { "peer", 1, 0, 'p' }, { "json", 1, 0, 'j' },
         { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
         { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { "bg-size", 1, 0, 'G' },
-        { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { "faults", 1, 0, 'F' }, { 0, 0, 0, 0 }
+        { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { "faults", 1, 0, 'F' }, { "rounds", 1, 0, 'R' },
+        { 0, 0, 0, 0 }
     };
     optind = 2;
     int c, budget_set = 0, iters_set = 0;
@@ -91,6 +94,7 @@ int main(int argc, char **argv)
         case 'j': o.json = optarg; break;
         case 'P': o.plot = optarg; break;
         case 'r': o.runs = (int)v; break;
+        case 'R': o.rounds = (int)v; break;
         case 'c': o.cycles = (int)v; break;
         case 'h': o.hb_ms = (uint32_t)v; break;
         case 'H': o.hb_timeout_ms = (uint32_t)v; break;
@@ -128,8 +132,10 @@ int main(int argc, char **argv)
     }
     if (optind < argc) { fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]); return 2; }
     if (o.iters < 1 || o.iters > 1000000 || o.budget_ms < 1 || o.runs < 1 || o.runs > 10000 || o.cycles < 1 ||
+        o.rounds < 1 || o.rounds > 50 ||
         o.cycles > 1000000 || (o.hb_ms && o.hb_ms < 10) || (o.hb_timeout_ms && o.hb_timeout_ms < 2 * o.hb_ms)) {
-        fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --cycles >= 1, "
+        fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --rounds 1..50, "
+                "--cycles >= 1, "
                 "--hb-ms >= 10, --hb-timeout-ms >= 2 x --hb-ms\n");
         return 2;
     }

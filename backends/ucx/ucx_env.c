@@ -70,3 +70,16 @@ int cx_ucx_config(ucp_config_t *cfg)
         (void)cx_ucx_set(cfg, "PROTO_ENABLE", "y");
     return CX_OK;
 }
+
+long cx_ucx_env_long(const char *name, long dflt, long max)
+{
+    const char *s = getenv(name);
+    if (!s || !*s) return dflt;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*end || v < 0 || v > max) {
+        cx_warn("ucx: %s=%s is not a number in [0, %ld]; using %ld", name, s, max, dflt);
+        return dflt;
+    }
+    return v;
+}

@@ -197,7 +197,6 @@ void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep, int why)
     if (!b || !ep) return;
     /* messages that arrive meanwhile wait in the inbox: the core is inside this call */
     b->closing_ep++;
-    cx_ucx_read_landed(ep, b->cur);
     cx_ucx_rx_doubt(b, ep, why);
     cx_ucx_ue_close(b, ep->ue, 1);
     ep->ue = NULL;

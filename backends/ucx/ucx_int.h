@@ -48,6 +48,7 @@ enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
 #define CX_UCX_MAX_OLD_WORKERS 4         /* retired workers alive at once, at most */
 #define CX_UCX_DOUBT_GAP_MS 50           /* rotations for a dead writer's FIFO: at most one per */
 enum { CX_UCX_DOUBT_GONE = 1 };
+#define CX_UCX_ANSWER_MIN (1u << 20)  /* default CONNEX_UCX_READ_ANSWER_MIN */
 #define CX_UCX_HUNG_MAX 16               /* timed-out shared-memory peers remembered (ucx_rot.c) */
 
 /* A shared-memory peer whose op timed out on the current worker (ucx_rot.c, cx_ucx_rx_doubt) */
@@ -113,6 +114,7 @@ struct cx_ucx_ctl {
     cx_ucx_ctl_t *next, *prev;
     uint8_t *buf;                /* right behind the struct (b->ctl, the sentinel, has none) */
     void *pin;                   /* a read answer's region (ucx_read.c): unpinned when freed */
+    int refs;                    /* sends not completed (1 for one send), freed at 0 */
 };
 
 /* The backend's state of one xfer. It outlives the xfer when its endpoint is closed while UCX
@@ -133,7 +135,8 @@ struct cx_ucx_op {
     void *msg_copy;             /* endpoints without error handling: UCX may read it late */
     void *bounce;               /* same, reads: UCX may write it late (see ucx_xfer.c) */
     size_t bounce_cap;          /* its size (cx_ucx_bounce_get) */
-    int landing;                /* a read's data is being received into the caller's buffer */
+    size_t rgot;                /* read answered by the target: bytes in so far (ucx_read.c) */
+    size_t rseg, rseg_end;      /* the segment of it asked for last */
     cx_ucx_op_t *next, *prev;   /* endpoint's list, or the done list */
     cx_ucx_op_t *hnext;         /* ack table chain */
 };
@@ -176,6 +179,7 @@ struct cx_ucx {
     cx_ucx_wk_t *old;            /* retired workers still alive */
     int n_old;
     int rotate_zombies;          /* CONNEX_UCX_ROTATE_ZOMBIES */
+    size_t answer_min;           /* CONNEX_UCX_READ_ANSWER_MIN (ucx_read.c) */
     int bounce_all;              /* CONNEX_UCX_READ_BOUNCE=1: every host read is a get into a bounce
                                     buffer (else reads without peer error handling: ucx_read.c) */
     uint64_t grace_ns;           /* CONNEX_UCX_ROTATE_GRACE_MS */
@@ -208,6 +212,7 @@ struct cx_ucx {
 /* ucx_env.c */
 int cx_ucx_config(ucp_config_t *cfg);
 int cx_ucx_rdma_usable(void);
+long cx_ucx_env_long(const char *name, long dflt, long max);   /* a number in [0, max], else dflt */
 
 /* ucx_backend.c */
 cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen);
@@ -228,6 +233,7 @@ void cx_ucx_ops_free_cache(cx_ucx_t *b);
 void *cx_ucx_bounce_get(cx_ucx_t *b, cx_ucx_op_t *op, size_t len);
 void cx_ucx_ack_add(cx_ucx_t *b, cx_ucx_op_t *op);
 cx_ucx_op_t *cx_ucx_ack_take(cx_ucx_t *b, uint64_t req_id);
+cx_ucx_op_t *cx_ucx_ack_find(cx_ucx_t *b, uint64_t req_id);   /* leaves it in the table */
 int cx_ucx_status(ucs_status_t st);
 void cx_ucx_list_del(cx_ucx_op_t *op);
 void cx_ucx_list_add(cx_ucx_op_t *head, cx_ucx_op_t *op);
@@ -238,7 +244,6 @@ void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user);   /* a message o
 
 /* ucx_read.c: reads answered by the target, on endpoints without peer error handling */
 void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op);
-void cx_ucx_read_landed(cx_bep_t *ep, cx_ucx_wk_t *wk);   /* from disconnect */
 int cx_ucx_read_am_init(cx_ucx_wk_t *wk, ucp_am_handler_param_t *p);
 
 /* ucx_mem.c */
@@ -277,6 +282,7 @@ void cx_ucx_upd_drain(cx_ucx_t *b);
 void cx_ucx_upd_free(cx_ucx_t *b);
 cx_ucx_ctl_t *cx_ucx_ctl_new(cx_ucx_t *b, cx_ucx_wk_t *wk, size_t len);
 void cx_ucx_ctl_free(cx_ucx_ctl_t *c);
+void cx_ucx_ctl_unref(cx_ucx_ctl_t *c);         /* a send of it completed: freed at the last */
 void cx_ucx_ctl_send_cb(void *req, ucs_status_t st, void *user);
 
 /* ucx_log.c: UCX's log lines into connex's log (once per process) */

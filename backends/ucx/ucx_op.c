@@ -147,6 +147,13 @@ static void cx_ucx_ack_del(cx_ucx_t *b, cx_ucx_op_t *op)
     op->hnext = NULL;
 }
 
+cx_ucx_op_t *cx_ucx_ack_find(cx_ucx_t *b, uint64_t req_id)
+{
+    for (cx_ucx_op_t *op = b->acks[req_id % CX_UCX_ACK_BUCKETS]; op; op = op->hnext)
+        if (op->req_id == req_id) return op;
+    return NULL;
+}
+
 cx_ucx_op_t *cx_ucx_ack_take(cx_ucx_t *b, uint64_t req_id)
 {
     for (cx_ucx_op_t *op = b->acks[req_id % CX_UCX_ACK_BUCKETS]; op; op = op->hnext) {

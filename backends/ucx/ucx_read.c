@@ -3,99 +3,108 @@
  *
  * Such an endpoint cannot be force-closed, and UCX 1.13 emulates ucp_get_nbx there with active
  * messages that our own worker copies into the destination as they arrive: a get that timed out
- * could still land in the caller's buffer later. Before, those reads landed in a bounce buffer
- * copied out on success: one more copy of every byte (16 MiB: 0.66 ms, most of why ucx_shm reads
- * of 1-16 MiB took 1.6-2.5x the raw ucp_get loop).
+ * could still land in the caller's buffer later. Before session 12 those reads landed in a bounce
+ * buffer copied out on success: one more copy of every byte (16 MiB: 0.66 ms, most of why ucx_shm
+ * reads of 1-16 MiB took 1.6-2.5x the raw ucp_get loop).
  *
- * Here the reader asks (AM 14: request id, address, length) and the target answers (AM 15: an ack
- * header with the bytes as the AM's data) from its registered memory, after checking the range
- * against its registry (pinned until UCX is done with the send):
- *   - up to CX_UCX_READ_EAGER bytes the answer goes eager, through the FIFO, and the reader's
- *     handler copies it into the destination;
- *   - above, it goes by rendezvous: the reader's handler hands the destination to
- *     ucp_am_recv_data_nbx, and UCX fetches the bytes with one cma read (process_vm_readv) from
- *     the target's memory straight into it, run by the reader's own progress call.
- * Either way bytes reach the caller's buffer only from inside our handler, or from a receive
- * started there while the read was still waiting for them (it is then out of the ack table, and
- * a disconnect waits for that receive before it fails the read: cx_ucx_read_landed). An answer
- * that comes later finds no read, and is dropped: nothing can land after a timeout. Measured on
- * this VM in a bare UCX loop (tcp-less, UCX_TLS=posix,cma,self): 16 MiB 2.3-2.8 ms against 2.2
- * for ucp_get, 256 KiB 21-27 us against 30-37, 4-32 KiB eager within 0.1-0.5 us of it; rendezvous
- * below 64 KiB cost 2-4 us more than eager (docs/results.md, "Session 12").
+ * Here the reader asks (AM 14: request id, address, length) and the target answers (AM 15) from
+ * its registered memory, after checking the range against its registry (pinned until UCX is done
+ * with the answer): parts of at most CX_UCX_READ_PART bytes, each one eager message through the
+ * FIFO (header: request id, status, offset), which the reader's handler copies into the caller's
+ * buffer. That is what UCX's own get emulation does (the target copies into the FIFO, the reader
+ * out of it, both at once), so it runs at the raw loop's pace; bytes reach the caller's buffer
+ * only from inside the handler, and only while the read is in the ack table: an answer that comes
+ * after the read failed finds no read and is dropped. Nothing can land after a timeout.
+ *
+ * Not by rendezvous, although UCX fetches a rendezvous answer with one cma read straight into the
+ * caller's buffer (16 MiB in 2.3-2.8 ms against 2.2 for ucp_get in a bare loop, and far less
+ * hurt on a busy host): a cma read from a target that died fails the endpoint inside UCX, and
+ * without peer error handling UCX 1.13 then aborted on the next put completion from that peer
+ * (`Assertion worker->flush_ops_count > 0' in ucp_rma_cmpl_handler, conformance_failure_ucx_shm,
+ * test_kill9_during_transfers).
+ *
+ * A read asks for CX_UCX_READ_SEG bytes at a time, the next once the last is in, so that the
+ * target never holds more than that many parts' headers and UCX requests for one read.
  */
 #include "ucx_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define CX_UCX_READ_EAGER (32u << 10)
+/* One posix FIFO element is 8256 bytes in UCX 1.13 (UCX_POSIX_SEG_SIZE): a part with its headers
+ * fits in one, so it goes as a single eager fragment (larger ones are reassembled by UCX and
+ * copied once more). */
+#define CX_UCX_READ_PART 8000u
+#define CX_UCX_READ_SEG (4u << 20)
 
 /* ---- reader ---- */
 
-/* The answer is in (or failed): the op finishes once its request has left as well. */
-static void cx_ucx_read_answered(cx_ucx_t *b, cx_ucx_op_t *op, int status)
+static void cx_ucx_rreq_sent_cb(void *req, ucs_status_t st, void *user)
 {
-    op->acked = 1;
-    op->ack_status = status;
-    if (op->sent) cx_ucx_op_finish(b, op, status);
+    cx_ucx_op_t *op = user;
+    cx_ucx_t *b = op->b;
+    ucp_request_free(req);
+    if (op->finished || !op->x) {
+        cx_ucx_op_release(b, op);
+        return;
+    }
+    op->pending--;
+    if (st != UCS_OK) cx_ucx_op_finish(b, op, cx_ucx_status(st));
 }
 
-void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op)
+/* Ask for the next segment of the read: [rseg_end, rseg_end + CX_UCX_READ_SEG). */
+static void cx_ucx_read_ask(cx_ucx_t *b, cx_ucx_op_t *op)
 {
     const cx_xfer_t *x = op->x;
+    size_t n = x->len - op->rseg_end < CX_UCX_READ_SEG ? x->len - op->rseg_end : CX_UCX_READ_SEG;
     cx_wr_t w;
-    cx_wr_init(&w, op->hdr, sizeof op->hdr);
-    op->req_id = ++b->next_req_id;
+    cx_wr_init(&w, op->hdr, sizeof op->hdr);   /* the last request was answered: UCX is done with it */
     cx_ucx_rreq_hdr_put(&w, &(cx_ucx_rreq_hdr_t){ .inc = b->inc, .req_id = op->req_id,
-                                                   .addr = x->remote, .len = x->len });
-    op->stage = CX_UCX_OPS_AM;
-    cx_ucx_ack_add(b, op);
-
+                                                   .addr = x->remote + op->rseg_end, .len = n });
+    op->rseg = op->rseg_end;
+    op->rseg_end += n;
     ucp_request_param_t p;
     memset(&p, 0, sizeof p);
     p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
                      UCP_OP_ATTR_FIELD_FLAGS;
-    p.cb.send = cx_ucx_am_sent_cb;
+    p.cb.send = cx_ucx_rreq_sent_cb;
     p.user_data = op;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
     ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_RREQ, op->hdr, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: sending a read request failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_op_finish(b, op, cx_ucx_status(UCS_PTR_STATUS(r)));
-    } else if (r == NULL) {
-        op->sent = 1;
-    } else {
+    } else if (r) {
         op->pending++;
     }
 }
 
-static void cx_ucx_rdata_recv_cb(void *req, ucs_status_t st, size_t length, void *user)
+void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op)
 {
-    (void)length;
-    cx_ucx_op_t *op = user;
-    cx_ucx_t *b = op->b;
-    ucp_request_free(req);
-    op->landing = 0;
-    if (op->finished || !op->x) {
-        cx_ucx_op_release(b, op);
-        return;
-    }
-    op->pending--;
-    if (st != UCS_OK) cx_warn("ucx: receiving a read's data failed: %s", ucs_status_string(st));
-    cx_ucx_read_answered(b, op, st == UCS_OK ? CX_OK : cx_ucx_status(st));
+    op->stage = CX_UCX_OPS_AM;
+    op->req_id = ++b->next_req_id;
+    op->rgot = op->rseg = op->rseg_end = 0;
+    cx_ucx_ack_add(b, op);
+    cx_ucx_read_ask(b, op);
+}
+
+/* Out of the ack table: later parts of its answer are dropped. */
+static void cx_ucx_read_end(cx_ucx_t *b, cx_ucx_op_t *op, int status)
+{
+    (void)cx_ucx_ack_take(b, op->req_id);
+    cx_ucx_op_finish(b, op, status);
 }
 
 static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, void *data,
                                     size_t len, const ucp_am_recv_param_t *prm)
 {
-    cx_ucx_wk_t *wk = arg;
-    cx_ucx_t *b = wk->b;
-    cx_ucx_ack_hdr_t h;
-    if (cx_ucx_ack_hdr_get(hdr, hlen, &h)) {
+    cx_ucx_t *b = ((cx_ucx_wk_t *)arg)->b;
+    cx_ucx_rdata_hdr_t h;
+    if (cx_ucx_rdata_hdr_get(hdr, hlen, &h)) {
         cx_error("ucx: dropped a malformed read answer (%zu-byte header)", hlen);
-        return UCS_OK;   /* rendezvous data not taken: UCX tells the target */
+        return UCS_OK;
     }
-    cx_ucx_op_t *op = cx_ucx_ack_take(b, h.req_id);
+    cx_ucx_op_t *op = cx_ucx_ack_find(b, h.req_id);
     if (!op) {   /* timed out, or its endpoint was closed: nothing may land any more */
         cx_debug("ucx: answer for unknown read %llu dropped", (unsigned long long)h.req_id);
         return UCS_OK;
@@ -103,64 +112,75 @@ static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, voi
     if (!op->x || op->x->kind != CX_XFER_READ) {
         cx_error("ucx: a read answer names request %llu, which is no read: failing it",
                  (unsigned long long)h.req_id);
-        cx_ucx_read_answered(b, op, CX_EPEER);
+        cx_ucx_read_end(b, op, CX_EPEER);
         return UCS_OK;
     }
     if (h.status != CX_OK) {   /* the target refused the range (logged there) */
-        cx_ucx_read_answered(b, op, h.status);
+        cx_ucx_read_end(b, op, h.status);
         return UCS_OK;
     }
-    if (len != op->x->len) {
-        cx_error("ucx: a %zu-byte answer to a %zu-byte read: failing it", len, op->x->len);
-        cx_ucx_read_answered(b, op, CX_EPEER);
+    /* in order (one FIFO, one sender), never past what was asked for */
+    size_t seg = op->rseg;
+    if ((prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !len || h.offset != op->rgot - seg ||
+        len > op->rseg_end - op->rgot) {
+        cx_error("ucx: read %llu: a %zu-byte answer at offset %llu, expected one at %zu of %zu%s: "
+                 "failing it", (unsigned long long)h.req_id, len, (unsigned long long)h.offset,
+                 op->rgot - seg, op->rseg_end - seg,
+                 (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? " (by rendezvous)" : "");
+        cx_ucx_read_end(b, op, CX_EPEER);
         return UCS_OK;
     }
-    if (!(prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
-        memcpy(op->x->local, data, len);
-        cx_ucx_read_answered(b, op, CX_OK);
-        return UCS_OK;
-    }
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.recv_am = cx_ucx_rdata_recv_cb;
-    p.user_data = op;
-    if (op->x->local_mh) {
-        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-        p.memh = (ucp_mem_h)op->x->local_mh;
-    }
-    ucs_status_ptr_t r = ucp_am_recv_data_nbx(wk->w, data, op->x->local, len, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: receiving a read's data failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
-        cx_ucx_read_answered(b, op, cx_ucx_status(UCS_PTR_STATUS(r)));
-    } else if (!r) {
-        cx_ucx_read_answered(b, op, CX_OK);
-    } else {
-        op->pending++;
-        op->landing = 1;   /* writes the caller's buffer until its callback */
-    }
+    memcpy((uint8_t *)op->x->local + op->rgot, data, len);
+    op->rgot += len;
+    if (op->rgot == op->x->len) cx_ucx_read_end(b, op, CX_OK);
+    else if (op->rgot == op->rseg_end) cx_ucx_read_ask(b, op);
     return UCS_OK;
 }
 
-/* Before a disconnect fails the endpoint's ops: a receive of read data started while the read
- * waited must end first, so that nothing lands after the caller was told the read failed. Over
- * cma the fetch is synchronous and this finds none; the wait is for a transport that queues it. */
-void cx_ucx_read_landed(cx_bep_t *ep, cx_ucx_wk_t *wk)
-{
-    uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
-    for (;;) {
-        const cx_ucx_op_t *op = ep->ops.next;
-        while (op != &ep->ops && !op->landing) op = op->next;
-        if (op == &ep->ops) return;
-        if (cx_ucx_now_ns() > deadline) {
-            cx_error("ucx: a read's data still arriving %d ms into a disconnect", CX_UCX_CLOSE_MS);
-            return;
-        }
-        ucp_worker_progress(op->ue ? op->ue->wk->w : wk->w);
-    }
-}
-
 /* ---- target ---- */
+
+/* The answer to one read request, as parts from src (n bytes; none with a refusal), on ep. The
+ * parts' headers live in one control buffer that carries the pin, freed once UCX completed every
+ * part (or with the worker: a reader that died never takes them). */
+static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int st,
+                          const uint8_t *src, size_t n, int mem_kind, void *pin)
+{
+    size_t parts = n ? (n + CX_UCX_READ_PART - 1) / CX_UCX_READ_PART : 1;
+    cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, parts * CX_UCX_RDATA_HDR_LEN);
+    if (!c) {
+        cx_core_region_unpin(pin);
+        cx_error("ucx: out of memory answering read request %llu", (unsigned long long)req_id);
+        return;
+    }
+    c->pin = pin;
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                     UCP_OP_ATTR_FIELD_FLAGS;
+    p.cb.send = cx_ucx_ctl_send_cb;
+    p.user_data = c;
+    p.flags = UCP_AM_SEND_FLAG_EAGER;
+    if (mem_kind == CX_MEM_CUDA) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+        p.memory_type = UCS_MEMORY_TYPE_CUDA;
+    }
+    for (size_t i = 0; i < parts; i++) {
+        size_t off = i * CX_UCX_READ_PART;
+        size_t len = n ? (n - off < CX_UCX_READ_PART ? n - off : CX_UCX_READ_PART) : 0;
+        uint8_t *hb = c->buf + i * CX_UCX_RDATA_HDR_LEN;
+        cx_wr_t w;
+        cx_wr_init(&w, hb, CX_UCX_RDATA_HDR_LEN);
+        cx_ucx_rdata_hdr_put(&w, &(cx_ucx_rdata_hdr_t){ .req_id = req_id, .status = st, .offset = off });
+        ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_RDATA, hb, w.len, len ? src + off : NULL, len, &p);
+        if (UCS_PTR_IS_ERR(r)) {   /* the reader's op times out */
+            cx_warn("ucx: answering read request %llu failed: %s", (unsigned long long)req_id,
+                    ucs_status_string(UCS_PTR_STATUS(r)));
+            break;
+        }
+        if (r) c->refs++;
+    }
+    cx_ucx_ctl_unref(c);   /* ours: what is left pending holds it */
+}
 
 static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void *data,
                                    size_t len, const ucp_am_recv_param_t *prm)
@@ -170,7 +190,7 @@ static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void
     cx_ucx_t *b = wk->b;
     cx_ucx_rreq_hdr_t h;
     ucp_ep_h reply_ep = (prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? prm->reply_ep : NULL;
-    if (cx_ucx_rreq_hdr_get(hdr, hlen, &h) || len) {
+    if (cx_ucx_rreq_hdr_get(hdr, hlen, &h) || len || h.len > CX_UCX_READ_SEG) {
         cx_error("ucx: dropped a malformed read request (%zu-byte header, %zu bytes of data)",
                  hlen, len);
         cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
@@ -184,45 +204,9 @@ static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void
     }
     void *pin = NULL;
     int st = cx_core_region_check(b->core, h.addr, (size_t)h.len, &pin);   /* logs a refusal */
-    cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, CX_UCX_ACK_HDR_LEN);   /* lives until UCX is done */
-    if (!c) {
-        cx_core_region_unpin(pin);
-        cx_error("ucx: out of memory answering read request %llu", (unsigned long long)h.req_id);
-        cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
-        return UCS_OK;
-    }
-    c->pin = pin;
-    cx_wr_t w;
-    cx_wr_init(&w, c->buf, CX_UCX_ACK_HDR_LEN);
-    cx_ucx_ack_hdr_put(&w, &(cx_ucx_ack_hdr_t){ .req_id = h.req_id, .status = (int32_t)st });
-    ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = cx_ucx_ctl_send_cb;
-    p.user_data = c;
-    const void *src = NULL;
-    size_t n = 0;
-    if (st == CX_OK) {
-        src = (const void *)(uintptr_t)h.addr;
-        n = (size_t)h.len;
-        if (n <= CX_UCX_READ_EAGER) {
-            p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-            p.flags = UCP_AM_SEND_FLAG_EAGER;
-        }
-        if (cx_core_region_kind(b->core, h.addr, n) == CX_MEM_CUDA) {
-            p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-            p.memory_type = UCS_MEMORY_TYPE_CUDA;
-        }
-    }
-    ucs_status_ptr_t r = ucp_am_send_nbx(reply_ep, CX_UCX_AM_RDATA, c->buf, w.len, src, n, &p);
-    if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: answering read request %llu failed: %s", (unsigned long long)h.req_id,
-                ucs_status_string(UCS_PTR_STATUS(r)));
-        st = CX_EPEER;
-        cx_ucx_ctl_free(c);
-    } else if (!r) {
-        cx_ucx_ctl_free(c);
-    }
+    size_t n = st == CX_OK ? (size_t)h.len : 0;
+    int kind = n ? cx_core_region_kind(b->core, h.addr, n) : CX_MEM_HOST;
+    cx_ucx_answer(b, wk, reply_ep, h.req_id, st, (const uint8_t *)(uintptr_t)h.addr, n, kind, pin);
     cx_core_count_served(b->core, CX_XFER_READ, n, st == CX_OK);
     return UCS_OK;
 }

@@ -45,19 +45,6 @@
 
 #define CX_UCX_UPD_MAX 256   /* updates waiting for their endpoint, at most */
 
-static long cx_ucx_env_long(const char *name, long dflt, long max)
-{
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 0 || v > max) {
-        cx_warn("ucx: %s=%s is not a number in [0, %ld]; using %ld", name, s, max, dflt);
-        return dflt;
-    }
-    return v;
-}
-
 void cx_ucx_rot_init(cx_ucx_t *b)
 {
     b->rotate_zombies = (int)cx_ucx_env_long("CONNEX_UCX_ROTATE_ZOMBIES", CX_UCX_ROTATE_ZOMBIES,
@@ -188,6 +175,7 @@ cx_ucx_ctl_t *cx_ucx_ctl_new(cx_ucx_t *b, cx_ucx_wk_t *wk, size_t len)
     c->wk = wk;
     c->buf = (uint8_t *)(c + 1);
     c->pin = NULL;
+    c->refs = 1;
     c->prev = b->ctl.prev;
     c->next = &b->ctl;
     b->ctl.prev->next = c;
@@ -203,11 +191,16 @@ void cx_ucx_ctl_free(cx_ucx_ctl_t *c)
     free(c);
 }
 
+void cx_ucx_ctl_unref(cx_ucx_ctl_t *c)
+{
+    if (--c->refs <= 0) cx_ucx_ctl_free(c);
+}
+
 void cx_ucx_ctl_send_cb(void *req, ucs_status_t st, void *user)
 {
     (void)st;
     ucp_request_free(req);
-    cx_ucx_ctl_free(user);
+    cx_ucx_ctl_unref(user);
 }
 
 /* ---- address updates ---- */

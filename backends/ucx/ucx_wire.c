@@ -70,6 +70,27 @@ int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h)
     return CX_OK;
 }
 
+void cx_ucx_rdata_hdr_put(cx_wr_t *w, const cx_ucx_rdata_hdr_t *h)
+{
+    cx_wr_u32(w, CX_UCX_RDATA_MAGIC);
+    cx_wr_u64(w, h->req_id);
+    cx_wr_u32(w, (uint32_t)h->status);
+    cx_wr_u64(w, h->offset);
+}
+
+int cx_ucx_rdata_hdr_get(const void *buf, size_t len, cx_ucx_rdata_hdr_t *h)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t magic = cx_rd_u32(&rd);
+    h->req_id = cx_rd_u64(&rd);
+    h->status = (int32_t)cx_rd_u32(&rd);
+    h->offset = cx_rd_u64(&rd);
+    if (!cx_rd_done(&rd) || magic != CX_UCX_RDATA_MAGIC || h->offset >= CX_UCX_RREQ_MAX) return CX_EINVAL;
+    if (h->status > CX_OK || h->status < CX_EAGAIN) h->status = CX_ERR;
+    return CX_OK;
+}
+
 void cx_ucx_blob_put(cx_wr_t *w, uint32_t magic, const void *blob, size_t n)
 {
     cx_wr_u32(w, magic);

@@ -207,7 +207,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
     ucs_status_ptr_t r = NULL;
     ucp_request_param_t p;
     switch (x->kind) {
-    case CX_XFER_READ:
+    case CX_XFER_READ: {
         op->stage = CX_UCX_OPS_RMA;
         /* A timed-out read must never write the caller's buffer afterwards. With peer error
          * handling (tcp here; rc/dc on RDMA) the forced close that ends such an op (ucx_ep.c)
@@ -216,22 +216,25 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
          * reads of conformance_failure_ucx_tcp and _poll; commit 88dceae had seen one about 1
          * run in 3 and bounced every read since). Without it (shm-only UCX_TLS) the endpoint
          * cannot be force-closed and UCX emulates the get with active messages that could land
-         * late: the target answers the read instead (ucx_read.c). CONNEX_UCX_READ_BOUNCE=1:
-         * every host read is a get into a buffer of ours, copied out only on success (a memcpy
-         * per read: 16 MiB, 0.66 ms here), as before session 12. */
-        if (x->len && x->local_mem == CX_MEM_HOST && b->bounce_all) {
+         * late: below CONNEX_UCX_READ_ANSWER_MIN (1 MiB) the get lands in a buffer of ours,
+         * copied out only on success; from there on the target answers the read (ucx_read.c),
+         * which saves that copy (16 MiB: 0.66 ms here) but costs more per read than UCX's own
+         * emulation (4 KiB: 0.2-0.5 us). CONNEX_UCX_READ_BOUNCE=1: every host read bounces. */
+        int none = !ue->peer_mode;
+        if (x->len && x->local_mem == CX_MEM_HOST && (b->bounce_all || (none && x->len < b->answer_min))) {
             if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
             cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
             r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
             break;
         }
-        if (x->len && x->local_mem == CX_MEM_HOST && !ue->peer_mode) {
+        if (x->len && x->local_mem == CX_MEM_HOST && none) {
             cx_ucx_read_send(b, op);
             return cx_ucx_refused_at_once(b, op, sync);
         }
         cx_ucx_param(&p, op, cx_ucx_rma_cb, x);
         r = ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
         break;
+    }
     case CX_XFER_WRITE:
     case CX_XFER_PUT_SIGNAL:
         r = cx_ucx_put_flush(ue, op, x, rk);

@@ -211,6 +211,30 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     return 1;
 }
 
+/* The progress thread holds the transports for one loop iteration at a time, and a caller that
+ * finds them taken hands its op over (cx_submit): that write to the command eventfd wakes the
+ * progress thread, which then takes the lock again for the op, and the next op of this caller
+ * finds it taken as well. On a small host the thread runs there only when a CPU frees up, and
+ * that pattern held for whole runs: 4 KiB libfabric shm writes at 17-27 us with 38-51% of the
+ * ops driven, in 4 runs of 8, against 1.8-2.6 us and 87-99% in the others. The iteration that
+ * holds the lock is usually about to end (a caller in a synchronous op keeps it from polling):
+ * wait for it a little, without waking anybody. */
+#define CX_DRIVE_SOON_NS 10000ull
+
+int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
+{
+    uint64_t end = 0;
+    for (unsigned i = 1;; i++) {
+        if (cx_drive(e, op, 1)) return 1;
+        if (op->kind == CX_OPK_EXEC || !e->drive || atomic_load(&e->stop)) return 0;
+        if (!end) end = cx_now_ns() + (op->spin_ns < CX_DRIVE_SOON_NS ? op->spin_ns : CX_DRIVE_SOON_NS);
+        if (!(i & 7)) {
+            if (cx_now_ns() >= end) return 0;
+            sched_yield();
+        }
+    }
+}
+
 int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
 {
     if (!e->drive || !op->spin_ns) return cx_op_is_done(op);

@@ -19,6 +19,10 @@
  * caller then waits for it as usual), 0 when it must go through cx_submit. */
 int cx_drive(cx_engine_t *e, cx_op_t *op, int wait);
 
+/* cx_drive(e, op, 1), tried again for a few microseconds while the progress thread holds the
+ * transports (drive.c). */
+int cx_drive_soon(cx_engine_t *e, cx_op_t *op);
+
 /* A caller whose op went through cx_submit (the lock was busy): until the op is done or its poll
  * window ends, take the lock when it comes free and drive. Returns 1 when the op is done. */
 int cx_drive_wait(cx_engine_t *e, cx_op_t *op);

@@ -98,7 +98,7 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
     int driving = e->drive && op->spin_ns && op->kind != CX_OPK_EXEC;
     int rc = CX_OK;
     if (driving) atomic_fetch_add(&e->drivers, 1);
-    if (cx_drive(e, op, 1)) op->spin_ns = 0;   /* it polled for its window already */
+    if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1)) op->spin_ns = 0;   /* it polled for its window already */
     else if ((rc = cx_submit(e, op)) == CX_OK && driving) {
         cx_drive_wait(e, op);
         op->spin_ns = 0;

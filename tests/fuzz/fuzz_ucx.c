@@ -3,7 +3,7 @@
  * put_signal's signal (cx_ucx_am_msg), the ack header (cx_ucx_am_ack), and the "CUX1" worker
  * address / "CUK1" packed-rkey blobs advertised in HELLO (cx_ucx_connect, cx_ucx_rkey_get), and
  * the "CUU1" address update of worker rotation (ucx_rot.c), and the "CUR1" read request that a
- * target answers from its registered memory (ucx_read.c).
+ * target answers from its registered memory and the "CUD1" parts of that answer (ucx_read.c).
  * Every input goes to every decoder. Whatever decodes must satisfy what the backend relies on and
  * encode back to the same bytes; the encoders are also driven with the input as a blob. */
 #include "ucx_wire.h"
@@ -105,6 +105,24 @@ static void rreq(const uint8_t *data, size_t size)
     if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
 }
 
+/* A part of a read's answer: the offset stays below the largest read, the status is one a target
+ * can answer (else CX_ERR), and it encodes back. */
+static void rdata(const uint8_t *data, size_t size)
+{
+    cx_ucx_rdata_hdr_t h;
+    if (cx_ucx_rdata_hdr_get(data, size, &h) != CX_OK) return;
+    if (size != CX_UCX_RDATA_HDR_LEN || h.offset >= CX_UCX_RREQ_MAX || h.status > CX_OK || h.status < CX_EAGAIN)
+        abort();
+    uint8_t b[CX_UCX_RDATA_HDR_LEN];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_ucx_rdata_hdr_put(&w, &h);
+    cx_ucx_rdata_hdr_t h2;
+    if (!w.ok || w.len != size || cx_ucx_rdata_hdr_get(b, w.len, &h2) || h2.req_id != h.req_id ||
+        h2.status != h.status || h2.offset != h.offset)
+        abort();
+}
+
 /* The encoder on arbitrary content (a worker address or packed rkey is opaque to the backend). */
 static void blob_roundtrip(const uint8_t *data, size_t size)
 {
@@ -134,5 +152,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     blob_roundtrip(data, size);
     upd(data, size);
     rreq(data, size);
+    rdata(data, size);
     return 0;
 }

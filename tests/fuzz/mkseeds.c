@@ -185,6 +185,10 @@ int main(int argc, char **argv)
     PUT_WR("ucx", "rkey", 512, cx_ucx_blob_put(&w_, CX_UCX_KEY_MAGIC, opaque, 41));
     PUT_WR("ucx", "rreq", 64, cx_ucx_rreq_hdr_put(&w_, &(cx_ucx_rreq_hdr_t){
                .inc = 0x1122334455667788ull, .req_id = 7, .addr = 0x7f0000001000ull, .len = 16384 }));
+    PUT_WR("ucx", "rdata", 64, cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){
+               .req_id = 7, .status = CX_OK, .offset = 8000 }));
+    PUT_WR("ucx", "rdata-refused", 64, cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){
+               .req_id = 8, .status = CX_EINVAL, .offset = 0 }));
     PUT_WR("ucx", "upd", 512, cx_ucx_upd_put(&w_, &(cx_ucx_upd_hdr_t){
                .inc = 0x1122334455667788ull, .gen = 3, .addr = opaque, .addr_len = sizeof opaque }));
 #endif
