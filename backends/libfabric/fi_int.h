@@ -94,6 +94,7 @@ struct cx_bep {
     int used;                   /* an op was posted: rxm has (or is making) a connection */
     int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
+    uint64_t pid_seen_ns;       /* shm: when its pidfd was last found not readable */
     char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
     int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
     int nops;                   /* ops linked in ops (cheap bound before counting them) */
