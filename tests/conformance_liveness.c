@@ -317,6 +317,46 @@ static void test_stopped_is_not_dead(void **state)
     cx_engine_destroy(e);
 }
 
+/* A stopped peer whose memory still answers one-sided reads (libfabric shm: the reader copies
+ * through cma until the stopped peer's command queue is full; an RDMA NIC would go on for good)
+ * is hung all the same: its heartbeats stop, and FAILED comes on time while the reads go on.
+ * Such completions once counted as hearing from the peer (session 12: a SIGSTOPped libfabric shm
+ * peer stayed UP 170 ms past its heartbeat timeout in connex-bench failover). */
+static void test_stopped_while_reads_flow(void **state)
+{
+    (void)state;
+    const size_t len = (size_t)4 << 20;
+    const uint32_t hbt = 600;
+    cx_engine_t *e;
+    assert_int_equal(cxt_engine(&e, "survivor", 0, 100, hbt, 0), 0);
+    uint8_t *buf = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(cx_register_memory(e, buf, len), CX_OK);
+    cxt_peer_t p;
+    cxt_peer_opts_t o = { .replica = 1, .region = len, .seed = 5 };
+    if (cxt_peer_start(&p, &o, 20000)) fail_msg("peer did not start");
+    up(e, &p);
+    assert_int_equal(cx_read(e, p.lid, buf, p.base, len), CX_OK);
+    uint64_t ts = cxt_now_ns();
+    kill(p.pid, SIGSTOP);
+    int ok = 0, rc = CX_OK;
+    /* Reads until one fails (the peer reported FAILED), at most 5 s and 100000 of them. */
+    for (int i = 0; i < 100000 && rc == CX_OK && cxt_ms_since(ts) < 5000; i++)
+        if ((rc = cx_read(e, p.lid, buf, p.base, len)) == CX_OK) ok++;
+    cx_event_t ev;
+    int failed = cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 3000, &ev, NULL) == CX_OK;
+    double fail_ms = failed && ev.time_ns > ts ? (double)(ev.time_ns - ts) / 1e6 : -1;
+    kill(p.pid, SIGCONT);
+    fprintf(stderr, "stopped peer: %d reads of %zu bytes completed; FAILED %.1f ms after SIGSTOP "
+            "(heartbeat timeout %u ms)\n", ok, len, fail_ms, hbt);
+    cxt_peer_crash(&p);
+    cx_unregister_memory(e, buf);
+    cx_engine_destroy(e);
+    munmap(buf, len);
+    if (!failed) fail_msg("no FAILED while reads of a stopped peer went on");
+    if (fail_ms > hbt + 400.0) fail_msg("FAILED %.1f ms after SIGSTOP, heartbeat timeout %u ms", fail_ms, hbt);
+}
+
 /* The same identity restarted on its port: the new process is watched, the old watch is gone. */
 static void test_rejoined_process_is_watched(void **state)
 {
@@ -444,6 +484,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_every_watcher_hears, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_clean_close_is_not_a_death, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_stopped_is_not_dead, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_stopped_while_reads_flow, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_rejoined_process_is_watched, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_death_told_by_a_neighbour, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_forged_page_is_not_watched, cxt_watchdog_setup, cxt_watchdog_teardown),

@@ -51,16 +51,30 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     cx_op_complete(op, status);
 }
 
+/* A completion proves the peer's process alive only when its CPU took part: a message or a
+ * put_signal (the target's core acked it), or any op of a backend whose target serves every
+ * request in software. One-sided reads and writes over RDMA or cma complete while the target
+ * process is stopped or hung (its NIC, or its memory, still answers): counting them kept a
+ * SIGSTOPped libfabric shm peer UP 170 ms past its heartbeat timeout, for as long as reads of its
+ * memory went on completing (connex-bench failover, session 12). */
+static int proves_alive(const cx_engine_t *e, const cx_op_t *op)
+{
+    if (op->x.kind == CX_XFER_MSG || op->x.kind == CX_XFER_PUT_SIGNAL) return 1;
+    const cx_peer_t *p = op->peer;
+    return p->bidx >= 0 && p->bidx < e->nb && e->be[p->bidx].ops->software_target;
+}
+
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
 {
     cx_op_t *op = (cx_op_t *)x;
+    cx_engine_t *e = cx_engine_of(c);
     if (op->stage != OPS_IN_BACKEND) {
         cx_error("backend completed an xfer twice or one it did not own (stage %d): ignored", op->stage);
         return;
     }
     if (op->forced_status) status = op->forced_status;
-    else if (status == CX_OK && op->peer) cx_peer_heard(cx_engine_of(c), op->peer);
-    cx_op_finish(cx_engine_of(c), op, status);
+    else if (status == CX_OK && op->peer && proves_alive(e, op)) cx_peer_heard(e, op->peer);
+    cx_op_finish(e, op, status);
 }
 
 static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
