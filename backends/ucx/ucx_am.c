@@ -21,10 +21,7 @@ int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, 
     cx_wr_init(&w, c->buf, CX_UCX_ACK_HDR_LEN);
     cx_ucx_ack_hdr_put(&w, &(cx_ucx_ack_hdr_t){ .req_id = req_id, .status = (int32_t)status });
     ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = cx_ucx_ctl_send_cb;
-    p.user_data = c;
+    cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
     ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_ACK, c->buf, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: sending an ack failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));

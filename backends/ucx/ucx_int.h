@@ -225,6 +225,9 @@ uint64_t cx_ucx_now_ns(void);
 cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x);
 void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status);
 void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op);   /* after the core got it back */
+/* In a send callback: frees the request; the op (user) when it still waits for this one, else
+ * NULL (it was finished meanwhile, and is freed once no request names it). */
+cx_ucx_op_t *cx_ucx_req_done(void *req, void *user);
 void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op);
 void cx_ucx_ops_free_cache(cx_ucx_t *b);
 /* A bounce buffer of at least len bytes for op (NULL: out of memory), from the two kept for
@@ -241,6 +244,9 @@ void cx_ucx_list_add(cx_ucx_op_t *head, cx_ucx_op_t *op);
 /* ucx_xfer.c */
 int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x);
 void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user);   /* a message or read request left */
+/* A send's parameters: with cb, cb(req, status, user) at completion; with x, the local buffer's
+ * memory handle and type. */
+void cx_ucx_param(ucp_request_param_t *p, void *user, ucp_send_nbx_callback_t cb, const cx_xfer_t *x);
 
 /* ucx_read.c: reads answered by the target, on endpoints without peer error handling */
 void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op);

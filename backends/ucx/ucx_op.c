@@ -199,6 +199,18 @@ void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op)
     if (x) cx_core_xfer_done(b->core, x, status);
 }
 
+cx_ucx_op_t *cx_ucx_req_done(void *req, void *user)
+{
+    cx_ucx_op_t *op = user;
+    ucp_request_free(req);
+    if (op->finished || !op->x) {
+        cx_ucx_op_release(op->b, op);
+        return NULL;
+    }
+    op->pending--;
+    return op;
+}
+
 /* A UCX request naming this op completed; free the op once nothing refers to it. */
 void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op)
 {

@@ -41,15 +41,8 @@
 
 static void cx_ucx_rreq_sent_cb(void *req, ucs_status_t st, void *user)
 {
-    cx_ucx_op_t *op = user;
-    cx_ucx_t *b = op->b;
-    ucp_request_free(req);
-    if (op->finished || !op->x) {
-        cx_ucx_op_release(b, op);
-        return;
-    }
-    op->pending--;
-    if (st != UCS_OK) cx_ucx_op_finish(b, op, cx_ucx_status(st));
+    cx_ucx_op_t *op = cx_ucx_req_done(req, user);
+    if (op && st != UCS_OK) cx_ucx_op_finish(op->b, op, cx_ucx_status(st));
 }
 
 /* Ask for the next segment of the read: [rseg_end, rseg_end + CX_UCX_READ_SEG). */
@@ -64,11 +57,8 @@ static void cx_ucx_read_ask(cx_ucx_t *b, cx_ucx_op_t *op)
     op->rseg = op->rseg_end;
     op->rseg_end += n;
     ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.cb.send = cx_ucx_rreq_sent_cb;
-    p.user_data = op;
+    cx_ucx_param(&p, op, cx_ucx_rreq_sent_cb, NULL);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
     ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_RREQ, op->hdr, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
@@ -154,11 +144,8 @@ static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t re
     }
     c->pin = pin;
     ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                     UCP_OP_ATTR_FIELD_FLAGS;
-    p.cb.send = cx_ucx_ctl_send_cb;
-    p.user_data = c;
+    cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
+    p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_EAGER;
     if (mem_kind == CX_MEM_CUDA) {
         p.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;

@@ -218,10 +218,7 @@ int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue)
     cx_ucx_upd_put(&w, &(cx_ucx_upd_hdr_t){ .inc = b->inc, .gen = b->cur->gen, .addr = wa,
                                              .addr_len = n });
     ucp_request_param_t p;
-    memset(&p, 0, sizeof p);
-    p.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    p.cb.send = cx_ucx_ctl_send_cb;
-    p.user_data = c;
+    cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
     ucs_status_ptr_t r = ucp_am_send_nbx(ue->ep, CX_UCX_AM_UPD, NULL, 0, c->buf, w.len, &p);
     if (UCS_PTR_IS_ERR(r)) {
         cx_warn("ucx: sending an address update failed: %s",

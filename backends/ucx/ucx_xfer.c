@@ -35,14 +35,13 @@ static void cx_ucx_complete_now(cx_ucx_t *b, cx_ucx_op_t *op, int status, int sy
 
 static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op);
 
-static void cx_ucx_param(ucp_request_param_t *p, cx_ucx_op_t *op, ucp_send_nbx_callback_t cb,
-                         const cx_xfer_t *x)
+void cx_ucx_param(ucp_request_param_t *p, void *user, ucp_send_nbx_callback_t cb, const cx_xfer_t *x)
 {
     memset(p, 0, sizeof *p);
     if (cb) {
         p->op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         p->cb.send = cb;
-        p->user_data = op;
+        p->user_data = user;
     }
     if (x) {
         if (x->local_mh) {
@@ -59,14 +58,9 @@ static void cx_ucx_param(ucp_request_param_t *p, cx_ucx_op_t *op, ucp_send_nbx_c
 /* A get or a flush completed. */
 static void cx_ucx_rma_cb(void *req, ucs_status_t st, void *user)
 {
-    cx_ucx_op_t *op = user;
+    cx_ucx_op_t *op = cx_ucx_req_done(req, user);
+    if (!op) return;
     cx_ucx_t *b = op->b;
-    ucp_request_free(req);
-    if (op->finished || !op->x) {
-        cx_ucx_op_release(b, op);
-        return;
-    }
-    op->pending--;
     if (st != UCS_OK) {
         cx_ucx_op_finish(b, op, cx_ucx_status(st));
     } else if (op->x->kind == CX_XFER_PUT_SIGNAL) {
@@ -78,14 +72,9 @@ static void cx_ucx_rma_cb(void *req, ucs_status_t st, void *user)
 
 void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user)
 {
-    cx_ucx_op_t *op = user;
+    cx_ucx_op_t *op = cx_ucx_req_done(req, user);
+    if (!op) return;
     cx_ucx_t *b = op->b;
-    ucp_request_free(req);
-    if (op->finished || !op->x) {
-        cx_ucx_op_release(b, op);
-        return;
-    }
-    op->pending--;
     if (st != UCS_OK) {
         cx_ucx_op_finish(b, op, cx_ucx_status(st));
         return;
