@@ -356,19 +356,41 @@ uint64_t cx_engine_incarnation(const cx_engine_t *e) { return e ? e->incarnation
 /* ---------------------------------------------------------------- peers named by callers */
 
 /* A URL (has '#') or a bare LID. */
+/* The peer of this thread's last op that parsed, kept as parsed: a caller that names one peer op
+ * after op parses it once (cx_url_parse was 0.1 us of a 3.3 us libfabric shm read). */
+static _Thread_local struct {
+    char s[CX_URL_MAX];
+    int by_url;
+    cx_url_t url;
+    cx_lid_t lid;
+} last_peer;
+
 static int parse_peer(const char *peer, cx_op_t *op)
 {
     char err[256];
     if (!peer) { cx_warn("peer is NULL"); return CX_EINVAL; }
+    size_t n = strnlen(peer, CX_URL_MAX);
+    /* Callers may pass an op they did not clear (cx_peer_state): by_url and url are set here. */
+    if (n < CX_URL_MAX && last_peer.s[0] && !strcmp(peer, last_peer.s)) {
+        op->by_url = last_peer.by_url;
+        if (op->by_url) op->url = last_peer.url;
+        op->lid = last_peer.lid;
+        return CX_OK;
+    }
+    op->by_url = 0;
     if (strchr(peer, '#')) {
         if (cx_url_parse(peer, &op->url, err, sizeof err)) { cx_warn("%s", err); return CX_EINVAL; }
         op->by_url = 1;
         op->lid = op->url.lid;
-        return CX_OK;
-    }
-    if (cx_lid_parse(peer, &op->lid, err, sizeof err)) {
+    } else if (cx_lid_parse(peer, &op->lid, err, sizeof err)) {
         cx_warn("peer '%.100s' is neither a URL (ip:port#model|stage|shard|replica) nor a LID: %s", peer, err);
         return CX_EINVAL;
+    }
+    if (n < CX_URL_MAX) {
+        memcpy(last_peer.s, peer, n + 1);
+        last_peer.by_url = op->by_url;
+        if (op->by_url) last_peer.url = op->url;
+        last_peer.lid = op->lid;
     }
     return CX_OK;
 }
