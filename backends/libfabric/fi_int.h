@@ -168,6 +168,8 @@ struct cx_backend {
     cx_fi_shm_wait_t shm_wait[CX_FI_SHM_WAITS];   /* fi_shm.c */
     int shm_nwait;
     uint64_t shm_next_ns;
+    char shm_self[64];          /* our region's name, when fi_setname took it (fi_shm.c) */
+    struct cx_fi_guard *guard;  /* fi_guard.c, NULL when off */
     uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
     uint64_t last_sweep_ns;
 };
@@ -231,6 +233,11 @@ int cx_fi_shm_name(cx_backend_t *b);
 void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
 void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);
+/* fi_guard.c: spinlocks of shm regions left held by a killed process, released once it exited. */
+void cx_fi_guard_start(cx_backend_t *b, const char *self_name);
+void cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name);
+void cx_fi_guard_del(cx_backend_t *b, const void *id);
+void cx_fi_guard_stop(cx_backend_t *b);
 uint64_t cx_fi_now_ns(void);   /* fi_cq.c: CLOCK_MONOTONIC */
 void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps);   /* fi_mr.c */
 void cx_fi_report_dead(cx_backend_t *b);

@@ -67,6 +67,7 @@ static int cx_fi_getinfo(const char *prov, const char *ip, int gpu, struct fi_in
 
 static void cx_fi_free(cx_backend_t *b)
 {
+    cx_fi_guard_stop(b);
     if (b->ep)
         fi_close(&b->ep->fid);
     if (b->rxmr)
@@ -147,6 +148,8 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
         cx_warn("libfabric: %s: endpoint setup: %s", b->prov, fi_strerror(-r));
         return r;
     }
+    if (b->shm_self[0])
+        cx_fi_guard_start(b, b->shm_self);   /* the region exists once enabled */
     b->addr_len = sizeof b->addr;
     uint8_t name[400];
     size_t nlen = sizeof name;
@@ -312,6 +315,7 @@ static void cx_fi_close(cx_backend_t *b)
     if (!b)
         return;
     b->closing = 1;
+    cx_fi_guard_stop(b);   /* before the endpoints: it looks at their regions until joined */
     while (b->eps)
         cx_fi_disconnect(b, b->eps, CX_ECLOSED);
     cx_fi_shm_progress(b, 1);   /* last look at dead peers' regions; closes the pidfds */

@@ -61,7 +61,9 @@ int cx_fi_shm_name(cx_backend_t *b)
     char name[64];
     snprintf(name, sizeof name, CX_FI_SHM_PREFIX "%u-%016" PRIx64, (unsigned)getpid(), b->inc);
     int r = fi_setname(&b->ep->fid, name, strlen(name) + 1);
-    if (r)
+    if (!r)
+        memcpy(b->shm_self, name, sizeof name);
+    else
         cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", name, fi_strerror(-r));
     return 0;   /* the provider's default name still works, short of the hygiene */
 }

@@ -534,6 +534,8 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     if (!strcmp(b->prov, "shm") && pid) {
         ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
         cx_fi_shm_remember(ep, a.name, a.name_len);
+        if (ep->shm_name[0])
+            cx_fi_guard_add(b, ep, pid, ep->shm_name);
     }
     ep->next = b->eps;
     if (b->eps)
@@ -581,6 +583,7 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
         if (!op->posted && !op->in_backlog)
             cx_fi_op_free(b, op);
     }
+    cx_fi_guard_del(b, ep);
     cx_fi_shm_reap(ep);
     if (ep->pidfd >= 0)
         close(ep->pidfd);
