@@ -160,6 +160,8 @@ struct cx_backend {
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
+    int shm_direct;             /* shm: every op ends inside its post (fi_shm.c) */
+    size_t eager_max;           /* a message with its header up to this goes inline */
     size_t rd_inline;           /* with wb: reads up to this many bytes answered inline */
     size_t rd_part;             /* bytes per RDATA message: rxm's eager limit, less headers */
     int closing;
@@ -230,6 +232,7 @@ int cx_fi_peer_dead(struct cx_bep *ep);
 /* fi_shm.c: shm region names (connex's own, per incarnation), a dead peer's region unlinked,
  * regions of vanished connex processes swept at open. */
 int cx_fi_shm_name(cx_backend_t *b);
+int cx_fi_shm_direct(cx_backend_t *b);
 void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
 void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);

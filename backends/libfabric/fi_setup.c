@@ -129,6 +129,10 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     b->hmem = (in->caps & FI_HMEM) != 0;
     b->max_msg = in->ep_attr->max_msg_size;
     b->wb = cx_fi_wb_choose(b);
+    b->eager_max = CX_FI_BUF;
+    if ((b->shm_direct = cx_fi_shm_direct(b)) && in->tx_attr->inject_size >= 256 &&
+        in->tx_attr->inject_size < CX_FI_BUF)
+        b->eager_max = in->tx_attr->inject_size;
     if ((r = fi_fabric(in->fabric_attr, &b->fabric, NULL)) ||
         (r = fi_domain(b->fabric, in, &b->domain, NULL))) {
         cx_warn("libfabric: %s: fabric/domain: %s", b->prov, fi_strerror(-r));
@@ -226,8 +230,10 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     }
     cx_fi_progress(b);   /* arms the wait object (fi_trywait) before the core first waits */
     cx_info("libfabric: opened %s (mr_mode 0x%lx, hmem %d, data_progress %d, gpu_direct %d, "
-            "reads %s)", b->prov, (unsigned long)b->mr_mode, b->hmem,
-            (int)in->domain_attr->data_progress, p->gpu_direct, b->wb ? "by write-back" : "fi_read");
+            "reads %s, writes %s, messages inline up to %zu bytes)", b->prov,
+            (unsigned long)b->mr_mode, b->hmem, (int)in->domain_attr->data_progress, p->gpu_direct,
+            b->wb ? "by write-back" : "fi_read", b->shm_direct ? "direct" : "delivery-complete",
+            b->eager_max - CX_FM_HDR);
     return 0;
 }
 

@@ -18,7 +18,9 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -131,4 +133,46 @@ void cx_fi_shm_progress(cx_backend_t *b, int closing)
         close(w->pidfd);
         *w = b->shm_wait[--b->shm_nwait];
     }
+}
+
+/* Direct mode (libfabric 1.17 shm, "fast RMA"): with FI_MR_VIRT_ADDR, no RMA ordering asked of
+ * the transmit side and CMA between the processes, the provider copies an fi_read or a plain
+ * fi_write with process_vm_readv/writev inside the post itself and completes it there.
+ * Everything else (a delivery-complete write, a message above the inject size) is a command
+ * the target must progress, answered in our region's response queue, which the provider
+ * drains in order: one stopped peer's pending answer held up every other peer's completions
+ * (conformance_hol: 3 of 11 writes to a live peer timed out while another was SIGSTOPped), a
+ * killed peer's for ever (conformance_gpu), and a peer removed from the address vector with an
+ * answer pending made the next progress touch its unmapped region (SIGSEGV, conformance_hol,
+ * 3 runs in 4). So in direct mode writes are plain (their completion still means the bytes
+ * are in the target's memory) and messages above the inject size go by rendezvous (the
+ * target pulls them with fi_read, itself direct): no op waits on another process. */
+int cx_fi_shm_direct(cx_backend_t *b)
+{
+    if (strcmp(b->prov, "shm"))
+        return 0;
+    const char *env = getenv("CONNEX_FI_SHM_DIRECT");
+    if (env && *env)
+        return strcmp(env, "0") != 0;
+    const uint64_t rma_order = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
+                               FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW;
+    const char *nocma = getenv("FI_SHM_DISABLE_CMA");
+    int cma_off = nocma && (!strcmp(nocma, "1") || !strcasecmp(nocma, "yes") ||
+                            !strcasecmp(nocma, "true") || !strcasecmp(nocma, "on"));
+    /* Yama's ptrace_scope 1 and up keeps CMA from reaching processes that are not our
+     * descendants: the provider then falls back to commands for every op. */
+    int yama = 0;
+    FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
+    if (f) {
+        if (fscanf(f, "%d", &yama) != 1)
+            yama = 0;
+        fclose(f);
+    }
+    int ok = !b->hmem && (b->mr_mode & FI_MR_VIRT_ADDR) &&
+             !(b->info->tx_attr->msg_order & rma_order) && !cma_off && yama < 1;
+    if (!ok)
+        cx_info("libfabric: shm: direct mode off (%s): a stopped or killed peer can hold up "
+                "the others' completions", b->hmem ? "FI_HMEM" : cma_off ? "FI_SHM_DISABLE_CMA" :
+                yama >= 1 ? "Yama ptrace_scope" : "the provider's modes");
+    return ok;
 }

@@ -262,7 +262,7 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         } else {
             cx_xfer_t *x = op->x;
             int sig = x->kind == CX_XFER_PUT_SIGNAL;
-            int eager = x->msg_len <= CX_FI_BUF - CX_FM_HDR;
+            int eager = x->msg_len <= b->eager_max - CX_FM_HDR;
             uint8_t t = eager ? (sig ? CX_FM_SIG : CX_FM_MSG) : (sig ? CX_FM_SIG_RTS : CX_FM_MSG_RTS);
             cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = t, .inc = b->inc, .seq = op->seq });
             if (eager) {
@@ -404,8 +404,9 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
 }
 
 /* Posts now, or queues when the provider or the buffer pool is full. */
-/* One delivery-complete write from src to the peer's (raddr, key): its completion means the
- * bytes are in the target's memory, not merely that src may be reused. */
+/* One write from src to the peer's (raddr, key) whose completion means the bytes are in the
+ * target's memory, not merely that src may be reused: delivery-complete, or on shm in direct
+ * mode a plain write, which the provider copies into the target before the post returns. */
 int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
                    uint64_t raddr, uint64_t key)
 {
@@ -420,7 +421,8 @@ int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc,
     m.rma_iov = &riov;
     m.rma_iov_count = 1;
     m.context = &op->c.fc;
-    return (int)fi_writemsg(b->ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+    return (int)fi_writemsg(b->ep, &m, b->shm_direct ? FI_COMPLETION
+                                                     : FI_DELIVERY_COMPLETE | FI_COMPLETION);
 }
 
 int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
