@@ -3,6 +3,9 @@
  * Two processes (this one forks the target), one FI_EP_RDM endpoint each, the same provider and
  * the same calls the backend makes: fi_read, and fi_writemsg with FI_DELIVERY_COMPLETE (the
  * backend's write completes when the data is at the target; -W measures plain fi_write too).
+ * On shm the backend's direct mode writes with a plain fi_writemsg, which the provider copies
+ * into the target inside the post (backends/libfabric/fi_shm.c): so does "write" here, unless
+ * CONNEX_FI_SHM_DIRECT=0 (as for the backend).
  * One op at a time, like cx_read / cx_write; the target busy-polls its CQ (manual-progress
  * providers such as tcp;ofi_rxm serve reads only while the target drives its CQ).
  *
@@ -165,6 +168,8 @@ static int wait_one(struct fab *f)
 
 enum { OP_READ, OP_WRITE_DC, OP_WRITE };
 
+static int g_write_flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
+
 static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h,
                 struct fi_context2 *ctx)
 {
@@ -181,7 +186,7 @@ static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct 
             struct fi_msg_rma m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
                                     .addr = peer, .rma_iov = &riov, .rma_iov_count = 1,
                                     .context = ctx };
-            r = fi_writemsg(f->ep, &m, FI_DELIVERY_COMPLETE | FI_COMPLETION);
+            r = fi_writemsg(f->ep, &m, (uint64_t)g_write_flags);
         }
         if (r == -FI_EAGAIN)
             fi_cq_read(f->cq, NULL, 0);
@@ -247,8 +252,12 @@ int main(int argc, char **argv)
     fi_addr_t peer;
     if (fi_av_insert(f.av, h.name, 1, &peer, 0, NULL) != 1)
         die("fi_av_insert", -FI_EINVAL);
-    printf("# fi_raw provider=%s (%s), one op at a time, target busy-polls its CQ\n",
-           f.info->fabric_attr->prov_name, f.info->domain_attr->name);
+    const char *direct = getenv("CONNEX_FI_SHM_DIRECT");
+    if (!strcmp(f.info->fabric_attr->prov_name, "shm") && !(direct && !strcmp(direct, "0")))
+        g_write_flags = FI_COMPLETION;
+    printf("# fi_raw provider=%s (%s), one op at a time, target busy-polls its CQ, write = %s\n",
+           f.info->fabric_attr->prov_name, f.info->domain_attr->name,
+           g_write_flags == FI_COMPLETION ? "plain fi_writemsg (shm direct)" : "delivery-complete");
     static double lat[MAXITER];
     struct fi_context2 ctx;
     int ops[3] = { OP_READ, OP_WRITE_DC, OP_WRITE };
