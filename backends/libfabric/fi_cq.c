@@ -380,6 +380,12 @@ static int cx_fi_drain(cx_backend_t *b)
             }
         }
         total += (int)n;
+        /* Fewer than asked for: the CQ was empty behind them. Another fi_cq_read now would find
+         * nothing but run the provider's progress once more (on shm about as long as the
+         * read of a 4 KiB op itself); the next poll or progress call reads what comes later,
+         * and fi_trywait checks the CQ before the progress thread sleeps. */
+        if (n < CX_FI_CQ_BATCH)
+            return total;
     }
     return -1;
 }

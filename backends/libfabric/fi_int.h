@@ -24,6 +24,7 @@
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
 #define CX_FI_ACK_BUCKETS 256
+#define CX_FI_OP_CACHE 64       /* freed ops kept for reuse */
 /* Per peer: what one peer may hold of the shared resources, so that a peer that stops reading
  * (SIGSTOP, a hung host) cannot take them all from the others until its op timeout. */
 #define CX_FI_EP_POSTED_MAX 256             /* ops posted to the provider (rxm's tx queue is 2048) */
@@ -94,7 +95,7 @@ struct cx_bep {
     int used;                   /* an op was posted: rxm has (or is making) a connection */
     int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
-    uint64_t pid_seen_ns;       /* shm: when its pidfd was last found not readable */
+    unsigned pid_posts;         /* shm: posts, its pidfd looked at every CX_FI_PID_POSTS */
     char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
     int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
     int nops;                   /* ops linked in ops (cheap bound before counting them) */
@@ -158,6 +159,8 @@ struct cx_backend {
     uint64_t q_pass;            /* backlog passes, for cx_bep.q_blocked */
     int q_stuck;                /* the last pass posted nothing: every queued endpoint waits */
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
+    cx_fi_op_t *op_cache;       /* freed ops for reuse, linked by qnext */
+    int op_ncache;
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
     int shm_direct;             /* shm: every op ends inside its post (fi_shm.c) */

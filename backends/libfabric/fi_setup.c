@@ -92,6 +92,11 @@ static void cx_fi_free(cx_backend_t *b)
         close(b->tfd);
     if (b->qfd >= 0)
         close(b->qfd);
+    while (b->op_cache) {
+        cx_fi_op_t *op = b->op_cache;
+        b->op_cache = op->qnext;
+        free(op);
+    }
     free(b->rxmem);
     free(b->txmem);
     free(b);

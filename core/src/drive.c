@@ -126,11 +126,12 @@ static int others_in_flight(const cx_engine_t *e, const cx_op_t *op)
  * nothing else in flight: the transports stay polled for this caller's next op (drive.h). Else
  * they are armed again before the caller lets go. `left`: the queue holds what only the progress
  * thread may start (cx_progress_drain), and this caller may have read the eventfd that would
- * wake it. `mine`: the op was not done yet as this caller took the lock (ops_driven_done). */
-static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine)
+ * wake it. `mine`: the op was not done yet as this caller took the lock (ops_driven_done).
+ * `fresh`: `end` was computed from the clock just now (a clock read is not free on a VM). */
+static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, int fresh)
 {
     int polled = 0;
-    if (!cx_op_is_done(op) && cx_now_ns() < end) {
+    if (!cx_op_is_done(op) && end && (fresh || cx_now_ns() < end)) {
         cx_drive_unwatch(e);
         polled = 1;
         for (unsigned i = 1; !cx_op_is_done(op); i++) {
@@ -207,7 +208,8 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     if (wait && op->spin_ns) cx_drive_unwatch(e);
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
-    drive_locked(e, op, wait && op->stage != OPS_HANDOFF ? cx_now_ns() + op->spin_ns : 0, 0, 1);
+    drive_locked(e, op, wait && op->stage != OPS_HANDOFF && op->spin_ns ? cx_now_ns() + op->spin_ns : 0,
+                 0, 1, 1);
     return 1;
 }
 
@@ -246,7 +248,7 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
              * that only the progress thread runs). */
             int mine = !cx_op_is_done(op);
             int left = !cx_progress_drain_commands(e);   /* this op, queued: start it now */
-            drive_locked(e, op, left ? 0 : end, left, mine);
+            drive_locked(e, op, left ? 0 : end, left, mine, 0);
             break;
         }
         if (!(i & 63)) {
