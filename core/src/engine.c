@@ -51,6 +51,15 @@ static void op_destroy(cx_op_t *op)
 void cx_op_complete(cx_op_t *op, int status)
 {
     if (op->on_done) { op->on_done(op, status); return; }   /* a group step's child */
+    /* Completed by the caller that waits for it, while it drives (drive.c): nobody sleeps on the
+     * condition variable, and its wait_done reads this without the mutex. Another thread must
+     * take the mutex, so that the caller cannot destroy the op under its signal. */
+    if (op->owned && pthread_equal(op->owner, pthread_self())) {
+        op->status = status;
+        op->done_by_owner = 1;
+        cx_op_set_done(op);
+        return;
+    }
     pthread_mutex_lock(&op->mu);
     op->status = status;
     cx_op_set_done(op);
@@ -82,6 +91,7 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
 
 static int wait_done(cx_op_t *op)
 {
+    if (op->done_by_owner) return op->status;   /* this thread completed it: see cx_op_complete */
     cx_op_spin(op, op->spin_ns);
     pthread_mutex_lock(&op->mu);
     while (!cx_op_is_done(op)) pthread_cond_wait(&op->cv, &op->mu);
@@ -97,6 +107,8 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
      * the transports' lock from the caller. */
     int driving = e->drive && op->spin_ns && op->kind != CX_OPK_EXEC;
     int rc = CX_OK;
+    op->owned = 1;
+    op->owner = pthread_self();
     if (driving) atomic_fetch_add(&e->drivers, 1);
     if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1)) op->spin_ns = 0;   /* it polled for its window already */
     else if ((rc = cx_submit(e, op)) == CX_OK && driving) {

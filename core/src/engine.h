@@ -64,6 +64,9 @@ struct cx_op {
     int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
     uint64_t spin_ns;         /* the engine's poll window, copied: an async op outlives its engine */
     int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
+    int owned;                /* a synchronous call's op: `owner` waits for it (run_sync) */
+    int done_by_owner;        /* completed on `owner`'s own thread, which drove it: no wake-up */
+    pthread_t owner;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cx_op_t *next, *prev;
