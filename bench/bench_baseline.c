@@ -71,7 +71,8 @@ static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, 
             used += (size_t)snprintf(sz + used, sizeof sz - used, "%s%zu", used ? "," : "", o->sizes[i]);
     if (!used) return;
     if (!strcmp(tool, "fi_raw"))
-        snprintf(cmd, sizeof cmd, "timeout 120 '%s' -s %s -t %.3f 2>&1", path, sz, o->budget_ms / 1000.0);
+        snprintf(cmd, sizeof cmd, "timeout 120 '%s' -s %s -t %.3f -n %d 2>&1", path, sz, o->budget_ms / 1000.0,
+                 iters);
     else
         snprintf(cmd, sizeof cmd, "timeout 120 '%s' %d %s %d 2>&1", path, iters, sz, o->budget_ms);
     cx_bench_progress(o, "baseline %s under %s", tool, v->name);

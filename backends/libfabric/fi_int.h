@@ -177,6 +177,7 @@ struct cx_backend {
     struct cx_fi_guard *guard;  /* fi_guard.c, NULL when off */
     uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
     uint64_t last_sweep_ns;
+    uint64_t sweep_gap_ns;         /* between hot sweeps: doubles from 1 ms after a connect */
 };
 
 /* fi_mr.c */

@@ -563,9 +563,11 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         if (op && cx_fi_start(b, op))
             cx_fi_op_free(b, op);
         /* The peer dials us as well: its connection is accepted inside fi_cq_read, with a
-         * socket libfabric opens without close-on-exec. Sweep closely for a while. */
+         * socket libfabric opens without close-on-exec. Sweep closely for a while, at a gap
+         * that doubles from 1 ms (fi_cq.c, cx_fi_maybe_sweep). */
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
+        b->sweep_gap_ns = 1000000ull;
         b->sweep_hot_until_ns = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec +
                                 2000000000ull;
     }

@@ -9,9 +9,9 @@
  * One op at a time, like cx_read / cx_write; the target busy-polls its CQ (manual-progress
  * providers such as tcp;ofi_rxm serve reads only while the target drives its CQ).
  *
- * usage: fi_raw [-p provider] [-a address] [-s size,size,...] [-t seconds per size] [-W]
+ * usage: fi_raw [-p provider] [-a address] [-s size,size,...] [-t seconds per size] [-n ops per size] [-W]
  *   default provider: $CONNEX_FI_PROVIDER, else tcp;ofi_rxm; address (tcp only) 127.0.0.1;
- *   sizes 4096,16384,1048576,16777216; 2 s per size
+ *   sizes 4096,16384,1048576,16777216; 2 s per size, at most -n ops (default and cap 100000)
  * Output: one line per op and size: p50 and mean latency, bandwidth = size / mean.
  */
 #include <rdma/fabric.h>
@@ -208,17 +208,23 @@ int main(int argc, char **argv)
     char sizes_s[256] = "4096,16384,1048576,16777216";
     double per_size = 2.0;
     int plain_write = 0;
+    int max_ops = MAXITER;
     const char *ip = "127.0.0.1";
     int o;
-    while ((o = getopt(argc, argv, "p:a:s:t:Wh")) != -1) {
+    while ((o = getopt(argc, argv, "p:a:s:t:n:Wh")) != -1) {
         switch (o) {
         case 'p': prov = optarg; break;
         case 'a': ip = optarg; break;
         case 's': snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
         case 't': per_size = atof(optarg); break;
         case 'W': plain_write = 1; break;
+        case 'n':
+            max_ops = atoi(optarg);
+            if (max_ops < 5 || max_ops > MAXITER)
+                max_ops = MAXITER;
+            break;
         default:
-            fprintf(stderr, "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-W]\n",
+            fprintf(stderr, "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-n ops] [-W]\n",
                     argv[0]);
             return 1;
         }
@@ -271,7 +277,7 @@ int main(int argc, char **argv)
                 rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
             int n = 0;
             double t0 = now_s();
-            while (n < MAXITER && !rc && (n < 5 || now_s() - t0 < per_size)) {
+            while (n < max_ops && !rc && (n < 5 || now_s() - t0 < per_size)) {
                 double a = now_s();
                 rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
                 lat[n++] = now_s() - a;
