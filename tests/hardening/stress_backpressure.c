@@ -313,7 +313,10 @@ static void test_control_flood_without_reading(void **state)
     uint64_t t0 = cxt_now_ns();
     size_t sent = 0;
     int stalled = 0;
-    while (cxt_ms_since(t0) < 3000) {
+    /* Until the sink stops reading us: it takes 4 MiB of replies queued plus what the kernel
+     * buffers on both sides, about 3 s of flooding under ASan on a loaded 2-vCPU CI machine
+     * (one CI run ended at 3277 ms still accepted, 7.8 MB of queries sent). */
+    while (cxt_ms_since(t0) < 15000) {
         struct pollfd pfd = { .fd = fd, .events = POLLOUT };
         if (poll(&pfd, 1, 1000) <= 0) { stalled = 1; break; }   /* the sink stopped reading us */
         ssize_t n = send(fd, buf, off, MSG_NOSIGNAL | MSG_DONTWAIT);
