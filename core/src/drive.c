@@ -127,17 +127,20 @@ static int others_in_flight(const cx_engine_t *e, const cx_op_t *op)
  * they are armed again before the caller lets go. `left`: the queue holds what only the progress
  * thread may start (cx_progress_drain), and this caller may have read the eventfd that would
  * wake it. `mine`: the op was not done yet as this caller took the lock (ops_driven_done).
- * `fresh`: `end` was computed from the clock just now (a clock read is not free on a VM). */
-static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, int fresh)
+ * `spin`: with `end` 0, poll for that long from now, the clock read only if the op is not done
+ * within the first polls (a clock read is not free on a VM: most small shm ops need none). */
+static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, uint64_t spin)
 {
     int polled = 0;
-    if (!cx_op_is_done(op) && end && (fresh || cx_now_ns() < end)) {
+    if (!cx_op_is_done(op) && (spin || (end && cx_now_ns() < end))) {
         cx_drive_unwatch(e);
         polled = 1;
         for (unsigned i = 1; !cx_op_is_done(op); i++) {
             cx_progress_turn(e, 1);
             if (!(i & 7)) {
-                if (cx_now_ns() >= end || atomic_load(&e->pwant)) break;
+                if (!end) end = cx_now_ns() + spin;   /* the window starts a few polls late */
+                else if (cx_now_ns() >= end) break;
+                if (atomic_load(&e->pwant)) break;
                 /* other callers' ops: the progress thread waits for us */
                 if (!cx_progress_drain_commands(e)) left = 1;
             }
@@ -208,8 +211,7 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     if (wait && op->spin_ns) cx_drive_unwatch(e);
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
-    drive_locked(e, op, wait && op->stage != OPS_HANDOFF && op->spin_ns ? cx_now_ns() + op->spin_ns : 0,
-                 0, 1, 1);
+    drive_locked(e, op, 0, 0, 1, wait && op->stage != OPS_HANDOFF ? op->spin_ns : 0);
     return 1;
 }
 

@@ -30,6 +30,27 @@ uint64_t cx_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t coarse_tick_ns(void)
+{
+    static _Atomic uint64_t tick;   /* 0: not read yet */
+    uint64_t t = atomic_load_explicit(&tick, memory_order_relaxed);
+    if (t) return t;
+    struct timespec r;
+    /* no coarse clock: the tick stays UINT64_MAX, and deadlines take the precise one */
+    t = clock_getres(CLOCK_MONOTONIC_COARSE, &r) ? UINT64_MAX : (uint64_t)r.tv_sec * 1000000000ull + (uint64_t)r.tv_nsec;
+    if (!t || t > 100000000ull) t = UINT64_MAX;   /* a tick over 100 ms is no use for op deadlines */
+    atomic_store_explicit(&tick, t, memory_order_relaxed);
+    return t;
+}
+
+uint64_t cx_deadline_ns(uint32_t ms)
+{
+    uint64_t tick = coarse_tick_ns(), span = (uint64_t)ms * 1000000ull;
+    struct timespec ts;
+    if (tick == UINT64_MAX || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)) return cx_now_ns() + span;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + tick + span;
+}
+
 void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
 {
     memset(op, 0, sizeof *op);
@@ -609,7 +630,7 @@ static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *pe
     int rc = parse_peer(peer, op);
     if (!rc && xkind != CX_XFER_MSG) rc = local_check(e, local, len, what, &op->x.local_mem);
     if (!rc && remote + len < remote) { cx_warn("%s: remote range wraps around", what); rc = CX_EINVAL; }
-    op->deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    op->deadline_ns = cx_deadline_ns(e->cfg.op_timeout_ms);
     return rc;
 }
 
