@@ -239,10 +239,20 @@ int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
     }
 }
 
-int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
+/* Under plock: whether polling the transports can end `op`. Not while the progress thread has
+ * it (handed off, staged through the GPU ring, served over the control connection) or it waits
+ * for its peer or region: a driving caller would only keep that thread from it (staging does
+ * not even run while a caller drives). */
+static int pollable(const cx_op_t *op)
 {
-    if (!e->drive || !op->spin_ns) return cx_op_is_done(op);
-    uint64_t end = cx_now_ns() + op->spin_ns;
+    return op->stage == OPS_QUEUED || op->stage == OPS_IN_BACKEND || op->stage == OPS_WAIT_CREDIT ||
+           op->stage == OPS_CHUNKED || op->stage == OPS_DONE;
+}
+
+int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns)
+{
+    if (!e->drive || !window_ns) return cx_op_is_done(op);
+    uint64_t end = cx_now_ns() + window_ns;
     for (unsigned i = 1; !cx_op_is_done(op); i++) {
         if (take(e)) {
             /* Done by the progress thread before this caller got the lock: not driven here
@@ -250,7 +260,7 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op)
              * that only the progress thread runs). */
             int mine = !cx_op_is_done(op);
             int left = !cx_progress_drain_commands(e);   /* this op, queued: start it now */
-            drive_locked(e, op, left ? 0 : end, left, mine, 0);
+            drive_locked(e, op, left || !pollable(op) ? 0 : end, left, mine, 0);
             break;
         }
         if (!(i & 63)) {

@@ -23,9 +23,11 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait);
  * transports (drive.c). */
 int cx_drive_soon(cx_engine_t *e, cx_op_t *op);
 
-/* A caller whose op went through cx_submit (the lock was busy): until the op is done or its poll
- * window ends, take the lock when it comes free and drive. Returns 1 when the op is done. */
-int cx_drive_wait(cx_engine_t *e, cx_op_t *op);
+/* A caller whose op went through cx_submit (the lock was busy), or that waits for an async op
+ * (cx_op_wait): until the op is done or `window_ns` ends, take the lock when it comes free and
+ * drive. An op handed off to the progress thread (device memory, a connect) is not polled for.
+ * Returns 1 when the op is done. */
+int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns);
 
 /* Under plock, on a driving caller: leave `op` (started, linked to its peer) for the progress
  * thread, which sends it on its way again (cx_op_go) at its next iteration: a data endpoint to
