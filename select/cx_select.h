@@ -95,12 +95,23 @@ typedef struct cx_probe {
     int peermem;                /* nvidia_peermem (or nv_peer_mem) loaded */
 
     char notes[1024];           /* other findings, one per line */
+    unsigned libs_done;         /* CX_PROBE_* already probed (cx_probe_host_libs) */
 } cx_probe_t;
+
+/* The library probes, each costly (dlopen, and libfabric's first fi_getinfo reads
+ * /proc/kallsyms: about 100 ms here): an engine with a forced backend runs only its own. */
+enum { CX_PROBE_VERBS = 1, CX_PROBE_FABRIC = 2, CX_PROBE_UCX = 4, CX_PROBE_CUDA = 8,
+       CX_PROBE_LIBS = 15 };
 
 /* Probe this host. sysfs_root NULL = "/sys" (tests pass a synthetic tree). Never fails because
  * something is missing: each absence is recorded in the probe. Returns CX_OK, or CX_EINVAL for a
  * NULL probe. CONNEX_PROBE_CUDA=0 skips cuInit (it costs time and memory in the process). */
 int cx_probe_host(cx_probe_t *p, const char *sysfs_root);
+/* cx_probe_host in two steps: the host (built backends, host id, sysfs), then the library probes
+ * in `libs` (CX_PROBE_*) not yet run on p; a library never probed keeps probed 0 and a note
+ * saying so. cx_probe_host(p, r) = cx_probe_host_base(p, r) + cx_probe_host_libs(p, r, ALL). */
+int cx_probe_host_base(cx_probe_t *p, const char *sysfs_root);
+int cx_probe_host_libs(cx_probe_t *p, const char *sysfs_root, unsigned libs);
 /* Only the sysfs part (RDMA devices, PCI topology, GPUs seen by PCI id, peermem module). */
 int cx_probe_sysfs(cx_probe_t *p, const char *sysfs_root);
 

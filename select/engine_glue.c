@@ -9,46 +9,70 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
-/* The host does not change under a running process: probe it once (dlopen of the RDMA and CUDA
- * libraries costs a few hundred ms), and let every engine of the process share the result. */
+/* The host does not change under a running process: probe it once and let every engine of the
+ * process share the result. The library probes (dlopen of the RDMA and CUDA libraries, and
+ * libfabric's first fi_getinfo, which reads /proc/kallsyms: about 100 ms here) run only when an
+ * engine's backend needs them: CONNEX_BACKEND=zmq opens an engine in about 10 ms instead of
+ * 100-120, ucx without the libfabric probe. A later engine that needs more probes the rest. */
 static cx_probe_t *probe_cached;
-static pthread_once_t probe_once_ctl = PTHREAD_ONCE_INIT;
+static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 
-static void probe_run(void)
+/* Under probe_mu. */
+static cx_probe_t *probe_get(unsigned libs)
 {
-    probe_cached = calloc(1, sizeof *probe_cached);
-    if (!probe_cached) return;
     const char *root = getenv("CONNEX_SYSFS_ROOT");   /* tests: a synthetic tree */
-    cx_probe_host(probe_cached, root && *root ? root : NULL);
+    if (root && !*root) root = NULL;
+    if (!probe_cached) {
+        cx_probe_t *p = calloc(1, sizeof *p);
+        if (!p) return NULL;
+        cx_probe_host_base(p, root);
+        probe_cached = p;
+    }
+    if (libs & ~probe_cached->libs_done) cx_probe_host_libs(probe_cached, root, libs);
+    return probe_cached;
 }
 
-static cx_probe_t *probe_once(void)
+/* What the policy reads for a backend: RDMA devices (verbs) and GPUs (CUDA) for both network
+ * libraries, the library itself; nothing for ZeroMQ. Anything else (auto, or a name the policy
+ * will refuse): all of it. */
+static unsigned libs_for(const char *backend)
 {
-    pthread_once(&probe_once_ctl, probe_run);
-    return probe_cached;
+    if (!backend) return CX_PROBE_LIBS;
+    if (!strcmp(backend, "zmq")) return 0;
+    if (!strcmp(backend, "ucx")) return CX_PROBE_VERBS | CX_PROBE_UCX | CX_PROBE_CUDA;
+    if (!strcmp(backend, "libfabric")) return CX_PROBE_VERBS | CX_PROBE_FABRIC | CX_PROBE_CUDA;
+    return CX_PROBE_LIBS;
 }
 
 const char *cx_select_host_id(void)
 {
-    cx_probe_t *p = probe_once();
-    return p ? p->host_id : "";
+    pthread_mutex_lock(&probe_mu);
+    cx_probe_t *p = probe_get(0);
+    pthread_mutex_unlock(&probe_mu);
+    return p ? p->host_id : "";   /* set once, before probe_cached is published */
 }
 
 int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **out, int max,
                          cx_decision_t *dec)
 {
     if (!out || max <= 0) return CX_EINVAL;
-    cx_probe_t *p = probe_once();
+    cx_select_opts_t o;
+    cx_select_opts_from_env(&o, cfg_backend);
     cx_decision_t *d = dec ? dec : calloc(1, sizeof *d);
-    if (!p || !d) {
+    if (!d) return CX_ENOMEM;
+    /* The decision reads the shared probe, which another engine's open may be adding to. */
+    pthread_mutex_lock(&probe_mu);
+    cx_probe_t *p = probe_get(libs_for(o.backend && *o.backend && strcasecmp(o.backend, "auto")
+                                       ? o.backend : NULL));
+    int rc = p ? cx_select_decide_opts(p, &o, d) : CX_ENOMEM;
+    if (p) cx_select_log(p, d, rc);
+    pthread_mutex_unlock(&probe_mu);
+    if (!p) {
         if (!dec) free(d);
         return CX_ENOMEM;
     }
-    cx_select_opts_t o;
-    cx_select_opts_from_env(&o, cfg_backend);
-    int rc = cx_select_decide_opts(p, &o, d);
-    cx_select_log(p, d, rc);
     int n = 0;
     for (int i = 0; rc == CX_OK && i < d->n && n < max; i++) {
         const struct cx_backend_ops *ops = NULL;

@@ -60,22 +60,53 @@ static void probe_host_id(cx_probe_t *p)
     snprintf(p->host_id, sizeof p->host_id, "%s/%s", host, boot);
 }
 
-int cx_probe_host(cx_probe_t *p, const char *sysfs_root)
+int cx_probe_host_base(cx_probe_t *p, const char *sysfs_root)
 {
     if (!p) return CX_EINVAL;
     memset(p, 0, sizeof *p);
     probe_built(p);
     probe_host_id(p);
     cx_probe_sysfs(p, sysfs_root);
+    static const char *const skipped = "not probed: the engine's backend does not use it";
+    cx_sel_copy(p->verbs.note, sizeof p->verbs.note, skipped);
+    cx_sel_copy(p->fabric.note, sizeof p->fabric.note, skipped);
+    cx_sel_copy(p->ucx.note, sizeof p->ucx.note, skipped);
+    cx_sel_copy(p->cuda.note, sizeof p->cuda.note, skipped);
+    return CX_OK;
+}
+
+int cx_probe_host_libs(cx_probe_t *p, const char *sysfs_root, unsigned libs)
+{
+    if (!p) return CX_EINVAL;
+    libs &= CX_PROBE_LIBS & ~p->libs_done;
+    p->libs_done |= libs;
     /* verbs after sysfs: it marks which sysfs devices have a user-space provider; ucx after
      * sysfs: the port's link layer tells IB from RoCE for its rc/dc/ud transports */
     /* libibverbs reads the real /sys: cross-checking a synthetic tree against it means nothing */
-    if (!sysfs_root || !strcmp(sysfs_root, "/sys"))
-        cx_sel_probe_verbs(p);
-    else
-        snprintf(p->verbs.note, sizeof p->verbs.note, "not cross-checked: synthetic sysfs root");
-    cx_sel_probe_fabric(p);
-    cx_sel_probe_ucx(p);
-    cx_sel_probe_cuda(p);
+    if (libs & CX_PROBE_VERBS) {
+        p->verbs.note[0] = 0;
+        if (!sysfs_root || !strcmp(sysfs_root, "/sys"))
+            cx_sel_probe_verbs(p);
+        else
+            snprintf(p->verbs.note, sizeof p->verbs.note, "not cross-checked: synthetic sysfs root");
+    }
+    if (libs & CX_PROBE_FABRIC) {
+        p->fabric.note[0] = 0;
+        cx_sel_probe_fabric(p);
+    }
+    if (libs & CX_PROBE_UCX) {
+        p->ucx.note[0] = 0;
+        cx_sel_probe_ucx(p);
+    }
+    if (libs & CX_PROBE_CUDA) {
+        p->cuda.note[0] = 0;
+        cx_sel_probe_cuda(p);
+    }
     return CX_OK;
+}
+
+int cx_probe_host(cx_probe_t *p, const char *sysfs_root)
+{
+    int rc = cx_probe_host_base(p, sysfs_root);
+    return rc ? rc : cx_probe_host_libs(p, sysfs_root, CX_PROBE_LIBS);
 }

@@ -551,9 +551,18 @@ static void test_gdr_policy_and_teardown(void **state)
     cxt_drain_events(E);
     /* the copy engine's threads and eventfd, the ring, the device bytes: all gone */
     int fds1 = cxt_count_fds(), thr1 = count_threads();
+    for (int i = 0; i < 200 && fds1 > fds0; i++) {   /* closes still under way: up to 2 s */
+        usleep(10000);
+        fds1 = cxt_count_fds();
+    }
     fprintf(stderr, "fds %d -> %d, threads %d -> %d, sim bytes %zu -> %zu\n", fds0, fds1, thr0, thr1, sim0,
             cx_gpu_sim_bytes());
-    assert_int_equal(fds1, fds0);
+    /* Fewer is not a leak: a UCX worker that an earlier case retired (the worker rotates when a
+     * shared-memory peer is killed) is destroyed when its grace ends, which may fall inside this
+     * case (its epoll and event fds, shm segments and socket: 5 fds on ucx_shm, seen once peers
+     * restarted faster). The copy engine's threads and the device bytes are checked exactly. */
+    if (fds1 < fds0) fprintf(stderr, "%d fds fewer than at the start: closed by the engine meanwhile\n", fds0 - fds1);
+    assert_true(fds1 <= fds0);
     assert_int_equal(thr1, thr0);
     assert_int_equal(cx_gpu_sim_bytes(), sim0);
 }
