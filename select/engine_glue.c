@@ -14,8 +14,9 @@
 /* The host does not change under a running process: probe it once and let every engine of the
  * process share the result. The library probes (dlopen of the RDMA and CUDA libraries, and
  * libfabric's first fi_getinfo, which reads /proc/kallsyms: about 100 ms here) run only when an
- * engine's backend needs them: CONNEX_BACKEND=zmq opens an engine in about 10 ms instead of
- * 100-120, ucx without the libfabric probe. A later engine that needs more probes the rest. */
+ * engine's backend needs them: with CONNEX_BACKEND=zmq the first engine of a process opened in
+ * 1.3 ms instead of 104 here, with ucx in 23 ms instead of 126 (no libfabric probe). A later
+ * engine that needs more probes the rest. */
 static cx_probe_t *probe_cached;
 static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 
