@@ -163,6 +163,7 @@ struct cx_backend {
     int op_ncache;
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
+    uint32_t prov_version;      /* fabric_attr->prov_version: whether tcp's fi_read is safe */
     int shm_direct;             /* shm: every op ends inside its post (fi_shm.c) */
     size_t eager_max;           /* a message with its header up to this goes inline */
     size_t rd_inline;           /* with wb: reads up to this many bytes answered inline */
@@ -210,6 +211,7 @@ cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq);
 
 /* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
 int cx_fi_wb_choose(cx_backend_t *b);
+int cx_fi_tcp_read_fixed(uint32_t prov_version);
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
 void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);

@@ -133,6 +133,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     b->mr_mode = in->domain_attr->mr_mode;
     b->hmem = (in->caps & FI_HMEM) != 0;
     b->max_msg = in->ep_attr->max_msg_size;
+    b->prov_version = in->fabric_attr->prov_version;
     b->wb = cx_fi_wb_choose(b);
     b->eager_max = CX_FI_BUF;
     if ((b->shm_direct = cx_fi_shm_direct(b)) && in->tx_attr->inject_size >= 256 &&

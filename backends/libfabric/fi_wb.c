@@ -32,9 +32,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Whether this tcp provider completes a read's receive entry once when its connection is torn
+ * down (README.md, "Reads on tcp"). Built-in providers report FI_VERSION(major * 100 + minor,
+ * revision * 10). The fix (ofiwg/libfabric PR 8660 on main, 8656 on v1.17.x, both merged on
+ * 2023-03-15) came after 1.17.1 (2023-03-03) and is in 1.18.0: anything below 118 counts as
+ * affected, a 1.17.x released later included (safe: it only costs the faster path). */
+int cx_fi_tcp_read_fixed(uint32_t prov_version)
+{
+    return FI_MAJOR(prov_version) >= 118;
+}
+
 /* Write-back needs no local descriptor on the target side (no FI_MR_LOCAL): tcp;ofi_rxm
- * reports mr_mode 0. CONNEX_FI_TCP_READ=rma keeps fi_read (for measurements, or a fixed
- * libfabric); anything else but "writeback" is refused with a warning. Also sets rd_inline. */
+ * reports mr_mode 0. CONNEX_FI_TCP_READ: auto (the default) uses write-back only on a tcp
+ * provider with the teardown bug, rma always fi_read, writeback always write-back; anything else
+ * is refused with a warning and taken as auto. Also sets rd_inline. */
 int cx_fi_wb_choose(cx_backend_t *b)
 {
     /* RDATA parts fit rxm's eager limit (the user's FI_OFI_RXM_EAGER_LIMIT, else 16 KiB): a
@@ -64,12 +75,17 @@ int cx_fi_wb_choose(cx_backend_t *b)
             b->rd_inline = (size_t)v;
     }
     const char *s = getenv("CONNEX_FI_TCP_READ");
-    if (!s || !*s || !strcmp(s, "writeback"))
+    if (s && !strcmp(s, "writeback"))
         return 1;
-    if (!strcmp(s, "rma"))
+    if (s && !strcmp(s, "rma"))
         return 0;
-    cx_warn("libfabric: CONNEX_FI_TCP_READ=%s not understood (writeback|rma), using writeback", s);
-    return 1;
+    if (s && *s && strcmp(s, "auto"))
+        cx_warn("libfabric: CONNEX_FI_TCP_READ=%s not understood (auto|rma|writeback), using auto", s);
+    int fixed = cx_fi_tcp_read_fixed(b->prov_version);
+    cx_debug("libfabric: %s provider version %u.%u: reads by %s", b->prov,
+             (unsigned)FI_MAJOR(b->prov_version), (unsigned)FI_MINOR(b->prov_version),
+             fixed ? "fi_read" : "write-back (the tcp teardown bug of libfabric < 1.18)");
+    return !fixed;
 }
 
 /* Initiator: the request, after the common header. Where the target must write: a

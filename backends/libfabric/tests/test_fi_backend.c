@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "connex/log.h"
+#include "../fi_int.h"
 
 extern const struct cx_backend_ops cx_libfabric_ops;
 static const struct cx_backend_ops *ops = &cx_libfabric_ops;
@@ -259,6 +260,52 @@ static void test_put_signal(void **state)
     assert_int_equal(cb.msg_len[0], sizeof big);
 }
 
+/* How reads go on tcp: fi_read only on a tcp provider without 1.17.0's teardown bug, unless
+ * CONNEX_FI_TCP_READ says otherwise; never write-back on other providers. */
+static void test_tcp_read_choice(void **state)
+{
+    (void)state;
+    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 0)));
+    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 1)));   /* a custom build of 1.17.0 */
+    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 10)));  /* 1.17.1: released before the fix */
+    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(116, 10)));
+    assert_true(cx_fi_tcp_read_fixed(FI_VERSION(118, 0)));
+    assert_true(cx_fi_tcp_read_fixed(FI_VERSION(122, 0)));
+
+    static struct cx_backend b;   /* large: not on the stack */
+    memset(&b, 0, sizeof b);
+    const char *old = getenv("CONNEX_FI_TCP_READ");
+    char saved[64] = "";
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    unsetenv("CONNEX_FI_TCP_READ");
+    snprintf(b.prov, sizeof b.prov, "tcp;ofi_rxm");
+    b.prov_version = FI_VERSION(117, 0);
+    assert_int_equal(cx_fi_wb_choose(&b), 1);
+    assert_true(b.rd_inline > 0);
+    b.prov_version = FI_VERSION(118, 0);
+    assert_int_equal(cx_fi_wb_choose(&b), 0);
+    setenv("CONNEX_FI_TCP_READ", "writeback", 1);
+    assert_int_equal(cx_fi_wb_choose(&b), 1);
+    b.prov_version = FI_VERSION(117, 0);
+    setenv("CONNEX_FI_TCP_READ", "rma", 1);
+    assert_int_equal(cx_fi_wb_choose(&b), 0);
+    setenv("CONNEX_FI_TCP_READ", "auto", 1);
+    assert_int_equal(cx_fi_wb_choose(&b), 1);
+    setenv("CONNEX_FI_TCP_READ", "bogus", 1);   /* refused with a warning: auto */
+    assert_int_equal(cx_fi_wb_choose(&b), 1);
+    b.mr_mode = FI_MR_LOCAL;   /* verbs: hardware reads, and no write-back without descriptors */
+    assert_int_equal(cx_fi_wb_choose(&b), 0);
+    b.mr_mode = 0;
+    snprintf(b.prov, sizeof b.prov, "shm");
+    assert_int_equal(cx_fi_wb_choose(&b), 0);
+    assert_int_equal(b.rd_inline, 0);
+    if (saved[0]) setenv("CONNEX_FI_TCP_READ", saved, 1);
+    else unsetenv("CONNEX_FI_TCP_READ");
+    /* the instance this suite opened decided the same way */
+    if (!strncmp(ba->prov, "tcp", 3) && !(ba->mr_mode & FI_MR_LOCAL) && (!saved[0] || !strcmp(saved, "auto")))
+        assert_int_equal(ba->wb, !cx_fi_tcp_read_fixed(ba->prov_version));
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -419,6 +466,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_messages, setup),
         cmocka_unit_test_setup(test_message_refused, setup),
         cmocka_unit_test_setup(test_put_signal, setup),
+        cmocka_unit_test_setup(test_tcp_read_choice, setup),
         cmocka_unit_test_setup(test_bad_input, setup),
         cmocka_unit_test_setup(test_unknown_sender, setup),
         cmocka_unit_test_setup(test_disconnect_in_flight, setup),
