@@ -132,14 +132,16 @@ static int others_in_flight(const cx_engine_t *e, const cx_op_t *op)
 static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, uint64_t spin)
 {
     int polled = 0;
+    uint64_t seen = 0;   /* the last clock read, a few polls ago at most */
     if (!cx_op_is_done(op) && (spin || (end && cx_now_ns() < end))) {
         cx_drive_unwatch(e);
         polled = 1;
         for (unsigned i = 1; !cx_op_is_done(op); i++) {
             cx_progress_turn(e, 1);
             if (!(i & 7)) {
-                if (!end) end = cx_now_ns() + spin;   /* the window starts a few polls late */
-                else if (cx_now_ns() >= end) break;
+                seen = cx_now_ns();
+                if (!end) end = seen + spin;   /* the window starts a few polls late */
+                else if (seen >= end) break;
                 if (atomic_load(&e->pwant)) break;
                 /* other callers' ops: the progress thread waits for us */
                 if (!cx_progress_drain_commands(e)) left = 1;
@@ -157,7 +159,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
     if (stay && !polled) cx_progress_turn(e, 1);
     if (stay && !e->handoff && !others_in_flight(e, op)) {
         cx_drive_unwatch(e);
-        uint64_t now = cx_now_ns();
+        uint64_t now = seen ? seen : cx_now_ns();
         e->drove_ns = now;
         push_timer(e, now);
         wake = e->sched_wake_ns != 0;

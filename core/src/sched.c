@@ -144,7 +144,10 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
         q_remove(&p->cls_wait[c], &p->cls_wait_tail[c], op);
     }
     if (op->credit) {
-        if (op->credit - 1 == CRIT) p->crit_last_ns = cx_now_ns();
+        /* Only a peer's background transfers read this. Without any, a later bound from the
+         * coarse clock will do (the next one starts throttled a tick longer at most): a clock
+         * read is a tenth of a small shared-memory op's own cost. */
+        if (op->credit - 1 == CRIT) p->crit_last_ns = p->bg_head ? cx_now_ns() : cx_deadline_ns(0);
         p->cls_inflight[op->credit - 1]--;
         op->credit = 0;
         mark(e, p);
