@@ -28,6 +28,7 @@ typedef struct cx_bench_opts {
     const char *plot;       /* --plot FILE.png */
     const char *peer;       /* --peer URL: a remote `connex-bench serve` instead of a child */
     int rounds;             /* transfer: every variant and baseline this many times, alternating */
+    int idle_peers;         /* transfer: peers named (never up) beside the target, as in a big cluster */
     int runs;               /* failover */
     unsigned faults;        /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
     int cycles;             /* soak */

@@ -30,6 +30,17 @@ static int one_op(cx_engine_t *e, const target_t *t, uint8_t *loc, int op, size_
     return rc ? rc : cx_op_wait(h, -1);
 }
 
+/* Peers the engine knows but never reaches (nobody listens on port 9 of 127.0.0.1), as a member
+ * of a large deployment knows hundreds: each op must still find its own peer at once. */
+static void add_idle_peers(cx_engine_t *e, int n)
+{
+    for (int k = 0; k < n; k++) {
+        char u[CX_URL_MAX];
+        snprintf(u, sizeof u, "127.0.0.1:9#idle|%d|%d|%d", k % 61, k % 7, k);
+        (void)cx_connect(e, u, 1);   /* refused: the peer stays known */
+    }
+}
+
 /* A message round trip to the peer: "INFO" or "COUNT". */
 static int ask(cx_engine_t *e, const char *url, const char *q, char *ans, size_t n)
 {
@@ -225,6 +236,7 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
         t.len = ch.len;
         t.seed = 7;
     }
+    add_idle_peers(e, o->idle_peers);
     const char *pair = cx_peer_backend(e, t.url);
     char pairb[16];
     snprintf(pairb, sizeof pairb, "%s", pair ? pair : "?");

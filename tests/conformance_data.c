@@ -577,6 +577,72 @@ static void test_clean_close_left(void **state)
     cxt_fill(R, 4096, TSEED, 0);
 }
 
+/* Hundreds of peers known at once (a serving cluster): each op finds its peer, and each message
+ * its sender, among them. Peers are indexed by LID and by incarnation (more peers than the
+ * index has buckets, so some share one); the live peer is the first one named, the last one a
+ * newest-first walk would reach. */
+static void test_many_peers(void **state)
+{
+    (void)state;
+    cx_engine_t *en = NULL;
+    assert_int_equal(cxt_engine(&en, "crowd", 0, 0, 0, 5000), CX_OK);
+    uint8_t *buf = R + (2u << 20);
+    assert_int_equal(cx_register_memory(en, buf, 1u << 20), CX_OK);
+    assert_int_equal(cx_connect(en, P.url, 5000), CX_OK);
+    enum { N = 300 };
+    uint64_t t0 = cxt_now_ns();
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < N; k++) {
+            char u[CX_URL_MAX];
+            /* nobody listens on port 9: each becomes a peer that never came up; the second
+             * round names the same ones again, which must find them, not add more */
+            snprintf(u, sizeof u, "127.0.0.1:9#%s|%d|%d|%d", k % 2 ? "bench" : "crowd-other", k % 7, k % 5,
+                     1000 + k);
+            assert_true(cx_connect(en, u, 1) != CX_OK);
+        }
+    fprintf(stderr, "%d idle peers named twice in %.0f ms\n", N, cxt_ms_since(t0));
+    cx_peer_info_t *pl = calloc(N + 8, sizeof *pl);
+    assert_non_null(pl);
+    int n = cx_peer_list(en, pl, N + 8);
+    assert_int_equal(n, N + 1);
+    int up = 0;
+    for (int i = 0; i < n; i++) up += pl[i].state == CX_PEER_UP;
+    free(pl);
+    assert_int_equal(up, 1);
+    assert_int_equal(cx_peer_state(en, P.lid), CX_PEER_UP);
+    /* by LID and by URL */
+    for (int i = 0; i < 20; i++) {
+        memset(buf, 0, 8192);
+        assert_int_equal(cx_read(en, i % 2 ? P.lid : P.url, buf, P.base + (uint64_t)i, 8192), CX_OK);
+        assert_int_equal(cxt_check(buf, 8192, PSEED, (uint64_t)i), -1);
+    }
+    cxt_fill(buf, 4096, 77, 0);
+    assert_int_equal(cx_write(en, P.lid, buf, P.base + 8192, 4096), CX_OK);
+    char rep[256], want[64];
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "HASH 8192 4096"), 0);
+    snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(buf, 4096));
+    assert_string_equal(rep, want);
+    /* a message from the peer: the receiver resolves its sender by incarnation */
+    char en_lid[CX_URL_MAX];
+    cx_url_t u;
+    assert_int_equal(cx_url_parse(cx_engine_local_url(en), &u, NULL, 0), CX_OK);
+    cx_lid_format(&u.lid, en_lid, sizeof en_lid);
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "CONNECT %s 5000", cx_engine_local_url(en)), 0);
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "SEND %s 100 81", en_lid), 0);
+    cx_msg_t m;
+    assert_int_equal(cx_recv_msg(en, &m, 10000), CX_OK);
+    char from[CX_URL_MAX];
+    cx_lid_format(&m.from, from, sizeof from);
+    assert_string_equal(from, P.lid);
+    assert_int_equal(m.len, 100);
+    assert_int_equal(cxt_check(m.data, 100, 81, 0), -1);
+    cx_msg_release(&m);
+    cx_unregister_memory(en, buf);
+    cx_engine_destroy(en);
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    cxt_fill(R, RS, TSEED, 0);
+}
+
 /* The same pair over IPv6 loopback: URLs with brackets, both directions, a clean close. */
 static void test_ipv6_pair(void **state)
 {
@@ -635,6 +701,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_callers_drive, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_driving_leaves_nothing_behind, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_clean_close_left, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_many_peers, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_ipv6_pair, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */

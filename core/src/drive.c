@@ -111,13 +111,26 @@ int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms)
 }
 
 /* Under plock: whether an op other than `op` is in flight. Its completion must wake the
- * progress thread at once, not when the drive timer fires. */
-static int others_in_flight(const cx_engine_t *e, const cx_op_t *op)
+ * progress thread at once, not when the drive timer fires. Only peers an op reached since the
+ * last look can hold one (cx_peer_activate); those found idle leave the list, so each op pays
+ * for the peers it used, not for every peer known. */
+static int others_in_flight(cx_engine_t *e, const cx_op_t *op)
 {
-    for (const cx_peer_t *p = e->peers; p; p = p->next) {
+    for (cx_peer_t **pp = &e->active_peers; *pp;) {
+        cx_peer_t *p = *pp;
         if (p->bg_head || p->cls_wait[0] || p->cls_wait[1]) return 1;
-        for (const cx_op_t *o = p->ops.next; o != &p->ops; o = o->next)
+        int mine = 0;
+        for (const cx_op_t *o = p->ops.next; o != &p->ops; o = o->next) {
             if (o != op) return 1;
+            mine = 1;
+        }
+        if (mine) {
+            pp = &p->active_next;
+            continue;
+        }
+        *pp = p->active_next;
+        p->active_next = NULL;
+        p->active = 0;
     }
     return 0;
 }

@@ -136,6 +136,12 @@ struct cx_peer {
     int reconnect;            /* reconnect in the background (after FAILED) */
     int suspect_reported;
     cx_peer_t *next;
+    cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer.c) */
+    cx_peer_t *inc_hnext;     /* the engine's by-incarnation bucket, once a HELLO gave one */
+    int inc_hashed;
+    cx_peer_t *active_next;   /* the engine's peers that may hold ops (cx_peer_activate) */
+    int active;
+    cx_peer_t *dirty_next;    /* the engine's peers with sched_dirty set (cx_sched.h) */
     /* traffic classes (cx_sched.h): per class, ops holding a credit and the FIFO of ops waiting */
     uint32_t cls_inflight[2];
     cx_op_t *cls_wait[2], *cls_wait_tail[2];
@@ -210,6 +216,15 @@ struct cx_engine {
 
     /* progress-thread state */
     cx_peer_t *peers;
+    /* Every op resolves its peer, and every message from a peer its incarnation: with a serving
+     * cluster's hundreds of peers a list walk cost more than a shared-memory op (peer.c). */
+#define CX_PEER_BUCKETS 256
+    cx_peer_t *peer_by_lid[CX_PEER_BUCKETS];
+    cx_peer_t *peer_by_inc[CX_PEER_BUCKETS];
+    /* Peers an op was linked to or a background transfer queued on since a driving caller last
+     * found them idle: what it looks through for ops of others after each op (drive.c). */
+    cx_peer_t *active_peers;
+    cx_peer_t *sched_dirty_head;   /* peers cx_sched_pump must look at */
     cx_conn_t *conns;         /* every control connection */
     uint64_t next_query_id;
     uint64_t tick_ns;
@@ -225,7 +240,6 @@ struct cx_engine {
     struct cx_step_rx *steps_rx;  /* receiver-side duplicate filter per sender (step.c) */
     uint64_t last_step;       /* the last group step id this engine issued (group.c) */
 
-    int sched_dirty;          /* traffic classes: some peer has sched_dirty set (cx_sched.h) */
     uint64_t sched_wake_ns;   /* traffic classes: background held back is due then (0: never) */
 
     struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
@@ -288,6 +302,7 @@ void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine 
 
 /* peer.c */
 cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
+cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc);   /* UP or SUSPECT only */
 cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
 void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
@@ -321,7 +336,15 @@ cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len);
 /* ops.c */
 void cx_op_start(cx_engine_t *e, cx_op_t *op);
 /* Binds an op to its peer: the timeout and failure paths walk the peer's list. */
-void cx_op_link(cx_peer_t *p, cx_op_t *op);
+void cx_op_link(cx_engine_t *e, cx_peer_t *p, cx_op_t *op);
+/* Under plock: `p` may hold ops from now on (drive.c's others_in_flight looks at it). */
+static inline void cx_peer_activate(cx_engine_t *e, cx_peer_t *p)
+{
+    if (p->active) return;
+    p->active = 1;
+    p->active_next = e->active_peers;
+    e->active_peers = p;
+}
 void cx_op_issue(cx_engine_t *e, cx_op_t *op);       /* peer is up: go to the backend */
 void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status);  /* unlink from peer, count, wake */
 void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);

@@ -14,8 +14,9 @@
 
 int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);
 
-void cx_op_link(cx_peer_t *p, cx_op_t *op)
+void cx_op_link(cx_engine_t *e, cx_peer_t *p, cx_op_t *op)
 {
+    cx_peer_activate(e, p);
     op->peer = p;
     op->prev = p->ops.prev;
     op->next = &p->ops;
@@ -212,7 +213,7 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
             return;
         }
     }
-    cx_op_link(p, op);
+    cx_op_link(e, p, op);
     switch (p->state) {
     case CX_PEER_UP:
     case CX_PEER_SUSPECT:
@@ -276,7 +277,7 @@ void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
     while (waiting.next != &waiting) {
         cx_op_t *op = waiting.next;
         unlink_op(op);
-        cx_op_link(p, op);
+        cx_op_link(e, p, op);
         op->stage = OPS_QUEUED;
         if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
         else cx_op_issue(e, op);
@@ -340,12 +341,9 @@ void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     cx_engine_t *e = cx_engine_of(c);
-    for (cx_peer_t *p = e->peers; p; p = p->next)
-        if (p->incarnation == inc && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
-            cx_peer_heard(e, p);   /* a request from it: it is alive */
-            return p;
-        }
-    return NULL;
+    cx_peer_t *p = cx_peer_by_inc(e, inc);
+    if (p) cx_peer_heard(e, p);   /* a request from it: it is alive */
+    return p;
 }
 
 int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)

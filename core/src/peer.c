@@ -20,11 +20,52 @@
 
 /* ---------------------------------------------------------------- table */
 
+/* FNV-1a over the LID's fields: peers of one deployment share the model name and differ in
+ * stage, shard and replica, which therefore go through the hash too. */
+static unsigned lid_bucket(const cx_lid_t *l)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < CX_MODEL_MAX && l->model[i]; i++) h = (h ^ (uint8_t)l->model[i]) * 16777619u;
+    const uint32_t f[3] = { l->stage, l->shard, l->replica };
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 4; k++) h = (h ^ ((f[i] >> (8 * k)) & 0xffu)) * 16777619u;
+    return (h ^ (h >> 16)) & (CX_PEER_BUCKETS - 1);
+}
+
+static unsigned inc_bucket(uint64_t inc)
+{
+    return (unsigned)((inc * 0x9e3779b97f4a7c15ull) >> 56) & (CX_PEER_BUCKETS - 1);
+}
+
 cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid)
 {
-    for (cx_peer_t *p = e->peers; p; p = p->next)
+    for (cx_peer_t *p = e->peer_by_lid[lid_bucket(lid)]; p; p = p->lid_hnext)
         if (!cx_lid_cmp(&p->lid, lid)) return p;
     return NULL;
+}
+
+cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc)
+{
+    for (cx_peer_t *p = e->peer_by_inc[inc_bucket(inc)]; p; p = p->inc_hnext)
+        if (p->incarnation == inc && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) return p;
+    return NULL;
+}
+
+/* A HELLO names the peer's incarnation: index it under the new one. */
+static void set_incarnation(cx_engine_t *e, cx_peer_t *p, uint64_t inc)
+{
+    if (p->inc_hashed && p->incarnation == inc) return;
+    if (p->inc_hashed)
+        for (cx_peer_t **pp = &e->peer_by_inc[inc_bucket(p->incarnation)]; *pp; pp = &(*pp)->inc_hnext)
+            if (*pp == p) {
+                *pp = p->inc_hnext;
+                break;
+            }
+    p->incarnation = inc;
+    unsigned b = inc_bucket(inc);
+    p->inc_hnext = e->peer_by_inc[b];
+    e->peer_by_inc[b] = p;
+    p->inc_hashed = 1;
 }
 
 static void set_url(cx_peer_t *p, const cx_url_t *u)
@@ -58,6 +99,9 @@ cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u)
     p->ops.next = p->ops.prev = &p->ops;
     p->next = e->peers;
     e->peers = p;
+    unsigned b = lid_bucket(&p->lid);
+    p->lid_hnext = e->peer_by_lid[b];
+    e->peer_by_lid[b] = p;
     return p;
 }
 
@@ -143,6 +187,9 @@ void cx_peer_free_all(cx_engine_t *e)
         adv_free(p);
         free(p);
     }
+    memset(e->peer_by_lid, 0, sizeof e->peer_by_lid);
+    memset(e->peer_by_inc, 0, sizeof e->peer_by_inc);
+    e->active_peers = e->sched_dirty_head = NULL;
 }
 
 cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len)
@@ -441,7 +488,7 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
         rregions_free(p);
         adv_free(p);
     }
-    p->incarnation = h->incarnation;
+    set_incarnation(e, p, h->incarnation);
     cx_url_t u;
     if (cx_url_parse(h->url, &u, NULL, 0) == CX_OK) set_url(p, &u);
     p->n_their = h->nb;

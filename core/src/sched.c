@@ -49,10 +49,14 @@ static int peer_live(const cx_peer_t *p)
     return p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT;
 }
 
+/* A list, not a flag per peer: every op's completion marks its peer, and a pump that walked
+ * every peer to find the marked one cost as much as the op with a few hundred peers known. */
 static void mark(cx_engine_t *e, cx_peer_t *p)
 {
+    if (p->sched_dirty) return;
     p->sched_dirty = 1;
-    e->sched_dirty = 1;
+    p->dirty_next = e->sched_dirty_head;
+    e->sched_dirty_head = p;
 }
 
 /* ---------------------------------------------------------------- lists */
@@ -107,6 +111,7 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
         op->bg_status = CX_OK;
         op->bg_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
         q_push(&p->bg_head, &p->bg_tail, op);
+        cx_peer_activate(e, p);
         mark(e, p);
         return 1;
     }
@@ -196,7 +201,7 @@ static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par, int crit_act
     par->bg_off += n;
     par->bg_out++;
     par->bg_deadline_ns = c->deadline_ns;
-    cx_op_link(p, c);
+    cx_op_link(e, p, c);
     take_credit(p, c, BG);
     e->st.background_chunks++;
     /* May complete c (and, with it, par) before it returns: touch neither afterwards. */
@@ -270,11 +275,12 @@ int cx_sched_pump(cx_engine_t *e)
         for (cx_peer_t *p = e->peers; p; p = p->next)
             if (p->bg_head) mark(e, p);
     }
-    if (!e->sched_dirty) return 0;
-    e->sched_dirty = 0;
+    cx_peer_t *p = e->sched_dirty_head;
+    e->sched_dirty_head = NULL;   /* pumping may mark peers again: the next call takes them */
     int n = 0;
-    for (cx_peer_t *p = e->peers; p; p = p->next) {
-        if (!p->sched_dirty) continue;
+    for (cx_peer_t *nx; p; p = nx) {
+        nx = p->dirty_next;
+        p->dirty_next = NULL;
         p->sched_dirty = 0;
         n += pump_peer(e, p);
     }

@@ -179,7 +179,7 @@ static void chunk_cb(const cx_stage_chunk_t *c)
         x->msg = px->msg;
         x->msg_len = px->msg_len;
     }
-    cx_op_link(p, so);
+    cx_op_link(e, p, so);
     j->subs_out++;
     /* A backend may complete the xfer inside submit: sub_complete must not free it under us. */
     sub->in_submit = 1;
