@@ -338,6 +338,14 @@ void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
     cx_peer_fail(e, p, why);
 }
 
+cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    cx_peer_t *p = peer;
+    if (!p || !p->ep || p->bidx < 0 || p->bidx >= e->nb || e->be[p->bidx].b != b) return NULL;
+    return p->ep;
+}
+
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     cx_engine_t *e = cx_engine_of(c);

@@ -114,6 +114,10 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status);
 void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason);
 /* Resolve the sender of an incoming request. NULL: unknown (refuse the request). */
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation);
+/* The endpoint the core holds for `peer` (a connect cookie) on backend instance `b`, in O(1):
+ * for per-message lookups. NULL while the core holds none for it there (connect not returned
+ * yet, disconnected, another backend): a backend that may know one then looks for itself. */
+cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer);
 
 /* Target side, for backends that serve requests in software: is [addr, addr+len) inside one
  * registered region? Returns CX_OK or CX_EINVAL (and logs). With pin != NULL the region is pinned
