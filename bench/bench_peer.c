@@ -93,8 +93,10 @@ static void *peer_events(void *arg)
     return NULL;
 }
 
+/* extra: small regions registered after the main one (serve --extra-regions), as a serving
+ * process registers each layer's K and V: the peer's lookup of the main one must not slow. */
 static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_t seed, const char *connect,
-                    uint32_t hb, uint32_t hbto, int serve)
+                    uint32_t hb, uint32_t hbto, int serve, int extra)
 {
     peer_t p;
     memset(&p, 0, sizeof p);
@@ -117,6 +119,16 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     if ((rc = cx_register_memory(p.e, p.reg, region))) {
         fprintf(stderr, "connex-bench peer: register %zu bytes: %s\n", region, cx_strerror(rc));
         return 1;
+    }
+    uint8_t *xm = NULL;
+    if (extra > 0) {
+        xm = mmap(NULL, (size_t)extra * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (xm == MAP_FAILED) { perror("connex-bench peer: mmap"); return 1; }
+        for (int i = 0; i < extra; i++)
+            if ((rc = cx_register_memory(p.e, xm + (size_t)i * 4096, 4096))) {
+                fprintf(stderr, "connex-bench peer: extra region %d: %s\n", i, cx_strerror(rc));
+                return 1;
+            }
     }
     pthread_t tm, te;
     pthread_create(&tm, NULL, peer_msgs, &p);
@@ -141,8 +153,10 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     pthread_join(tm, NULL);
     pthread_join(te, NULL);
     cx_unregister_memory(p.e, p.reg);
+    for (int i = 0; i < extra; i++) cx_unregister_memory(p.e, xm + (size_t)i * 4096);
     cx_engine_destroy(p.e);
     munmap(p.reg, region);
+    if (xm) munmap(xm, (size_t)extra * 4096);
     return 0;
 }
 
@@ -155,7 +169,7 @@ int cx_bench_child_main(int argc, char **argv)
     const char *ip = strcmp(argv[3], "-") ? argv[3] : NULL;
     const char *conn = strcmp(argv[6], "-") ? argv[6] : NULL;
     return run_peer(ip, (uint16_t)atoi(argv[2]), strtoull(argv[4], NULL, 10), (uint32_t)atoi(argv[5]), conn,
-                    (uint32_t)atoi(argv[7]), (uint32_t)atoi(argv[8]), 0);
+                    (uint32_t)atoi(argv[7]), (uint32_t)atoi(argv[8]), 0, 0);
 }
 
 int cx_bench_serve_main(const cx_bench_opts_t *o, int argc, char **argv)
@@ -163,17 +177,23 @@ int cx_bench_serve_main(const cx_bench_opts_t *o, int argc, char **argv)
     const char *ip = NULL;
     uint16_t port = 0;
     size_t region = o->nsizes ? o->sizes[o->nsizes - 1] : (size_t)64 << 20;
+    int extra = 0;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--listen") && i + 1 < argc) ip = argv[++i];
         else if (!strcmp(argv[i], "--port") && i + 1 < argc) port = (uint16_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--region") && i + 1 < argc) {
             if (cx_bench_parse_size(argv[++i], &region)) { fprintf(stderr, "connex-bench serve: bad --region\n"); return 2; }
+        } else if (!strcmp(argv[i], "--extra-regions") && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > 100000) { fprintf(stderr, "connex-bench serve: --extra-regions 0..100000\n"); return 2; }
+            extra = (int)v;
         }
     }
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr, "connex-bench serve: run `connex-bench transfer --peer <URL printed below>` elsewhere; "
             "Ctrl-C ends\n");
-    return run_peer(ip, port, region, 1, NULL, o->hb_ms, o->hb_timeout_ms, 1);
+    return run_peer(ip, port, region, 1, NULL, o->hb_ms, o->hb_timeout_ms, 1, extra);
 }
 
 /* ------------------------------------------------------------------ spawning */

@@ -24,7 +24,8 @@ static void usage(FILE *f)
         "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
         "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
         "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
-        "       connex-bench serve    [--listen IP] [--port P] [--region SIZE]   (the peer for --peer)\n"
+        "       connex-bench serve    [--listen IP] [--port P] [--region SIZE] [--extra-regions N]\n"
+        "                             (the peer for --peer; N more 4 KiB regions registered after SIZE)\n"
         "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
         "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
         " UCX_TLS / CONNEX_FI_PROVIDER for both processes)\n");

@@ -644,6 +644,58 @@ static void test_many_peers(void **state)
     cxt_fill(R, RS, TSEED, 0);
 }
 
+/* A peer that registered many regions (a serving process registers each layer's K and V): the
+ * other side finds each remote range in its index of them, a range across two regions is still
+ * refused, and unregistering or registering again updates what the peer finds. */
+static void test_many_regions(void **state)
+{
+    (void)state;
+    enum { NR = 160, PG = 4096 };
+    uint8_t *m = mmap(NULL, (size_t)NR * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(m != MAP_FAILED);
+    for (int i = 0; i < NR; i++) {
+        cxt_fill(m + (size_t)i * PG, PG, 200 + (uint32_t)i, 0);
+        assert_int_equal(cx_register_memory(E, m + (size_t)i * PG, PG), CX_OK);
+    }
+    char rep[256], want[64];
+    for (int k = 0; k < NR; k++) {
+        int i = (k * 37) % NR;   /* every region once, not in registration order */
+        size_t off = (size_t)(k * 13) % 2048;
+        uint8_t *a = m + (size_t)i * PG + off;
+        int rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 1024 0", E_LID, (uintptr_t)a);
+        if (rc) fail_msg("peer read of region %d: %s", i, rep);
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(a, 1024));
+        assert_string_equal(rep, want);
+    }
+    /* across the boundary of two adjacent regions: inside neither */
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 32 0", E_LID,
+                                  (uintptr_t)(m + 5 * PG + PG - 16)), CX_EINVAL);
+    for (int i = 0; i < NR; i += 2) assert_int_equal(cx_unregister_memory(E, m + (size_t)i * PG), CX_OK);
+    for (int i = 0; i < 12; i++) {
+        uint8_t *a = m + (size_t)i * PG + 100;
+        int rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 512 0", E_LID, (uintptr_t)a);
+        if (i % 2 == 0) {
+            assert_int_equal(rc, CX_EINVAL);   /* unregistered: the peer must not reach it */
+        } else {
+            if (rc) fail_msg("peer read of region %d after others went: %s", i, rep);
+            snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(a, 512));
+            assert_string_equal(rep, want);
+        }
+    }
+    /* registered again at the same place: found again */
+    assert_int_equal(cx_register_memory(E, m + 4 * PG, PG), CX_OK);
+    uint8_t *a = m + 4 * PG + 8;
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 256 0", E_LID, (uintptr_t)a), 0);
+    snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(a, 256));
+    assert_string_equal(rep, want);
+    assert_int_equal(cx_unregister_memory(E, m + 4 * PG), CX_OK);
+    for (int i = 1; i < NR; i += 2) assert_int_equal(cx_unregister_memory(E, m + (size_t)i * PG), CX_OK);
+    cx_stats_t st;
+    assert_int_equal(cx_stats(E, &st), CX_OK);
+    assert_int_equal(st.regions, 1);
+    munmap(m, (size_t)NR * PG);
+}
+
 /* The same pair over IPv6 loopback: URLs with brackets, both directions, a clean close. */
 static void test_ipv6_pair(void **state)
 {
@@ -703,6 +755,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_driving_leaves_nothing_behind, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_clean_close_left, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_many_peers, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_many_regions, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_ipv6_pair, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */

@@ -124,6 +124,10 @@ struct cx_peer {
     int bidx;                 /* backend in use, -1 none */
     cx_bep_t *ep;
     cx_rregion_t *rregions;
+    /* The same regions by start address: every op looks its remote range up, and a serving
+     * process registers a region per layer's K and V (a hundred or more) */
+    cx_rregion_t **rr_by_addr;
+    size_t rr_n, rr_cap;
     /* Our unregistered regions whose REG_DEL this peer has not acked yet: each holds a pin, so
      * cx_unregister_memory returns only once the peer can no longer reach the memory. */
     cx_region_t **owed;

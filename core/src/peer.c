@@ -152,6 +152,9 @@ void cx_peer_region_gone(cx_engine_t *e, cx_region_t *r)
 static void rregions_free(cx_peer_t *p)
 {
     owed_release(p);
+    free(p->rr_by_addr);
+    p->rr_by_addr = NULL;
+    p->rr_n = p->rr_cap = 0;
     while (p->rregions) {
         cx_rregion_t *r = p->rregions;
         p->rregions = r->next;
@@ -192,11 +195,58 @@ void cx_peer_free_all(cx_engine_t *e)
     e->active_peers = e->sched_dirty_head = NULL;
 }
 
+static int rr_holds(const cx_rregion_t *r, uint64_t addr, uint64_t len)
+{
+    return addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr);
+}
+
+/* The first index whose region starts above addr. */
+static size_t rr_upper(const cx_peer_t *p, uint64_t addr)
+{
+    size_t lo = 0, hi = p->rr_n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->rr_by_addr[mid]->addr <= addr) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 cx_rregion_t *cx_rregion_find(cx_peer_t *p, uint64_t addr, uint64_t len)
 {
+    /* The region starting last at or below addr holds the range when regions do not overlap
+     * (a peer's registry refuses overlaps). A peer is not trusted to say so, and the index may
+     * have missed a region (no memory to grow it): anything else is looked for in the list. */
+    size_t i = rr_upper(p, addr);
+    if (i && rr_holds(p->rr_by_addr[i - 1], addr, len)) return p->rr_by_addr[i - 1];
     for (cx_rregion_t *r = p->rregions; r; r = r->next)
-        if (addr >= r->addr && addr - r->addr <= r->len && len <= r->len - (addr - r->addr)) return r;
+        if (rr_holds(r, addr, len)) return r;
     return NULL;
+}
+
+static void rr_index_add(cx_peer_t *p, cx_rregion_t *r)
+{
+    if (p->rr_n == p->rr_cap) {
+        size_t cap = p->rr_cap ? 2 * p->rr_cap : 8;
+        cx_rregion_t **v = realloc(p->rr_by_addr, cap * sizeof *v);
+        if (!v) return;   /* found through the list */
+        p->rr_by_addr = v;
+        p->rr_cap = cap;
+    }
+    size_t i = rr_upper(p, r->addr);
+    memmove(&p->rr_by_addr[i + 1], &p->rr_by_addr[i], (p->rr_n - i) * sizeof *p->rr_by_addr);
+    p->rr_by_addr[i] = r;
+    p->rr_n++;
+}
+
+static void rr_index_del(cx_peer_t *p, const cx_rregion_t *r)
+{
+    for (size_t i = 0; i < p->rr_n; i++)
+        if (p->rr_by_addr[i] == r) {
+            memmove(&p->rr_by_addr[i], &p->rr_by_addr[i + 1], (p->rr_n - i - 1) * sizeof *p->rr_by_addr);
+            p->rr_n--;
+            return;
+        }
 }
 
 static void rregion_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
@@ -205,6 +255,7 @@ static void rregion_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
         cx_rregion_t *r = *pp;
         if (r->id != id) continue;
         *pp = r->next;
+        rr_index_del(p, r);
         if (p->ep && p->bidx >= 0 && e->be[p->bidx].ops->forget_region)
             e->be[p->bidx].ops->forget_region(e->be[p->bidx].b, p->ep, id);
         for (int i = 0; i < CX_MAX_BACKENDS; i++) free(r->key[i]);
@@ -232,6 +283,7 @@ static int rregion_add(cx_engine_t *e, cx_peer_t *p, const cx_wire_region_t *w)
         }
     r->next = p->rregions;
     p->rregions = r;
+    rr_index_add(p, r);
     return CX_OK;
 }
 
