@@ -69,13 +69,14 @@ typedef struct cx_bench_row {
 } cx_bench_row_t;
 
 /* connex-c against the raw loop of its transport (ucx_raw, fi_raw) at one point, paired per round
- * (bench_ratio.c): medians over the rounds, and the ratio's median and range. */
+ * (bench_ratio.c): medians over the rounds, the ratio's median and range, and best against best. */
 typedef struct cx_bench_ratio {
     char backend[40], raw[40], op[16];
     size_t size;
     int n;                  /* rounds with both */
     double cx_p50, raw_p50; /* medians of the rounds' p50s, us */
     double ratio, lo, hi;   /* connex p50 / raw p50 of the same round: median, min, max */
+    double best;            /* lowest connex p50 / lowest raw p50 over the rounds */
 } cx_bench_ratio_t;
 
 typedef struct cx_bench_dist { int n; double p50, p99, max; } cx_bench_dist_t;

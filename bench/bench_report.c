@@ -225,8 +225,8 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         fprintf(f, ", \"op\": ");
         jstr(f, rs[i].op);
         fprintf(f, ", \"size\": %zu, \"rounds\": %d, \"p50_us\": %.3f, \"raw_p50_us\": %.3f, \"ratio\": %.3f, "
-                "\"ratio_min\": %.3f, \"ratio_max\": %.3f}", rs[i].size, rs[i].n, rs[i].cx_p50, rs[i].raw_p50,
-                rs[i].ratio, rs[i].lo, rs[i].hi);
+                "\"ratio_min\": %.3f, \"ratio_max\": %.3f, \"ratio_best\": %.3f}", rs[i].size, rs[i].n, rs[i].cx_p50,
+                rs[i].raw_p50, rs[i].ratio, rs[i].lo, rs[i].hi, rs[i].best);
     }
     fprintf(f, "\n  ],\n  \"failover\": [");
     for (int i = 0; i < nfos; i++) {

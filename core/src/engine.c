@@ -272,6 +272,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);
     if (!rc) rc = cx_msgq_init(&e->msgq, e->cfg.recv_queue_max, e->cfg.recv_queue_bytes);
     else cx_msgq_init(&e->msgq, 1, 1);
+    cx_msgq_defer_wake(&e->msgq);   /* woken at the end of each progress turn (progress.c) */
     if (cx_evq_init(&e->evq) && !rc) rc = CX_ENOMEM;
     if (rc) { engine_free(e); return rc; }
     while (!e->incarnation)

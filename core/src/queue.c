@@ -93,9 +93,28 @@ int cx_msgq_push_step(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, 
     q->tail = it;
     q->n++;
     q->bytes += len;
-    pthread_cond_signal(&q->cv);
+    if (q->wake_later) __atomic_store_n(&q->unwoken, 1, __ATOMIC_RELAXED);
+    else pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     return CX_OK;
+}
+
+void cx_msgq_defer_wake(cx_msgq_t *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->wake_later = 1;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void cx_msgq_wake(cx_msgq_t *q)
+{
+    /* Pushes and wakes both run under the transports' lock (plock: the progress thread or a
+     * driving caller, in a progress turn): a turn with no message pays one load. */
+    if (!__atomic_load_n(&q->unwoken, __ATOMIC_RELAXED)) return;
+    pthread_mutex_lock(&q->mu);
+    q->unwoken = 0;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
 }
 
 int cx_msgq_pop(cx_msgq_t *q, cx_msg_t *out, int timeout_ms)

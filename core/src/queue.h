@@ -23,6 +23,8 @@ typedef struct cx_msgq {
     cx_msgq_item_t *head, *tail;
     size_t n, bytes, max_n, max_bytes;
     int closed;
+    int wake_later;   /* cx_msgq_defer_wake: pushes leave the waiter asleep until cx_msgq_wake */
+    int unwoken;      /* pushed since the last wake, with wake_later */
 } cx_msgq_t;
 
 int cx_msgq_init(cx_msgq_t *q, size_t max_n, size_t max_bytes);
@@ -33,6 +35,12 @@ int cx_msgq_push(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, const
 int cx_msgq_push_step(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, uint64_t from_incarnation,
                       uint64_t step, const void *data, size_t len);
 int cx_msgq_pop(cx_msgq_t *q, cx_msg_t *out, int timeout_ms);
+/* Pushes from now on wake no waiter: cx_msgq_wake does, later. The progress thread delivers a
+ * message and then answers its sender (the ack of a message or put_signal carries the push's
+ * status); waking the receiving thread first put a futex wake, and on a small host often that
+ * thread itself, between the delivery and the ack (docs/semantics.md). */
+void cx_msgq_defer_wake(cx_msgq_t *q);
+void cx_msgq_wake(cx_msgq_t *q);   /* wakes a waiter if a push since the last one left it asleep */
 void cx_msgq_close(cx_msgq_t *q);  /* wakes waiters; pops then return CX_ECLOSED when empty */
 size_t cx_msgq_len(cx_msgq_t *q);
 
