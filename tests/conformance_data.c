@@ -460,6 +460,70 @@ static void test_callers_drive(void **state)
     cxt_fill(R, 64 * 4096, TSEED, 0);
 }
 
+/* A caller's ops reuse the peer its last op of the same name resolved to (core/src/engine.c,
+ * parse_peer): that must stay per engine and per name. Two engines of this process name the
+ * same peer by the same URL, alternately from one thread; a second engine's async read of the
+ * peer is waited for after a read of another peer (engine E) by another name, and later ops by
+ * each name still reach their own peer (a hint kept across that wait sent them to the peer
+ * process and failed with CX_EINVAL). A hint used across engines made test_callers_drive fail:
+ * the second engine's reads ran on the first engine's peer and were counted there. */
+static void test_peer_names_per_engine(void **state)
+{
+    (void)state;
+    cx_engine_t *d = NULL;
+    assert_int_equal(cxt_engine(&d, "tester-names", 0, 1000, 10000, 60000), CX_OK);
+    uint8_t *buf = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(buf != MAP_FAILED);
+    assert_int_equal(cx_register_memory(d, buf, 2 * 4096), CX_OK);
+    assert_int_equal(cx_connect(d, P.url, 5000), CX_OK);
+    char e_url[CX_URL_MAX];
+    snprintf(e_url, sizeof e_url, "%s", cx_engine_local_url(E));
+    assert_int_equal(cx_connect(d, e_url, 5000), CX_OK);
+    /* What the peer holds at base + 4096 (earlier tests wrote there), read once by E. */
+    assert_int_equal(cx_read(E, P.url, R + 8192, P.base + 4096, 4096), CX_OK);
+    cx_stats_t ea, eb, da, db;
+    assert_int_equal(cx_stats(E, &ea), CX_OK);
+    assert_int_equal(cx_stats(d, &da), CX_OK);
+    for (int i = 0; i < 20; i++) {
+        memset(R, 0, 4096);
+        memset(buf, 0, 4096);
+        assert_int_equal(cx_read(E, P.url, R, P.base + 4096, 4096), CX_OK);
+        assert_int_equal(cx_read(d, P.url, buf, P.base + 4096, 4096), CX_OK);
+        assert_memory_equal(R, R + 8192, 4096);
+        assert_memory_equal(buf, R + 8192, 4096);
+    }
+    assert_int_equal(cx_stats(E, &eb), CX_OK);
+    assert_int_equal(cx_stats(d, &db), CX_OK);
+    assert_int_equal(eb.ops[CX_OPK_READ] - ea.ops[CX_OPK_READ], 20);
+    assert_int_equal(db.ops[CX_OPK_READ] - da.ops[CX_OPK_READ], 20);
+    /* E's memory at R + 4096 holds a pattern of its own, unlike anything the peer registered. */
+    cxt_fill(R + 4096, 4096, TSEED + 7, 0);
+    /* E named last, so that the async read parses the peer's URL afresh (no earlier peer) */
+    assert_int_equal(cx_read(d, e_url, buf, (uint64_t)(uintptr_t)(R + 4096), 4096), CX_OK);
+    cx_op_t *op = NULL;
+    assert_int_equal(cx_read_async(d, P.url, buf + 4096, P.base + 4096, 4096, CX_CLASS_CRITICAL, &op), CX_OK);
+    memset(buf, 0, 4096);
+    assert_int_equal(cx_read(d, e_url, buf, (uint64_t)(uintptr_t)(R + 4096), 4096), CX_OK);
+    assert_int_equal(cxt_check(buf, 4096, TSEED + 7, 0), -1);
+    assert_int_equal(cx_op_wait(op, 10000), CX_OK);
+    assert_memory_equal(buf + 4096, R + 8192, 4096);
+    for (int i = 0; i < 3; i++) {
+        memset(buf, 0, 2 * 4096);
+        assert_int_equal(cx_read(d, e_url, buf, (uint64_t)(uintptr_t)(R + 4096), 4096), CX_OK);
+        assert_int_equal(cxt_check(buf, 4096, TSEED + 7, 0), -1);
+        assert_int_equal(cx_read(d, P.url, buf + 4096, P.base + 4096, 4096), CX_OK);
+        assert_memory_equal(buf + 4096, R + 8192, 4096);
+    }
+    /* The bare LID names the same peer as its URL. */
+    assert_int_equal(cx_read(d, P.lid, buf, P.base + 4096, 4096), CX_OK);
+    assert_memory_equal(buf, R + 8192, 4096);
+    cx_unregister_memory(d, buf);
+    cx_engine_destroy(d);
+    munmap(buf, 2 * 4096);
+    cxt_fill(R, 3 * 4096, TSEED, 0);
+    cxt_drain_events(E);
+}
+
 /* Between the ops of a caller that drives, the transports stay polled, not armed, until the drive
  * timer finds that callers stopped and the progress thread arms them again (core/src/drive.h).
  * Nothing may wait on that: a message that arrives right after a burst of driven reads, or well
@@ -752,6 +816,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_messages_from_peer, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_stats, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_callers_drive, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_peer_names_per_engine, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_driving_leaves_nothing_behind, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_clean_close_left, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_many_peers, cxt_watchdog_setup, cxt_watchdog_teardown),

@@ -51,6 +51,10 @@ struct cx_op {
     int by_url;               /* peer named by URL (connects if needed) */
     cx_url_t url;
     cx_lid_t lid;
+    cx_peer_t *hint;          /* the peer an earlier op of this thread named so resolved to in this
+                                 engine (parse_peer): peers live as long as their engine */
+    cx_peer_t *resolved;      /* the peer cx_op_start resolved, for the next op's hint */
+    uint64_t name_gen;        /* which of this thread's parses named the peer */
     cx_peer_t *peer;
     int stage;                /* OPS_* */
     uint64_t deadline_ns;
@@ -308,6 +312,7 @@ void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine 
 cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
 cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc);   /* UP or SUSPECT only */
 cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
+void cx_peer_follow_url(cx_peer_t *p, const cx_url_t *u);      /* p named at u: follow a move */
 void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */

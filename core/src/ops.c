@@ -185,7 +185,11 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
     }
     if (op->kind == CX_OPK_GROUP) { cx_group_op_start(e, op); return; }
     cx_peer_t *p;
-    if (op->by_url) {
+    if (op->hint) {
+        /* This thread named the peer so before, and it resolved (so it is not this engine). */
+        p = op->hint;
+        if (op->by_url) cx_peer_follow_url(p, &op->url);
+    } else if (op->by_url) {
         if (!cx_lid_cmp(&op->url.lid, &e->lid)) {
             cx_warn("op to %s: that is this engine's own identity", e->url);
             cx_op_complete(op, CX_EINVAL);
@@ -213,6 +217,7 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
             return;
         }
     }
+    op->resolved = p;
     cx_op_link(e, p, op);
     switch (p->state) {
     case CX_PEER_UP:

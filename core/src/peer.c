@@ -74,19 +74,23 @@ static void set_url(cx_peer_t *p, const cx_url_t *u)
     cx_url_format(u, p->url, sizeof p->url);
 }
 
+void cx_peer_follow_url(cx_peer_t *p, const cx_url_t *u)
+{
+    if (p->u.port == u->port && !strcmp(p->u.host, u->host)) return;
+    char nu[CX_URL_MAX];
+    cx_url_format(u, nu, sizeof nu);
+    /* A peer reached at a new address: follow it when the old one is not in use. */
+    if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) {
+        cx_info("peer %s: address changes to %s", p->url, nu);
+        set_url(p, u);
+    }
+}
+
 cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u)
 {
     cx_peer_t *p = cx_peer_find(e, &u->lid);
     if (p) {
-        if (strcmp(p->u.host, u->host) || p->u.port != u->port) {
-            char nu[CX_URL_MAX];
-            cx_url_format(u, nu, sizeof nu);
-            /* A peer reached at a new address: follow it when the old one is not in use. */
-            if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) {
-                cx_info("peer %s: address changes to %s", p->url, nu);
-                set_url(p, u);
-            }
-        }
+        cx_peer_follow_url(p, u);
         return p;
     }
     p = calloc(1, sizeof *p);
