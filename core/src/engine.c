@@ -121,9 +121,9 @@ static int wait_done(cx_op_t *op)
     return st;
 }
 
-/* Runs on a stack op; returns its status. */
 static void remember_peer(cx_engine_t *e, const cx_op_t *op);
 
+/* Runs on a stack op; returns its status. */
 static int run_sync(cx_engine_t *e, cx_op_t *op)
 {
     /* While a caller drives, the progress thread does not poll (spin.c): it would only keep
@@ -394,11 +394,11 @@ uint64_t cx_engine_incarnation(const cx_engine_t *e) { return e ? e->incarnation
 
 /* A URL (has '#') or a bare LID. */
 /* The peer of this thread's last op that parsed, kept as parsed: a caller that names one peer op
- * after op parses it once (cx_url_parse was 0.1 us of a 3.3 us libfabric shm read). */
-/* With it, the peer that name resolved to in engine `inc` (the hint: a peer lives as long as its
- * engine, and an engine's incarnation is never another's), so that cx_op_start need not look it
- * up again: hashing and comparing the LID was about 260 of a 4 KiB ucx_shm read's instructions
- * (callgrind, session 16). */
+ * after op parses it once (cx_url_parse was 0.1 us of a 3.3 us libfabric shm read). With it, the
+ * peer that name resolved to in engine `inc` (the hint: a peer lives as long as its engine, and
+ * an engine's incarnation is never another's), so that cx_op_start need not look it up again:
+ * hashing and comparing the LID was about 260 of a 4 KiB ucx_shm read's instructions (callgrind,
+ * session 16). */
 static _Thread_local struct {
     char s[CX_URL_MAX];
     int by_url;

@@ -112,7 +112,7 @@ void cx_msgq_wake(cx_msgq_t *q)
      * driving caller, in a progress turn): a turn with no message pays one load. */
     if (!__atomic_load_n(&q->unwoken, __ATOMIC_RELAXED)) return;
     pthread_mutex_lock(&q->mu);
-    q->unwoken = 0;
+    __atomic_store_n(&q->unwoken, 0, __ATOMIC_RELAXED);
     pthread_cond_broadcast(&q->cv);
     pthread_mutex_unlock(&q->mu);
 }
