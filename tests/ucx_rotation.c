@@ -108,6 +108,14 @@ static void test_rotation_with_live_peer(void **state)
     int cycles = 30;
     const char *env = getenv("CXT_ROT_CYCLES");
     if (env && atoi(env) > 2) cycles = atoi(env);
+    /* A victim dies no faster than rotation frees them: at most one rotation per grace period,
+     * each for CONNEX_UCX_ROTATE_ZOMBIES dead peers. Faster deaths pile zombies up on the current
+     * worker until the next rotation (bounded by the death rate times the grace, by design): since
+     * a peer process starts in tens of ms (libfabric no longer loaded with it), an unpaced cycle
+     * took 80 ms and the mappings reached 77 against a bound of 31. */
+    const char *g = getenv("CONNEX_UCX_ROTATE_GRACE_MS"), *z = getenv("CONNEX_UCX_ROTATE_ZOMBIES");
+    uint64_t pace_ns = (uint64_t)(g && atoi(g) > 0 ? atoi(g) : 5000) * 1000000ull /
+                       (uint64_t)(z && atoi(z) > 0 ? atoi(z) : 16);
     log_capture();
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 10000), 0);
@@ -131,6 +139,7 @@ static void test_rotation_with_live_peer(void **state)
     uint16_t port = 0;
     int sigs_total = 0;
     for (int c = 0; c < cycles; c++) {
+        uint64_t cycle_start = cxt_now_ns();
         cxt_peer_t p;
         cxt_peer_opts_t o = { .model = "victim", .port = port, .region = RS, .seed = 100 + (uint32_t)c,
                               .connect = (c % 2) ? eurl : NULL };
@@ -235,6 +244,7 @@ static void test_rotation_with_live_peer(void **state)
             int m = shm_maps();
             if (m > maps_max) maps_max = m;
         }
+        while (cxt_now_ns() < cycle_start + pace_ns) usleep(10000);
     }
     /* Both retired workers live out their grace (CONNEX_UCX_ROTATE_GRACE_MS) */
     int fdn = cxt_fds_settle(fd0, 10000);

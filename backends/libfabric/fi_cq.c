@@ -39,7 +39,7 @@ int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx)
         fi_cq_read(b->cq, NULL, 0);
     }
     if (r)
-        cx_warn("libfabric: %s: fi_recv: %s", b->prov, fi_strerror((int)-r));
+        cx_warn("libfabric: %s: fi_recv: %s", b->prov, cx_fi_strerror((int)-r));
     return (int)r;
 }
 
@@ -59,7 +59,7 @@ static void cx_fi_send_ack(cx_backend_t *b, cx_bep_t *ep, void *peer, uint64_t s
     op->ack_val = status;
     int r = cx_fi_start(b, op);
     if (r) {
-        cx_warn("libfabric: %s: ack: %s", b->prov, fi_strerror(-r));
+        cx_warn("libfabric: %s: ack: %s", b->prov, cx_fi_strerror(-r));
         cx_fi_op_free(b, op);
     }
 }
@@ -255,7 +255,7 @@ static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
         int r = cx_fi_start(b, op);
         if (r) {
             void *peer = op->ep ? op->ep->peer : NULL;
-            cx_warn("libfabric: %s: put_signal message: %s", b->prov, fi_strerror(-r));
+            cx_warn("libfabric: %s: put_signal message: %s", b->prov, cx_fi_strerror(-r));
             cx_fi_op_finish(b, op, CX_EPEER);
             cx_fi_op_free(b, op);
             if (peer)
@@ -313,7 +313,7 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     char buf[128];
     const char *why = fi_cq_strerror(b->cq, ee->prov_errno, ee->err_data, buf, sizeof buf);
     if (!c) {
-        cx_warn("libfabric: %s: CQ error without context: %s", b->prov, fi_strerror(ee->err));
+        cx_warn("libfabric: %s: CQ error without context: %s", b->prov, cx_fi_strerror(ee->err));
         return;
     }
     if (c->type == CX_FI_CTX_WARM) {
@@ -323,7 +323,7 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     if (c->type == CX_FI_CTX_RX) {
         if (b->closing || ee->err == FI_ECANCELED)
             return;
-        cx_warn("libfabric: %s: receive failed: %s (%s)", b->prov, fi_strerror(ee->err),
+        cx_warn("libfabric: %s: receive failed: %s (%s)", b->prov, cx_fi_strerror(ee->err),
                 why ? why : "");
         cx_fi_rx_post(b, (cx_fi_rx_t *)c);
         return;
@@ -333,13 +333,13 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     void *peer = NULL;
     if (op->ep && st == CX_EPEER && op->kind != CX_FOP_ACK)
         peer = op->ep->peer;
-    cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, fi_strerror(ee->err),
+    cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, cx_fi_strerror(ee->err),
             why ? why : "");
     cx_fi_op_done(b, op, st);
     /* After the op is gone: the core may disconnect this endpoint from inside the call. */
     if (peer && cx_fi_ep_by_peer(b, peer)) {
         char reason[128];
-        snprintf(reason, sizeof reason, "libfabric %s: %s", b->prov, fi_strerror(ee->err));
+        snprintf(reason, sizeof reason, "libfabric %s: %s", b->prov, cx_fi_strerror(ee->err));
         cx_core_peer_error(b->core, peer, reason);
     }
 }
@@ -362,7 +362,7 @@ static int cx_fi_drain(cx_backend_t *b)
             continue;
         }
         if (n < 0) {
-            cx_warn("libfabric: %s: fi_cq_read: %s", b->prov, fi_strerror((int)-n));
+            cx_warn("libfabric: %s: fi_cq_read: %s", b->prov, cx_fi_strerror((int)-n));
             return total;
         }
         for (ssize_t i = 0; i < n; i++) {
@@ -480,7 +480,7 @@ int cx_fi_progress(cx_backend_t *b)
         if (r == FI_SUCCESS)
             return CX_OK;
         if (r != -FI_EAGAIN) {
-            cx_debug("libfabric: %s: fi_trywait: %s", b->prov, fi_strerror(-r));
+            cx_debug("libfabric: %s: fi_trywait: %s", b->prov, cx_fi_strerror(-r));
             cx_fi_kick(b);
             return CX_OK;
         }

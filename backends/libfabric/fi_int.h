@@ -20,6 +20,18 @@
  * makes libfabric reject older libraries explicitly instead of failing in odd places. */
 #define CX_FI_API_VERSION FI_VERSION(1, 17)
 
+/* fi_dl.c: libfabric is dlopen'ed at the backend's first open, not linked (its PSM
+ * dependencies cost every process 200 ms at load). The five functions it exports that the backend
+ * calls; every other fi_* call is inline through the fid's ops table. cx_fi_lib_load: CX_OK, or
+ * CX_EUNSUPPORTED (logged once) where the library cannot be loaded. */
+int cx_fi_lib_load(void);
+int cx_fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
+                  const struct fi_info *hints, struct fi_info **info);
+void cx_fi_freeinfo(struct fi_info *info);
+struct fi_info *cx_fi_dupinfo(const struct fi_info *info);
+int cx_fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
+const char *cx_fi_strerror(int errnum);
+
 #define CX_FI_BUF 65536u        /* eager buffer: messages up to this (with header) go inline */
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */

@@ -31,12 +31,12 @@ int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, 
     }
     int r = fi_mr_regattr(b->domain, &a, 0, mr);
     if (r) {
-        cx_warn("libfabric: %s: fi_mr_reg(%p, %zu): %s", b->prov, addr, len, fi_strerror(-r));
+        cx_warn("libfabric: %s: fi_mr_reg(%p, %zu): %s", b->prov, addr, len, cx_fi_strerror(-r));
         return r;
     }
     if (b->mr_mode & FI_MR_ENDPOINT) {
         if ((r = fi_mr_bind(*mr, &b->ep->fid, 0)) || (r = fi_mr_enable(*mr))) {
-            cx_warn("libfabric: %s: fi_mr_bind/enable: %s", b->prov, fi_strerror(-r));
+            cx_warn("libfabric: %s: fi_mr_bind/enable: %s", b->prov, cx_fi_strerror(-r));
             fi_close(&(*mr)->fid);
             *mr = NULL;
             return r;

@@ -66,7 +66,7 @@ int cx_fi_shm_name(cx_backend_t *b)
     if (!r)
         memcpy(b->shm_self, name, sizeof name);
     else
-        cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", name, fi_strerror(-r));
+        cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", name, cx_fi_strerror(-r));
     return 0;   /* the provider's default name still works, short of the hygiene */
 }
 

@@ -66,7 +66,7 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
             if (r == 0)
                 posted = 1;
             else if (r != -FI_EAGAIN) {
-                cx_debug("libfabric: %s: warm-up send: %s", b->prov, fi_strerror((int)-r));
+                cx_debug("libfabric: %s: warm-up send: %s", b->prov, cx_fi_strerror((int)-r));
                 break;
             }
         }
@@ -82,7 +82,7 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
                 } else if (c && c->type == CX_FI_CTX_RX) {
                     cx_fi_rx_post(b, (cx_fi_rx_t *)c);
                 }
-                cx_debug("libfabric: %s: warm-up: %s", b->prov, fi_strerror(ee.err));
+                cx_debug("libfabric: %s: warm-up: %s", b->prov, cx_fi_strerror(ee.err));
             }
             continue;
         }

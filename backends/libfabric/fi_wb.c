@@ -124,7 +124,7 @@ static void cx_fi_wb_answer(cx_backend_t *b, cx_bep_t *ep, void *peer, uint64_t 
     a->ack_val = status;
     int r = cx_fi_start(b, a);
     if (r) {
-        cx_warn("libfabric: %s: read answer: %s", b->prov, fi_strerror(-r));
+        cx_warn("libfabric: %s: read answer: %s", b->prov, cx_fi_strerror(-r));
         cx_fi_op_free(b, a);
     }
 }
@@ -222,7 +222,7 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
             if (st == CX_OK && !r)
                 continue;
             if (r) {
-                cx_warn("libfabric: %s: read answer: %s", b->prov, fi_strerror(-r));
+                cx_warn("libfabric: %s: read answer: %s", b->prov, cx_fi_strerror(-r));
                 st = CX_EPEER;
             }
             cx_fi_op_free(b, a);   /* unpins */

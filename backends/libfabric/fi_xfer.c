@@ -187,7 +187,7 @@ void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op)
 static void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r)
 {
     void *peer = op->ep ? op->ep->peer : NULL;
-    cx_warn("libfabric: %s: posting op kind %d failed: %s", b->prov, op->kind, fi_strerror(-r));
+    cx_warn("libfabric: %s: posting op kind %d failed: %s", b->prov, op->kind, cx_fi_strerror(-r));
     cx_fi_op_finish(b, op, CX_EPEER);
     cx_fi_op_free(b, op);
     if (peer)
@@ -505,7 +505,7 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
         return CX_OK;
     }
     if (r) {
-        cx_warn("libfabric: %s: submit: %s", b->prov, fi_strerror(-r));
+        cx_warn("libfabric: %s: submit: %s", b->prov, cx_fi_strerror(-r));
         x->bp[0] = NULL;
         op->x = NULL;
         cx_fi_op_free(b, op);
@@ -586,7 +586,7 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
      * connection), so posted transfers stop moving bytes. */
     int r = fi_av_remove(b->av, &ep->fa, 1, 0);
     if (r)
-        cx_info("libfabric: %s: fi_av_remove: %s", b->prov, fi_strerror(-r));
+        cx_info("libfabric: %s: fi_av_remove: %s", b->prov, cx_fi_strerror(-r));
     while (ep->ops) {
         cx_fi_op_t *op = ep->ops;
         cx_fi_op_finish(b, op, CX_EPEER);      /* unlinks op from ep */
