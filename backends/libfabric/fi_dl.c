@@ -7,10 +7,11 @@
  * never probes libfabric either (select/engine_glue.c), so such a process now never loads it.
  *
  * Only five libfabric functions are called through the dynamic linker; everything else
- * (fi_domain, fi_read, fi_cq_read, ...) is an inline call through the fid's ops table. Each is
- * looked up at the symbol version the linker binds when linking against libfabric 1.x headers,
- * so the library's older compatibility entry points are never picked by accident. The library
- * is never unloaded: its providers keep state (and threads) for the process's life. */
+ * (fi_domain, fi_read, fi_cq_read, ...) is an inline call through the fid's ops table. With
+ * libfabric 1.x headers each is looked up at the symbol version a link against them binds
+ * (FABRIC_1.3, 1.1, 1.0: the struct layouts these headers describe); with other headers, at the
+ * library's default version, which is the one of the headers it ships with. The library is
+ * never unloaded: its providers keep state (and threads) for the process's life. */
 #include "fi_int.h"
 
 #include "connex/log.h"
@@ -32,8 +33,13 @@ static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
 
 static void *sym(void *h, const char *name, const char *version)
 {
+#if FI_MAJOR_VERSION == 1
     void *p = dlvsym(h, name, version);
     return p ? p : dlsym(h, name);   /* a library built without symbol versions */
+#else
+    (void)version;
+    return dlsym(h, name);
+#endif
 }
 
 /* dlsym into a function pointer without an object -> function pointer cast */

@@ -45,8 +45,14 @@ enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
 
 #define CX_UCX_ROTATE_ZOMBIES 16         /* default CONNEX_UCX_ROTATE_ZOMBIES (0: not for zombies) */
 #define CX_UCX_ROTATE_GRACE_MS 5000      /* default CONNEX_UCX_ROTATE_GRACE_MS */
-#define CX_UCX_MAX_OLD_WORKERS 4         /* retired workers alive at once, at most */
 #define CX_UCX_DOUBT_GAP_MS 50           /* rotations for a dead writer's FIFO: at most one per */
+/* Retired workers alive at once, at most: as many as dead writers' rotations (one per
+ * CX_UCX_DOUBT_GAP_MS) can leave within their grace (CX_UCX_DOUBT_GRACE_MS), so that the cap
+ * never holds such a rotation back. At 4, the fifth same-host peer to die within a second kept
+ * the in-doubt worker current, and its restarted process's first read waited behind the dead
+ * writer's slot until the op timeout (conformance_failure_ucx_shm, test_killed_mid_send, once
+ * peer processes started in tens of ms: ucx_rot.c). */
+#define CX_UCX_MAX_OLD_WORKERS 20
 enum { CX_UCX_DOUBT_GONE = 1 };
 #define CX_UCX_ANSWER_MIN (1u << 20)  /* default CONNEX_UCX_READ_ANSWER_MIN */
 #define CX_UCX_HUNG_MAX 16               /* timed-out shared-memory peers remembered (ucx_rot.c) */
@@ -59,6 +65,8 @@ typedef struct cx_ucx_hung {
     size_t len;
 } cx_ucx_hung_t;
 #define CX_UCX_DOUBT_GRACE_MS 1000       /* grace of a retired worker whose FIFO is in doubt */
+_Static_assert(CX_UCX_MAX_OLD_WORKERS >= CX_UCX_DOUBT_GRACE_MS / CX_UCX_DOUBT_GAP_MS,
+               "the retired-worker cap must not hold back a dead writer's rotation");
 #define CX_UCX_UPD_KEEP_MS 10000         /* how long an address update waits for its endpoint */
 
 /* One UCP worker. The current one takes new endpoints and is the address in HELLO; retired ones
