@@ -344,11 +344,43 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     }
 }
 
+/* Our region's lock stays held (fi_int.h, cx_fi_lock_held): the CQ read that would spin on it
+ * is put off, and said so once it lasts. */
+#define CX_FI_WEDGE_LOG_NS 1000000000ull
+static void cx_fi_wedged(cx_backend_t *b)
+{
+    uint64_t now = cx_fi_now_ns();
+    if (!b->wedged_ns) {
+        b->wedged_ns = now;
+    } else if (!b->wedge_logged && now - b->wedged_ns >= CX_FI_WEDGE_LOG_NS) {
+        b->wedge_logged = 1;
+        cx_warn("libfabric: shm: our region's spinlock has been held for %llu ms by another "
+                "process (one stopped inside the provider?): completions wait for it, ops time "
+                "out meanwhile; see backends/libfabric/README.md, \"Spinlocks of stopped "
+                "processes\"", (unsigned long long)((now - b->wedged_ns) / 1000000u));
+    }
+}
+
+static void cx_fi_unwedged(cx_backend_t *b)
+{
+    if (b->wedge_logged)
+        cx_warn("libfabric: shm: our region's spinlock is free again after %llu ms",
+                (unsigned long long)((cx_fi_now_ns() - b->wedged_ns) / 1000000u));
+    b->wedged_ns = 0;
+    b->wedge_logged = 0;
+}
+
 /* Returns the number of entries handled, or -1 when it stopped at the per-call bound. */
 static int cx_fi_drain(cx_backend_t *b)
 {
     struct fi_cq_msg_entry e[CX_FI_CQ_BATCH];
     int total = 0;
+    if (cx_fi_lock_held(b, b->self_lockw)) {
+        cx_fi_wedged(b);
+        return 0;
+    }
+    if (b->wedged_ns)
+        cx_fi_unwedged(b);
     while (total < CX_FI_CQ_MAX) {
         ssize_t n = fi_cq_read(b->cq, e, CX_FI_CQ_BATCH);
         if (n == -FI_EAGAIN)
@@ -458,6 +490,15 @@ int cx_fi_progress(cx_backend_t *b)
     for (int round = 0; round < 16; round++) {
         int n = cx_fi_drain(b);
         cx_fi_backlog_run(b);
+        if (b->wedged_ns) {
+            /* Our region's lock is held: no fi_trywait (it may read the CQ). Back at once for
+             * the first millisecond (a holder that was merely preempted), then every tick. */
+            if (cx_fi_now_ns() - b->wedged_ns < 1000000ull)
+                cx_fi_kick(b);
+            else
+                cx_fi_retry_tick(b);
+            return CX_OK;
+        }
         if (b->sweep_hot_until_ns)
             cx_fi_maybe_sweep(b);   /* a connection accepted just now, inside the drain */
         if (n < 0 || (b->qhead && !b->q_stuck)) {

@@ -83,6 +83,29 @@ static int cx_fi_guard_free(struct cx_fi_guard *g, uint8_t *head)
     return 1;
 }
 
+/* A live holder keeps a region's lock for a command's worth of copying (a microsecond or two);
+ * this waits out about 20 us of it, then the caller goes round the engine's loop instead. */
+#define CX_FI_LOCK_SPINS 512
+
+static inline void cx_fi_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw)
+{
+    for (int i = 0; i < CX_FI_LOCK_SPINS; i++) {
+        cx_fi_cpu_relax();
+        if (__atomic_load_n(lockw, __ATOMIC_RELAXED) == b->lock_free)
+            return 0;
+    }
+    return 1;
+}
+
 static uint8_t *cx_fi_guard_map(const char *name)
 {
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
@@ -296,6 +319,9 @@ void cx_fi_guard_start(cx_backend_t *b, const char *self_name)
     cx_debug("libfabric: shm: spinlock guard on (lock at offset %zu, layout version %u)",
              g->lock_off, g->version);
     b->guard = g;
+    b->self_lockw = (const int *)(const void *)(g->self + g->lock_off);
+    b->lock_free = g->unlocked;
+    b->lock_held = g->locked;
     return;
 fail:
     if (g->self)
@@ -307,11 +333,11 @@ fail:
     free(g);
 }
 
-void cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name)
+const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name)
 {
     struct cx_fi_guard *g = b->guard;
     if (!g || !pid)
-        return;
+        return NULL;
     cx_fi_gpeer_t p = { .id = id, .pidfd = -1 };
     snprintf(p.name, sizeof p.name, "%s", name);
     p.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
@@ -340,7 +366,11 @@ void cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *
             close(p.pidfd);
         if (p.head)
             munmap(p.head, CX_FI_GUARD_HEAD);
+        return NULL;
     }
+    /* The mapping lives as long as the slot, and the slot at least as long as the endpoint
+     * (cx_fi_guard_del). A layout of another version is not ours to read. */
+    return p.head[0] == g->version ? (const int *)(const void *)(p.head + g->lock_off) : NULL;
 }
 
 void cx_fi_guard_del(cx_backend_t *b, const void *id)
@@ -374,6 +404,9 @@ void cx_fi_guard_stop(cx_backend_t *b)
     if (write(g->stopfd, &one, sizeof one) != (ssize_t)sizeof one)
         cx_warn("libfabric: shm: guard stop: %s", strerror(errno));
     pthread_join(g->th, NULL);
+    b->self_lockw = NULL;          /* the mappings go now */
+    for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
+        ep->lockw = NULL;
     for (int i = 0; i < g->npeers; i++) {
         close(g->peers[i].pidfd);
         munmap(g->peers[i].head, CX_FI_GUARD_HEAD);

@@ -109,6 +109,7 @@ struct cx_bep {
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
     unsigned pid_posts;         /* shm: posts, its pidfd looked at every CX_FI_PID_POSTS */
     char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
+    const int *lockw;           /* shm: its region's spinlock, in the guard's mapping, or NULL */
     int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
     int nops;                   /* ops linked in ops (cheap bound before counting them) */
     uint64_t q_blocked;         /* backlog pass in which its head op got -FI_EAGAIN */
@@ -188,6 +189,10 @@ struct cx_backend {
     uint64_t shm_next_ns;
     char shm_self[64];          /* our region's name, when fi_setname took it (fi_shm.c) */
     struct cx_fi_guard *guard;  /* fi_guard.c, NULL when off */
+    const int *self_lockw;      /* shm: our own region's spinlock (the guard's mapping), or NULL */
+    int lock_free, lock_held;   /* glibc's values of a free and a held spinlock */
+    uint64_t wedged_ns;         /* since when our region's lock stays held, 0 when it does not */
+    int wedge_logged;
     uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
     uint64_t last_sweep_ns;
     uint64_t sweep_gap_ns;         /* between hot sweeps: doubles from 1 ms after a connect */
@@ -256,9 +261,29 @@ void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);
 /* fi_guard.c: spinlocks of shm regions left held by a killed process, released once it exited. */
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name);
-void cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name);
+const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name);
 void cx_fi_guard_del(cx_backend_t *b, const void *id);
 void cx_fi_guard_stop(cx_backend_t *b);
+/* Whether a region's spinlock (lockw: NULL without the guard) is held beyond a live holder's
+ * critical section. The provider spins on it for as long as its holder keeps it, and a process
+ * stopped inside one (SIGSTOP, a debugger, a frozen cgroup) keeps it until it is continued:
+ * rather than enter the provider then, the CQ read is put off and a post waits in the backlog,
+ * so heartbeats, op timeouts and the other peers' ops go on (README.md, "Spinlocks of stopped
+ * processes"). */
+int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw);
+static inline int cx_fi_lock_held(const cx_backend_t *b, const int *lockw)
+{
+    if (!lockw)
+        return 0;
+    /* Taken and let go at once rather than read: the provider takes it right after, and finds
+     * the cache line already ours (a plain read cost 0.05 us per 4 KiB op, this does not). */
+    int *w = (int *)(uintptr_t)lockw, want = b->lock_free;
+    if (__atomic_compare_exchange_n(w, &want, b->lock_held, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+        __atomic_store_n(w, b->lock_free, __ATOMIC_RELEASE);
+        return 0;
+    }
+    return cx_fi_lock_wait(b, lockw);
+}
 uint64_t cx_fi_now_ns(void);   /* fi_cq.c: CLOCK_MONOTONIC */
 void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps);   /* fi_mr.c */
 void cx_fi_report_dead(cx_backend_t *b);

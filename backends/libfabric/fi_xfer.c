@@ -367,6 +367,8 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     ssize_t r;
     if (cx_fi_peer_dead(op->ep))
         return -FI_ENOTCONN;
+    if (cx_fi_lock_held(b, op->ep->lockw))
+        return -FI_EAGAIN;  /* the post would spin on the peer's region: the backlog retries */
     if (cx_fi_ep_full(b, op))
         return -FI_EAGAIN;  /* waits in the backlog behind this peer's own ops only */
     switch (op->kind) {
@@ -549,7 +551,7 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
         cx_fi_shm_remember(ep, a.name, a.name_len);
         if (ep->shm_name[0])
-            cx_fi_guard_add(b, ep, pid, ep->shm_name);
+            ep->lockw = cx_fi_guard_add(b, ep, pid, ep->shm_name);
     }
     ep->next = b->eps;
     if (b->eps)

@@ -11,10 +11,15 @@
 #include <cmocka.h>
 
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "connex/log.h"
 #include "../fi_int.h"
@@ -405,6 +410,93 @@ static void test_disconnect_in_flight(void **state)
     assert_int_equal(abuf[4095], 0x33);
 }
 
+static uint64_t now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/* shm: a process stopped while it holds a region's spinlock (a sender takes its target's to
+ * queue a command; libfabric 1.17 spins on it). Our region's held: A's progress keeps returning
+ * (before, A's thread spun inside fi_cq_read until the holder was continued: the engine's
+ * heartbeats and op timeouts stopped with it); B's posts to A wait in B's backlog instead of
+ * spinning. Once the holder lets go, every op completes with the right bytes. */
+static void test_region_lock_held_by_stopped_process(void **state)
+{
+    (void)state;
+    if (!ba->self_lockw || !ba_ep->lockw) {
+        print_message("no spinlock guard on this provider: skipped\n");
+        skip();
+    }
+    /* The child inherits the guard's shared mapping of A's region head: the lock it takes
+     * there is the one every process sees. */
+    pthread_spinlock_t *lock = (pthread_spinlock_t *)(uintptr_t)ba->self_lockw;
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (pthread_spin_trylock(lock))
+            _exit(2);
+        raise(SIGSTOP);
+        pthread_spin_unlock(lock);
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(c, &st, WUNTRACED), c);
+    assert_true(WIFSTOPPED(st));
+    assert_true(cx_fi_lock_held(ba, ba->self_lockw));
+
+    for (size_t i = 0; i < 4096; i++) {
+        abuf[i] = (unsigned char)(i * 3 + 1);
+        bbuf[65536 + i] = (unsigned char)(i * 5 + 2);
+    }
+    fc_xfer_t w, r, m, bw;
+    xfer_init(&w, CX_XFER_WRITE, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    xfer_init(&r, CX_XFER_READ, abuf + 8192, 4096, (uint64_t)(uintptr_t)(bbuf + 65536), NULL, 0);
+    xfer_init(&m, CX_XFER_MSG, NULL, 0, 0, "held", 4);
+    /* B writes into A's region: its post would take A's lock. */
+    fc_xfer_init(&bw, CX_XFER_WRITE, bbuf + 131072, 4096, (uint64_t)(uintptr_t)(abuf + 65536),
+                 NULL, 0);
+    memset(bbuf + 131072, 0x6b, 4096);
+    bw.x.local_mh = bmh;
+    bw.x.remote_base = (uint64_t)(uintptr_t)abuf;
+    bw.x.rkey = akey;
+    bw.x.rkey_len = akey_len;
+    assert_int_equal(ops->submit(ba, ab, &w.x), CX_OK);
+    assert_int_equal(ops->submit(ba, ab, &r.x), CX_OK);
+    assert_int_equal(ops->submit(ba, ab, &m.x), CX_OK);
+    assert_int_equal(ops->submit(bb, ba_ep, &bw.x), CX_OK);
+    fc_xfer_t *all[] = { &w, &r, &m, &bw };
+    /* 300 ms of both progress loops, bounded: with the thread spinning inside the provider
+     * this call would not return until the holder is continued. */
+    uint64_t t0 = now_ms();
+    drive(all, 4, 300);
+    uint64_t took = now_ms() - t0;
+    print_message("progress while held: 300 ms asked, returned after %llu ms; done: write %d "
+                  "read %d msg %d B's write %d\n", (unsigned long long)took, w.done, r.done,
+                  m.done, bw.done);
+    assert_true(took < 2000);
+    assert_int_equal(bw.done, 0);   /* still in B's backlog: nothing was posted into A */
+    assert_true(cx_fi_lock_held(ba, ba->self_lockw));
+
+    kill(c, SIGCONT);
+    assert_int_equal(waitpid(c, &st, 0), c);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(drive(all, 4, 10000), 0);
+    assert_int_equal(w.status, CX_OK);
+    assert_int_equal(r.status, CX_OK);
+    assert_int_equal(m.status, CX_OK);
+    assert_int_equal(bw.status, CX_OK);
+    assert_memory_equal(bbuf, abuf, 4096);
+    assert_memory_equal(abuf + 8192, bbuf + 65536, 4096);
+    for (size_t i = 0; i < 4096; i++)
+        assert_int_equal(abuf[65536 + i], 0x6b);
+    assert_int_equal(cb.nmsg, 1);
+    assert_memory_equal(cb.msg[0], "held", 4);
+    assert_int_equal(ba->wedged_ns, 0);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -470,6 +562,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_bad_input, setup),
         cmocka_unit_test_setup(test_unknown_sender, setup),
         cmocka_unit_test_setup(test_disconnect_in_flight, setup),
+        cmocka_unit_test_setup(test_region_lock_held_by_stopped_process, setup),
     };
     return cmocka_run_group_tests_name(argc > 1 ? prov : "default", tests, group_setup,
                                        group_teardown);
