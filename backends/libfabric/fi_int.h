@@ -268,7 +268,7 @@ void cx_fi_guard_stop(cx_backend_t *b);
  * critical section. The provider spins on it for as long as its holder keeps it, and a process
  * stopped inside one (SIGSTOP, a debugger, a frozen cgroup) keeps it until it is continued:
  * rather than enter the provider then, the CQ read is put off and a post waits in the backlog,
- * so heartbeats, op timeouts and the other peers' ops go on (README.md, "Spinlocks of stopped
+ * so heartbeats, op timeouts and the other backends go on (README.md, "Spinlocks of stopped
  * processes"). */
 int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw);
 static inline int cx_fi_lock_held(const cx_backend_t *b, const int *lockw)
