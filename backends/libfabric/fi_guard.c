@@ -75,12 +75,7 @@ struct cx_fi_guard {
 /* A trylock with glibc's own values: 1 if the lock was free (and is free again). */
 static int cx_fi_guard_free(struct cx_fi_guard *g, uint8_t *head)
 {
-    int want = g->unlocked;
-    int *l = (int *)(void *)(head + g->lock_off);
-    if (!__atomic_compare_exchange_n(l, &want, g->locked, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-        return 0;
-    __atomic_store_n(l, g->unlocked, __ATOMIC_RELEASE);
-    return 1;
+    return cx_fi_lock_try((int *)(void *)(head + g->lock_off), g->unlocked, g->locked);
 }
 
 /* A live holder keeps a region's lock for a command's worth of copying (a microsecond or two);

@@ -271,17 +271,23 @@ void cx_fi_guard_stop(cx_backend_t *b);
  * so heartbeats, op timeouts and the other backends go on (README.md, "Spinlocks of stopped
  * processes"). */
 int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw);
+/* A trylock with glibc's values of a free and a held spinlock: 1 if it was free (and is again). */
+static inline int cx_fi_lock_try(int *w, int free_v, int held_v)
+{
+    int want = free_v;
+    if (!__atomic_compare_exchange_n(w, &want, held_v, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return 0;
+    __atomic_store_n(w, free_v, __ATOMIC_RELEASE);
+    return 1;
+}
 static inline int cx_fi_lock_held(const cx_backend_t *b, const int *lockw)
 {
     if (!lockw)
         return 0;
     /* Taken and let go at once rather than read: the provider takes it right after, and finds
      * the cache line already ours (a plain read cost 0.05 us per 4 KiB op, this does not). */
-    int *w = (int *)(uintptr_t)lockw, want = b->lock_free;
-    if (__atomic_compare_exchange_n(w, &want, b->lock_held, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-        __atomic_store_n(w, b->lock_free, __ATOMIC_RELEASE);
+    if (cx_fi_lock_try((int *)(uintptr_t)lockw, b->lock_free, b->lock_held))
         return 0;
-    }
     return cx_fi_lock_wait(b, lockw);
 }
 uint64_t cx_fi_now_ns(void);   /* fi_cq.c: CLOCK_MONOTONIC */
