@@ -40,6 +40,8 @@ int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx)
     }
     if (r)
         cx_warn("libfabric: %s: fi_recv: %s", b->prov, cx_fi_strerror((int)-r));
+    rx->posted = r == 0;
+    rx->gen = b->rot_gen;
     return (int)r;
 }
 
@@ -166,6 +168,10 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         cx_fi_wb_on_rdata(b, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
         return;
     }
+    if (type == CX_FM_ADDR) {
+        cx_fi_rot_on_addr(b, inc, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
+        return;
+    }
     if (type == CX_FM_RREQ || type == CX_FM_PREQ || type == CX_FM_RREQ_IN) {
         void *rp = cx_core_peer_by_incarnation(b->core, inc);
         if (!rp) {
@@ -207,7 +213,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         cx_fi_pull_start(b, peer, sig, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
 }
 
-static void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
+void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
 {
     if (!op->posted)
         cx_error("libfabric: %s: completion for an op not posted (kind %d)", b->prov, op->kind);
@@ -321,11 +327,18 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
         return;
     }
     if (c->type == CX_FI_CTX_RX) {
-        if (b->closing || ee->err == FI_ECANCELED)
+        cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
+        rx->posted = 0;
+        if (b->closing)
             return;
+        if (ee->err == FI_ECANCELED) {
+            if (rx->gen != b->rot_gen)
+                cx_fi_rx_post(b, rx);   /* its endpoint was closed by a rotation (fi_rot.c) */
+            return;
+        }
         cx_warn("libfabric: %s: receive failed: %s (%s)", b->prov, cx_fi_strerror(ee->err),
                 why ? why : "");
-        cx_fi_rx_post(b, (cx_fi_rx_t *)c);
+        cx_fi_rx_post(b, rx);
         return;
     }
     cx_fi_op_t *op = (cx_fi_op_t *)c;
@@ -347,18 +360,24 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
 /* Our region's lock stays held (fi_int.h, cx_fi_lock_held): the CQ read that would spin on it
  * is put off, and said so once it lasts. */
 #define CX_FI_WEDGE_LOG_NS 1000000000ull
-static void cx_fi_wedged(cx_backend_t *b)
+/* Returns 1 when the endpoint was replaced (fi_rot.c): the CQ can be read now. */
+static int cx_fi_wedged(cx_backend_t *b)
 {
     uint64_t now = cx_fi_now_ns();
     if (!b->wedged_ns) {
         b->wedged_ns = now;
-    } else if (!b->wedge_logged && now - b->wedged_ns >= CX_FI_WEDGE_LOG_NS) {
+        return 0;
+    }
+    if (b->rot_ns && now - b->wedged_ns >= b->rot_ns && !cx_fi_rotate(b))
+        return 1;
+    if (!b->wedge_logged && now - b->wedged_ns >= CX_FI_WEDGE_LOG_NS) {
         b->wedge_logged = 1;
         cx_warn("libfabric: shm: our region's spinlock has been held for %llu ms by another "
                 "process (one stopped inside the provider?): completions wait for it, ops time "
                 "out meanwhile; see backends/libfabric/README.md, \"Spinlocks of stopped "
                 "processes\"", (unsigned long long)((now - b->wedged_ns) / 1000000u));
     }
+    return 0;
 }
 
 static void cx_fi_unwedged(cx_backend_t *b)
@@ -375,16 +394,17 @@ static int cx_fi_drain(cx_backend_t *b)
 {
     struct fi_cq_msg_entry e[CX_FI_CQ_BATCH];
     int total = 0;
-    if (cx_fi_lock_held(b, b->self_lockw)) {
-        cx_fi_wedged(b);
+    if (cx_fi_lock_held(b, b->self_lockw) && !cx_fi_wedged(b))
         return 0;
-    }
     if (b->wedged_ns)
         cx_fi_unwedged(b);
     while (total < CX_FI_CQ_MAX) {
         ssize_t n = fi_cq_read(b->cq, e, CX_FI_CQ_BATCH);
-        if (n == -FI_EAGAIN)
+        if (n == -FI_EAGAIN) {
+            if (b->rot_sweep)
+                cx_fi_rot_leftovers(b);
             return total;
+        }
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ee;
             memset(&ee, 0, sizeof ee);
@@ -405,6 +425,7 @@ static int cx_fi_drain(cx_backend_t *b)
                 cx_fi_warm_done(b);
             } else if (c->type == CX_FI_CTX_RX) {
                 cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
+                rx->posted = 0;
                 cx_fi_on_recv(b, rx->buf, e[i].len);
                 cx_fi_rx_post(b, rx);
             } else {
@@ -416,8 +437,8 @@ static int cx_fi_drain(cx_backend_t *b)
          * nothing but run the provider's progress once more (on shm about as long as the
          * read of a 4 KiB op itself); the next poll or progress call reads what comes later,
          * and fi_trywait checks the CQ before the progress thread sleeps. */
-        if (n < CX_FI_CQ_BATCH)
-            return total;
+        if (n < CX_FI_CQ_BATCH && !b->rot_sweep)
+            return total;   /* after a rotation: on to the empty read, then its leftovers */
     }
     return -1;
 }

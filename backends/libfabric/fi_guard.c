@@ -328,6 +328,27 @@ fail:
     free(g);
 }
 
+const int *cx_fi_guard_self(cx_backend_t *b, const char *name)
+{
+    struct cx_fi_guard *g = b->guard;
+    if (!g)
+        return NULL;
+    uint8_t *head = cx_fi_guard_map(name);
+    if (!head)
+        return NULL;
+    if (head[0] != g->version) {   /* the same library wrote it: a layout of its own */
+        munmap(head, CX_FI_GUARD_HEAD);
+        return NULL;
+    }
+    pthread_mutex_lock(&g->mu);
+    uint8_t *old = g->self;
+    g->self = head;
+    snprintf(g->self_name, sizeof g->self_name, "%s", name);
+    pthread_mutex_unlock(&g->mu);
+    munmap(old, CX_FI_GUARD_HEAD);
+    return (const int *)(const void *)(head + g->lock_off);
+}
+
 const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name)
 {
     struct cx_fi_guard *g = b->guard;

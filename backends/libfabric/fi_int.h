@@ -54,6 +54,8 @@ typedef struct cx_fi_ctx {
 typedef struct cx_fi_rx {
     cx_fi_ctx_t c;
     uint8_t *buf;
+    int posted;                 /* the provider owns it (until its CQ entry) */
+    uint32_t gen;               /* posted on the endpoint of this rotation (fi_rot.c) */
 } cx_fi_rx_t;
 
 enum { CX_FI_RREQ_WB = 1, CX_FI_RREQ_IN = 2 };   /* cx_fi_op.rreq */
@@ -72,6 +74,7 @@ typedef struct cx_fi_op {
     cx_fi_ctx_t c;
     int kind;                   /* CX_FOP_* */
     int posted;                 /* the provider owns c.fc until its CQ entry */
+    uint32_t gen;               /* posted on the endpoint of this rotation (fi_rot.c) */
     int in_backlog;
     int send_done, ack_got, ack_status;
     cx_xfer_t *x;               /* NULL once completed to the core (or for ACK/PULL) */
@@ -109,6 +112,8 @@ struct cx_bep {
     int dead;                   /* shm: seen dead at a post; reported at the next progress */
     unsigned pid_posts;         /* shm: posts, its pidfd looked at every CX_FI_PID_POSTS */
     char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
+    uint32_t pid;               /* shm: the peer process, 0 unknown */
+    uint32_t peer_gen;          /* shm: the rotation of the peer's endpoint we post to (fi_rot.c) */
     const int *lockw;           /* shm: its region's spinlock, in the guard's mapping, or NULL */
     int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
     int nops;                   /* ops linked in ops (cheap bound before counting them) */
@@ -122,6 +127,17 @@ typedef struct cx_fi_mh {
     void *desc;
     uint64_t base;
 } cx_fi_mh_t;
+
+/* fi_rot.c: the newest endpoint a same-host peer told us of (by the process and engine
+ * incarnation its region's name carries), for a connect that still has its older HELLO. */
+#define CX_FI_MOVED 32
+typedef struct cx_fi_moved {
+    uint32_t pid;
+    uint64_t inc;
+    uint32_t gen;
+    uint64_t at_ns;             /* when it came: the oldest is replaced first */
+    char name[64];
+} cx_fi_moved_t;
 
 /* fi_shm.c: a closed endpoint's peer whose region is unlinked once the process is gone. */
 #define CX_FI_SHM_WAITS 32
@@ -193,6 +209,11 @@ struct cx_backend {
     int lock_free, lock_held;   /* glibc's values of a free and a held spinlock */
     uint64_t wedged_ns;         /* since when our region's lock stays held, 0 when it does not */
     int wedge_logged;
+    uint64_t rot_ns;            /* shm: a new endpoint once our lock is held this long, 0 never */
+    uint32_t rot_gen;           /* rotations so far: the endpoint's generation (fi_rot.c) */
+    uint64_t rot_next_ns;       /* after a failed rotation: not before then */
+    int rot_sweep;              /* a rotation's leftovers still to be looked at (fi_cq.c) */
+    cx_fi_moved_t moved[CX_FI_MOVED];
     uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
     uint64_t last_sweep_ns;
     uint64_t sweep_gap_ns;         /* between hot sweeps: doubles from 1 ms after a connect */
@@ -241,6 +262,29 @@ int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc,
                    uint64_t raddr, uint64_t key);
 void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 
+/* fi_setup.c: one RDM endpoint on the backend's CQ and AV, named after (inc, gen) on shm and
+ * enabled, with what names it; closed again when any step fails. */
+typedef struct cx_fi_epn {
+    struct fid_ep *ep;
+    char shm[64];               /* shm: its region, when fi_setname took our name, else "" */
+    uint8_t name[400];          /* fi_getname */
+    size_t name_len;
+    uint8_t addr[512];          /* the address blob for HELLO */
+    size_t addr_len;
+} cx_fi_epn_t;
+int cx_fi_ep_open(cx_backend_t *b, uint32_t gen, cx_fi_epn_t *n);
+
+/* fi_rot.c: shm only, a new endpoint (a new region) when a stopped process keeps our region's
+ * spinlock, and the peers told of it (README.md, "A new region when one is held"). */
+void cx_fi_rot_init(cx_backend_t *b);
+int cx_fi_rotate(cx_backend_t *b);     /* 0: rotated, our endpoint and region are new */
+void cx_fi_rot_leftovers(cx_backend_t *b);   /* after the first full drain of a rotation */
+void cx_fi_rot_tell(cx_backend_t *b, cx_bep_t *ep);
+void cx_fi_rot_on_addr(cx_backend_t *b, uint64_t inc, uint64_t gen, const uint8_t *body,
+                       size_t len);
+/* At connect: the newest name for the peer of HELLO name `name` (a connex shm name), or name. */
+const char *cx_fi_rot_newest(cx_backend_t *b, const char *name, uint32_t *gen);
+
 /* fi_warm.c: ofi_rxm's first-send allocations made at open (a send to ourselves) */
 void cx_fi_warm_self(cx_backend_t *b, const void *name);
 void cx_fi_warm_done(cx_backend_t *b);
@@ -254,13 +298,17 @@ int cx_fi_peer_dead(struct cx_bep *ep);
 
 /* fi_shm.c: shm region names (connex's own, per incarnation), a dead peer's region unlinked,
  * regions of vanished connex processes swept at open. */
-int cx_fi_shm_name(cx_backend_t *b);
+int cx_fi_shm_name(cx_backend_t *b, struct fid_ep *ep, uint32_t gen, char name[64]);
+/* A connex region name "cx-fi-<pid>-<inc>[-<gen>]": 0, or -1 for any other name. */
+int cx_fi_shm_parse(const char *name, uint32_t *pid, uint64_t *inc, uint32_t *gen);
 int cx_fi_shm_direct(cx_backend_t *b);
 void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
 void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);
 /* fi_guard.c: spinlocks of shm regions left held by a killed process, released once it exited. */
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name);
+/* Our own region is `name` from now on (a rotation): its lock word, or NULL (guard unchanged). */
+const int *cx_fi_guard_self(cx_backend_t *b, const char *name);
 const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name);
 void cx_fi_guard_del(cx_backend_t *b, const void *id);
 void cx_fi_guard_stop(cx_backend_t *b);
@@ -299,6 +347,8 @@ int cx_fi_progress(cx_backend_t *b);
 int cx_fi_poll(cx_backend_t *b);
 void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status);   /* the target's answer to seq */
 int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx);
+/* A posted op's end: its CQ entry, an error entry, or (fi_rot.c) its endpoint closed. */
+void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 int cx_fi_tx_get(cx_backend_t *b);
 void cx_fi_tx_put(cx_backend_t *b, int i);
 static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i) { return b->txmem + (size_t)i * CX_FI_BUF; }

@@ -125,6 +125,42 @@ static int cx_fi_open_cq(cx_backend_t *b)
     return fi_cq_open(b->domain, &ca, &b->cq, NULL);
 }
 
+int cx_fi_ep_open(cx_backend_t *b, uint32_t gen, cx_fi_epn_t *n)
+{
+    memset(n, 0, sizeof *n);
+    int r;
+    if ((r = fi_endpoint(b->domain, b->info, &n->ep, NULL)) ||
+        (r = cx_fi_shm_name(b, n->ep, gen, n->shm)) ||
+        (r = fi_ep_bind(n->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV)) ||
+        (r = fi_ep_bind(n->ep, &b->av->fid, 0)) || (r = fi_enable(n->ep))) {
+        cx_warn("libfabric: %s: endpoint setup: %s", b->prov, cx_fi_strerror(-r));
+        goto fail;
+    }
+    n->name_len = sizeof n->name;
+    if ((r = fi_getname(&n->ep->fid, n->name, &n->name_len))) {
+        cx_warn("libfabric: %s: fi_getname: %s", b->prov, cx_fi_strerror(-r));
+        goto fail;
+    }
+    /* The blob names the provider so that a peer on another fabric refuses it at connect. */
+    cx_wr_t w;
+    cx_wr_init(&w, n->addr, sizeof n->addr);
+    cx_fi_addr_t a = { .fmt = b->info->addr_format, .name = n->name, .name_len = n->name_len,
+                       .pid = (uint32_t)getpid() };
+    snprintf(a.prov, sizeof a.prov, "%s", b->prov);
+    cx_fi_addr_put(&w, &a);
+    if (!w.ok) {
+        r = -FI_ETOOSMALL;
+        goto fail;
+    }
+    n->addr_len = w.len;
+    return 0;
+fail:
+    if (n->ep)
+        fi_close(&n->ep->fid);
+    n->ep = NULL;
+    return r ? r : -FI_EOTHER;
+}
+
 static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
 {
     struct fi_info *in = b->info;
@@ -151,32 +187,19 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     struct fi_av_attr aa;
     memset(&aa, 0, sizeof aa);
     aa.type = FI_AV_TABLE;
-    if ((r = fi_av_open(b->domain, &aa, &b->av, NULL)) ||
-        (r = fi_endpoint(b->domain, in, &b->ep, NULL)) || (r = cx_fi_shm_name(b)) ||
-        (r = fi_ep_bind(b->ep, &b->cq->fid, FI_TRANSMIT | FI_RECV)) ||
-        (r = fi_ep_bind(b->ep, &b->av->fid, 0)) || (r = fi_enable(b->ep))) {
-        cx_warn("libfabric: %s: endpoint setup: %s", b->prov, cx_fi_strerror(-r));
+    if ((r = fi_av_open(b->domain, &aa, &b->av, NULL))) {
+        cx_warn("libfabric: %s: fi_av_open: %s", b->prov, cx_fi_strerror(-r));
         return r;
     }
+    cx_fi_epn_t n;
+    if ((r = cx_fi_ep_open(b, 0, &n)))
+        return r;
+    b->ep = n.ep;
+    memcpy(b->shm_self, n.shm, sizeof b->shm_self);
+    memcpy(b->addr, n.addr, n.addr_len);
+    b->addr_len = n.addr_len;
     if (b->shm_self[0])
         cx_fi_guard_start(b, b->shm_self);   /* the region exists once enabled */
-    b->addr_len = sizeof b->addr;
-    uint8_t name[400];
-    size_t nlen = sizeof name;
-    if ((r = fi_getname(&b->ep->fid, name, &nlen))) {
-        cx_warn("libfabric: %s: fi_getname: %s", b->prov, cx_fi_strerror(-r));
-        return r;
-    }
-    /* The blob names the provider so that a peer on another fabric refuses it at connect. */
-    cx_wr_t w;
-    cx_wr_init(&w, b->addr, sizeof b->addr);
-    cx_fi_addr_t a = { .fmt = in->addr_format, .name = name, .name_len = nlen,
-                       .pid = (uint32_t)getpid() };
-    snprintf(a.prov, sizeof a.prov, "%s", b->prov);
-    cx_fi_addr_put(&w, &a);
-    if (!w.ok)
-        return -FI_ETOOSMALL;
-    b->addr_len = w.len;
 
     b->rxmem = aligned_alloc(4096, (size_t)CX_FI_NRX * CX_FI_BUF);
     b->txmem = aligned_alloc(4096, (size_t)CX_FI_NTX * CX_FI_BUF);
@@ -196,7 +219,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
         if ((r = cx_fi_rx_post(b, &b->rx[i])))
             return r;
     }
-    cx_fi_warm_self(b, name);
+    cx_fi_warm_self(b, n.name);
 
     b->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     b->efd = epoll_create1(EPOLL_CLOEXEC);
@@ -234,6 +257,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
             epoll_ctl(b->efd, EPOLL_CTL_ADD, b->tfd, &ev))
             return -FI_EOTHER;
     }
+    cx_fi_rot_init(b);
     cx_fi_progress(b);   /* arms the wait object (fi_trywait) before the core first waits */
     cx_info("libfabric: opened %s (mr_mode 0x%lx, hmem %d, data_progress %d, gpu_direct %d, "
             "reads %s, writes %s, messages inline up to %zu bytes)", b->prov,

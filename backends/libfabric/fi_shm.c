@@ -26,14 +26,21 @@
 
 #define CX_FI_SHM_PREFIX "cx-fi-"
 
-static int cx_fi_shm_parse(const char *name, pid_t *pid)
+/* "cx-fi-<pid>-<16 hex digits of the incarnation>", and "-<generation>" after a rotation
+ * (fi_rot.c); the first name of an engine has none. */
+int cx_fi_shm_parse(const char *name, uint32_t *pid, uint64_t *inc, uint32_t *gen)
 {
-    unsigned p;
-    unsigned long long inc;
-    int n = 0;
-    if (sscanf(name, CX_FI_SHM_PREFIX "%u-%16llx%n", &p, &inc, &n) != 2 || name[n] || !p)
+    unsigned p, g = 0;
+    unsigned long long i;
+    int n = 0, m = 0;
+    if (sscanf(name, CX_FI_SHM_PREFIX "%u-%16llx%n", &p, &i, &n) != 2 || !p || n < 1)
         return -1;
-    *pid = (pid_t)p;
+    if (name[n] && (name[n] != '-' || name[n + 1] < '1' || name[n + 1] > '9' ||
+                    sscanf(name + n, "-%u%n", &g, &m) != 1 || name[n + m]))
+        return -1;
+    *pid = p;
+    *inc = i;
+    *gen = g;
     return 0;
 }
 
@@ -46,27 +53,34 @@ static void cx_fi_shm_sweep(void)
         return;
     int n = 0;
     for (struct dirent *de; (de = readdir(d)) && n < 4096; n++) {
-        pid_t pid;
-        if (cx_fi_shm_parse(de->d_name, &pid))
+        uint32_t pid, gen;
+        uint64_t inc;
+        if (cx_fi_shm_parse(de->d_name, &pid, &inc, &gen))
             continue;
-        if (kill(pid, 0) == -1 && errno == ESRCH && !shm_unlink(de->d_name))
+        if (kill((pid_t)pid, 0) == -1 && errno == ESRCH && !shm_unlink(de->d_name))
             cx_info("libfabric: shm: removed %s, left by a process that is gone", de->d_name);
     }
     closedir(d);
 }
 
-int cx_fi_shm_name(cx_backend_t *b)
+int cx_fi_shm_name(cx_backend_t *b, struct fid_ep *ep, uint32_t gen, char name[64])
 {
+    name[0] = 0;
     if (strcmp(b->prov, "shm"))
         return 0;
-    cx_fi_shm_sweep();
-    char name[64];
-    snprintf(name, sizeof name, CX_FI_SHM_PREFIX "%u-%016" PRIx64, (unsigned)getpid(), b->inc);
-    int r = fi_setname(&b->ep->fid, name, strlen(name) + 1);
-    if (!r)
-        memcpy(b->shm_self, name, sizeof name);
+    if (!gen)
+        cx_fi_shm_sweep();
+    char n[64];
+    if (gen)
+        snprintf(n, sizeof n, CX_FI_SHM_PREFIX "%u-%016" PRIx64 "-%u", (unsigned)getpid(), b->inc,
+                 gen);
     else
-        cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", name, cx_fi_strerror(-r));
+        snprintf(n, sizeof n, CX_FI_SHM_PREFIX "%u-%016" PRIx64, (unsigned)getpid(), b->inc);
+    int r = fi_setname(&ep->fid, n, strlen(n) + 1);
+    if (!r)
+        memcpy(name, n, sizeof n);
+    else
+        cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", n, cx_fi_strerror(-r));
     return 0;   /* the provider's default name still works, short of the hygiene */
 }
 
@@ -75,8 +89,9 @@ void cx_fi_shm_remember(cx_bep_t *ep, const void *name, size_t len)
     ep->shm_name[0] = 0;
     if (len < 2 || len >= sizeof ep->shm_name || memchr(name, 0, len) != (const char *)name + len - 1)
         return;
-    pid_t pid;
-    if (cx_fi_shm_parse(name, &pid))
+    uint32_t pid, gen;
+    uint64_t inc;
+    if (cx_fi_shm_parse(name, &pid, &inc, &gen))
         return;   /* not a connex name: never unlink what connex did not name */
     memcpy(ep->shm_name, name, len);
 }

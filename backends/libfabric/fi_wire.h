@@ -18,11 +18,14 @@
 
 /* Message header: u8 type, u8 version, u16 reserved (0, ignored), u64 sender incarnation,
  * u64 sequence. After it: MSG / SIG the message itself, ACK the status, *_RTS a cx_fi_rts_t,
- * RREQ / PREQ / RREQ_IN a cx_fi_wbreq_t, RDATA the status then the bytes read. */
+ * RREQ / PREQ / RREQ_IN a cx_fi_wbreq_t, RDATA the status then the bytes read, ADDR an
+ * address blob. */
 enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5,
        CX_FM_RREQ = 6, CX_FM_PREQ = 7,
        CX_FM_RREQ_IN = 8,       /* a small read on tcp: answer with the bytes (RDATA) */
-       CX_FM_RDATA = 9 };       /* a part of the answer to RREQ_IN: i32 status, u32 offset, bytes */
+       CX_FM_RDATA = 9,         /* a part of the answer to RREQ_IN: i32 status, u32 offset, bytes */
+       CX_FM_ADDR = 10 };       /* shm: the sender's new endpoint, seq its generation, then its
+                                   address blob (fi_rot.c) */
 #define CX_FM_RDATA_HDR 8       /* RDATA after the header: i32 status, u32 offset */
 #define CX_FM_RD_INLINE_MAX 65536u   /* the largest read a target answers with RDATA */
 #define CX_FM_RD_INLINE_DEFAULT 32768u   /* what a reader asks that way unless told (fi_wb.c) */

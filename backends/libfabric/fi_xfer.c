@@ -272,6 +272,10 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
             free(op->tmp_buf);
             op->tmp_buf = NULL;
             op->wb_src = NULL;
+        } else if (op->kind == CX_FOP_ACK && op->mtype == CX_FM_ADDR) {
+            /* Our endpoint as it is when this leaves (fi_rot.c): seq is its generation. */
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ADDR, .inc = b->inc, .seq = b->rot_gen });
+            cx_wr_bytes(&w, b->addr, b->addr_len);
         } else if (op->kind == CX_FOP_ACK) {
             cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = op->ack_seq });
             cx_fi_ack_put(&w, op->ack_val);
@@ -409,6 +413,7 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     }
     if (r == 0) {
         op->posted = 1;
+        op->gen = b->rot_gen;
         if (!op->ep->used) {
             op->ep->used = 1;
             b->sweep_now = 1;   /* rxm connects on the first op to a peer */
@@ -532,10 +537,21 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
                 b->prov);
         return CX_EUNSUPPORTED;
     }
+    /* shm: a peer that moved to a new region since the HELLO we have (fi_rot.c) is posted to
+     * there. */
+    const void *name = a.name;
+    size_t name_len = a.name_len;
+    uint32_t gen = 0;
+    int shm = !strcmp(b->prov, "shm");
+    if (shm && memchr(a.name, 0, a.name_len) == (const void *)(a.name + a.name_len - 1)) {
+        const char *nn = cx_fi_rot_newest(b, (const char *)a.name, &gen);
+        name = nn;
+        name_len = strlen(nn) + 1;
+    }
     cx_bep_t *ep = calloc(1, sizeof *ep);
     if (!ep)
         return CX_ENOMEM;
-    int n = fi_av_insert(b->av, a.name, 1, &ep->fa, 0, NULL);
+    int n = fi_av_insert(b->av, name, 1, &ep->fa, 0, NULL);
     if (n != 1) {
         cx_warn("libfabric: %s: fi_av_insert failed (%d)", b->prov, n);
         free(ep);
@@ -544,12 +560,14 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     ep->b = b;
     ep->peer = peer;
     ep->pidfd = -1;
+    ep->peer_gen = gen;
     /* shm takes a spinlock inside the peer's shared region to queue a command; a peer killed
      * while holding it makes every later post spin forever (libfabric 1.17). A pidfd tells us
      * the peer is gone before we post, long before the control channel's verdict arrives. */
-    if (!strcmp(b->prov, "shm") && pid) {
+    if (shm && pid) {
+        ep->pid = pid;
         ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
-        cx_fi_shm_remember(ep, a.name, a.name_len);
+        cx_fi_shm_remember(ep, name, name_len);
         if (ep->shm_name[0])
             ep->lockw = cx_fi_guard_add(b, ep, pid, ep->shm_name);
     }
@@ -558,6 +576,8 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         b->eps->prev = ep;
     b->eps = ep;
     *out = ep;
+    if (b->rot_gen)
+        cx_fi_rot_tell(b, ep);   /* it may have our HELLO from before the rotation */
     if (b->wb) {
         /* A write-back read needs rxm's connection in the target's direction too, and rxm
          * dials only at a first op (and does not send over a connection it accepted: one

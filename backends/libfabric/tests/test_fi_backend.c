@@ -417,22 +417,10 @@ static uint64_t now_ms(void)
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
-/* shm: a process stopped while it holds a region's spinlock (a sender takes its target's to
- * queue a command; libfabric 1.17 spins on it). Our region's held: A's progress keeps returning
- * (before, A's thread spun inside fi_cq_read until the holder was continued: the engine's
- * heartbeats and op timeouts stopped with it); B's posts to A wait in B's backlog instead of
- * spinning. Once the holder lets go, every op completes with the right bytes. */
-static void test_region_lock_held_by_stopped_process(void **state)
+/* A child that takes A's region lock through the guard's mapping (which it inherits: the lock
+ * it takes there is the one every process sees) and stops itself; returned once stopped. */
+static pid_t stopped_holder(void)
 {
-    (void)state;
-    if (!ba->self_lockw || !ba_ep->lockw) {
-        print_message("no spinlock guard on this provider: skipped\n");
-        skip();
-    }
-    /* A thread spinning inside the provider never returns to a cmocka check: bounded here. */
-    alarm(30);
-    /* The child inherits the guard's shared mapping of A's region head: the lock it takes
-     * there is the one every process sees. */
     pthread_spinlock_t *lock = (pthread_spinlock_t *)(uintptr_t)ba->self_lockw;
     pid_t c = fork();
     assert_true(c >= 0);
@@ -447,56 +435,159 @@ static void test_region_lock_held_by_stopped_process(void **state)
     int st = 0;
     assert_int_equal(waitpid(c, &st, WUNTRACED), c);
     assert_true(WIFSTOPPED(st));
-    assert_true(cx_fi_lock_held(ba, ba->self_lockw));
+    return c;
+}
 
-    for (size_t i = 0; i < 4096; i++) {
-        abuf[i] = (unsigned char)(i * 3 + 1);
-        bbuf[65536 + i] = (unsigned char)(i * 5 + 2);
-    }
-    fc_xfer_t w, r, m, bw;
-    xfer_init(&w, CX_XFER_WRITE, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
-    xfer_init(&r, CX_XFER_READ, abuf + 8192, 4096, (uint64_t)(uintptr_t)(bbuf + 65536), NULL, 0);
-    xfer_init(&m, CX_XFER_MSG, NULL, 0, 0, "held", 4);
-    /* B writes into A's region: its post would take A's lock. */
-    fc_xfer_init(&bw, CX_XFER_WRITE, bbuf + 131072, 4096, (uint64_t)(uintptr_t)(abuf + 65536),
-                 NULL, 0);
-    memset(bbuf + 131072, 0x6b, 4096);
-    bw.x.local_mh = bmh;
-    bw.x.remote_base = (uint64_t)(uintptr_t)abuf;
-    bw.x.rkey = akey;
-    bw.x.rkey_len = akey_len;
-    assert_int_equal(ops->submit(ba, ab, &w.x), CX_OK);
-    assert_int_equal(ops->submit(ba, ab, &r.x), CX_OK);
-    assert_int_equal(ops->submit(ba, ab, &m.x), CX_OK);
-    assert_int_equal(ops->submit(bb, ba_ep, &bw.x), CX_OK);
-    fc_xfer_t *all[] = { &w, &r, &m, &bw };
-    /* 300 ms of both progress loops, bounded: with the thread spinning inside the provider
-     * this call would not return until the holder is continued. */
-    uint64_t t0 = now_ms();
-    drive(all, 4, 300);
-    uint64_t took = now_ms() - t0;
-    print_message("progress while held: 300 ms asked, returned after %llu ms; done: write %d "
-                  "read %d msg %d B's write %d\n", (unsigned long long)took, w.done, r.done,
-                  m.done, bw.done);
-    assert_true(took < 2000);
-    assert_int_equal(bw.done, 0);   /* still in B's backlog: nothing was posted into A */
-    assert_true(cx_fi_lock_held(ba, ba->self_lockw));
-
+static void continue_holder(pid_t c)
+{
+    int st = 0;
     kill(c, SIGCONT);
     assert_int_equal(waitpid(c, &st, 0), c);
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    assert_int_equal(drive(all, 4, 10000), 0);
-    assert_int_equal(w.status, CX_OK);
-    assert_int_equal(r.status, CX_OK);
-    assert_int_equal(m.status, CX_OK);
-    assert_int_equal(bw.status, CX_OK);
+}
+
+/* Ops both ways while A's lock is held: A's write, read and message to B (B's ack comes into
+ * A's region), B's write and message into A. */
+typedef struct held_ops {
+    fc_xfer_t w, r, m, bw, bm;
+    fc_xfer_t *all[5];
+} held_ops_t;
+
+static void held_ops_submit(held_ops_t *o, unsigned char pat)
+{
+    for (size_t i = 0; i < 4096; i++)
+        abuf[i] = (unsigned char)(i * 11 + pat);
+    memset(bbuf + 65536, pat + 1, 4096);
+    memset(bbuf + 131072, pat + 2, 4096);
+    xfer_init(&o->w, CX_XFER_WRITE, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    xfer_init(&o->r, CX_XFER_READ, abuf + 8192, 4096, (uint64_t)(uintptr_t)(bbuf + 65536),
+              NULL, 0);
+    xfer_init(&o->m, CX_XFER_MSG, NULL, 0, 0, "to B", 4);
+    fc_xfer_init(&o->bw, CX_XFER_WRITE, bbuf + 131072, 4096,
+                 (uint64_t)(uintptr_t)(abuf + 65536), NULL, 0);
+    o->bw.x.local_mh = bmh;
+    o->bw.x.remote_base = (uint64_t)(uintptr_t)abuf;
+    o->bw.x.rkey = akey;
+    o->bw.x.rkey_len = akey_len;
+    fc_xfer_init(&o->bm, CX_XFER_MSG, NULL, 0, 0, "to A", 4);
+    fc_xfer_t *all[5] = { &o->w, &o->r, &o->m, &o->bw, &o->bm };
+    memcpy(o->all, all, sizeof all);
+    assert_int_equal(ops->submit(ba, ab, &o->w.x), CX_OK);
+    assert_int_equal(ops->submit(ba, ab, &o->r.x), CX_OK);
+    assert_int_equal(ops->submit(ba, ab, &o->m.x), CX_OK);
+    assert_int_equal(ops->submit(bb, ba_ep, &o->bw.x), CX_OK);
+    assert_int_equal(ops->submit(bb, ba_ep, &o->bm.x), CX_OK);
+}
+
+static void held_ops_check(held_ops_t *o, unsigned char pat)
+{
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(o->all[i]->status, CX_OK);
     assert_memory_equal(bbuf, abuf, 4096);
     assert_memory_equal(abuf + 8192, bbuf + 65536, 4096);
     for (size_t i = 0; i < 4096; i++)
-        assert_int_equal(abuf[65536 + i], 0x6b);
+        assert_int_equal(abuf[65536 + i], (unsigned char)(pat + 2));
     assert_int_equal(cb.nmsg, 1);
-    assert_memory_equal(cb.msg[0], "held", 4);
+    assert_memory_equal(cb.msg[0], "to B", 4);
+    assert_int_equal(ca.nmsg, 1);
+    assert_memory_equal(ca.msg[0], "to A", 4);
     assert_int_equal(ba->wedged_ns, 0);
+}
+
+/* shm: a process stopped while it holds a region's spinlock (a sender takes its target's to
+ * queue a command; libfabric 1.17 spins on it). Our region's held: A's progress keeps returning
+ * (before, A's thread spun inside fi_cq_read until the holder was continued: the engine's
+ * heartbeats and op timeouts stopped with it); B's posts to A wait in B's backlog instead of
+ * spinning. Once the holder lets go, every op completes with the right bytes. This is the path
+ * without a new region (fi_rot.c): the next test has one. */
+static void test_region_lock_held_by_stopped_process(void **state)
+{
+    (void)state;
+    if (!ba->self_lockw || !ba_ep->lockw) {
+        print_message("no spinlock guard on this provider: skipped\n");
+        skip();
+    }
+    /* A thread spinning inside the provider never returns to a cmocka check: bounded here. */
+    alarm(30);
+    uint64_t rot_ns = ba->rot_ns;
+    ba->rot_ns = 0;
+    pid_t c = stopped_holder();
+    assert_true(cx_fi_lock_held(ba, ba->self_lockw));
+    held_ops_t o;
+    held_ops_submit(&o, 1);
+    /* 300 ms of both progress loops, bounded: with the thread spinning inside the provider
+     * this call would not return until the holder is continued. */
+    uint64_t t0 = now_ms();
+    drive(o.all, 5, 300);
+    uint64_t took = now_ms() - t0;
+    print_message("progress while held: 300 ms asked, returned after %llu ms; done: write %d "
+                  "read %d msg %d B's write %d B's msg %d\n", (unsigned long long)took, o.w.done,
+                  o.r.done, o.m.done, o.bw.done, o.bm.done);
+    assert_true(took < 2000);
+    assert_int_equal(o.bw.done, 0);   /* still in B's backlog: nothing was posted into A */
+    assert_int_equal(o.bm.done, 0);
+    assert_true(cx_fi_lock_held(ba, ba->self_lockw));
+    continue_holder(c);
+    assert_int_equal(drive(o.all, 5, 10000), 0);
+    held_ops_check(&o, 1);
+    ba->rot_ns = rot_ns;
+    alarm(0);
+}
+
+/* The same stopped holder, with the rotation on (fi_rot.c): A moves to a new region, tells B,
+ * and every op in both directions completes while the holder is still stopped. */
+static void test_stopped_holder_new_region(void **state)
+{
+    (void)state;
+    if (!ba->self_lockw || !ba_ep->lockw || !ba->rot_ns) {
+        print_message("no spinlock guard or no rotation on this provider: skipped\n");
+        skip();
+    }
+    alarm(30);
+    uint64_t rot_ns = ba->rot_ns;
+    ba->rot_ns = 100000000ull;
+    uint32_t gen0 = ba->rot_gen;
+    char old_name[64], path[128];
+    memcpy(old_name, ba->shm_self, sizeof old_name);
+    snprintf(path, sizeof path, "/dev/shm/%s", old_name);
+    assert_int_equal(access(path, F_OK), 0);
+    unsigned char addr0[4096], addr1[4096];
+    size_t len0 = sizeof addr0, len1 = sizeof addr1;
+    assert_int_equal(ops->address(ba, addr0, &len0), CX_OK);
+
+    pid_t c = stopped_holder();
+    held_ops_t o;
+    held_ops_submit(&o, 3);
+    uint64_t t0 = now_ms();
+    int left = drive(o.all, 5, 5000);
+    print_message("holder stopped: %d of 5 ops left after %llu ms; generation %u, region %s\n",
+                  left, (unsigned long long)(now_ms() - t0), ba->rot_gen, ba->shm_self);
+    assert_int_equal(left, 0);
+    held_ops_check(&o, 3);
+    /* A is elsewhere now, B posts there, and the old region is gone from /dev/shm. */
+    assert_int_equal(ba->rot_gen, gen0 + 1);
+    assert_string_not_equal(ba->shm_self, old_name);
+    assert_int_equal(ba_ep->peer_gen, ba->rot_gen);
+    assert_string_equal(ba_ep->shm_name, ba->shm_self);
+    assert_int_not_equal(access(path, F_OK), 0);
+    assert_int_equal(ops->address(ba, addr1, &len1), CX_OK);
+    assert_false(len0 == len1 && !memcmp(addr0, addr1, len0));
+
+    /* A connect with the HELLO from before the move still reaches the new region. */
+    cx_bep_t *late = NULL;
+    static int cookie_late;
+    assert_int_equal(ops->connect(bb, &cookie_late, addr0, len0, &late), CX_OK);
+    assert_string_equal(late->shm_name, ba->shm_self);
+    ops->disconnect(bb, late, CX_EPEER);
+
+    /* And on, both directions, once the holder has let go of the old lock. */
+    continue_holder(c);
+    fc_reset(&ca);
+    fc_reset(&cb);
+    held_ops_submit(&o, 5);
+    assert_int_equal(drive(o.all, 5, 5000), 0);
+    held_ops_check(&o, 5);
+    ba->rot_ns = rot_ns;
     alarm(0);
 }
 
@@ -566,6 +657,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_unknown_sender, setup),
         cmocka_unit_test_setup(test_disconnect_in_flight, setup),
         cmocka_unit_test_setup(test_region_lock_held_by_stopped_process, setup),
+        cmocka_unit_test_setup(test_stopped_holder_new_region, setup),
     };
     return cmocka_run_group_tests_name(argc > 1 ? prov : "default", tests, group_setup,
                                        group_teardown);
