@@ -368,7 +368,7 @@ static int cx_fi_wedged(cx_backend_t *b)
         b->wedged_ns = now;
         return 0;
     }
-    if (b->rot_ns && now - b->wedged_ns >= b->rot_ns && !cx_fi_rotate(b))
+    if (b->rot_ns && cx_fi_rot_due(b, now) && !cx_fi_rotate(b))
         return 1;
     if (!b->wedge_logged && now - b->wedged_ns >= CX_FI_WEDGE_LOG_NS) {
         b->wedge_logged = 1;

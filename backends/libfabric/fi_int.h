@@ -209,7 +209,10 @@ struct cx_backend {
     int lock_free, lock_held;   /* glibc's values of a free and a held spinlock */
     uint64_t wedged_ns;         /* since when our region's lock stays held, 0 when it does not */
     int wedge_logged;
-    uint64_t rot_ns;            /* shm: a new endpoint once our lock is held this long, 0 never */
+    uint64_t rot_ns;            /* shm: a new endpoint once our lock is held this long and a peer
+                                   process is stopped, 0 never (fi_rot.c) */
+    uint64_t rot_any_ns;        /* ... or this long, whoever holds it */
+    uint64_t rot_look_ns;       /* the next look at the peers' process states */
     uint32_t rot_gen;           /* rotations so far: the endpoint's generation (fi_rot.c) */
     uint64_t rot_next_ns;       /* after a failed rotation: not before then */
     int rot_sweep;              /* a rotation's leftovers still to be looked at (fi_cq.c) */
@@ -277,6 +280,7 @@ int cx_fi_ep_open(cx_backend_t *b, uint32_t gen, cx_fi_epn_t *n);
 /* fi_rot.c: shm only, a new endpoint (a new region) when a stopped process keeps our region's
  * spinlock, and the peers told of it (README.md, "A new region when one is held"). */
 void cx_fi_rot_init(cx_backend_t *b);
+int cx_fi_rot_due(cx_backend_t *b, uint64_t now);   /* our lock held since b->wedged_ns */
 int cx_fi_rotate(cx_backend_t *b);     /* 0: rotated, our endpoint and region are new */
 void cx_fi_rot_leftovers(cx_backend_t *b);   /* after the first full drain of a rotation */
 void cx_fi_rot_tell(cx_backend_t *b, cx_bep_t *ep);

@@ -7,7 +7,9 @@
  * (conformance_hol caught it, backends/libfabric/README.md). Taking the lock from it is not
  * safe: continued, it would finish writing into a queue we read.
  *
- * So once our lock has been held CX_FI_ROT_DEFAULT_MS, we open a second endpoint on the same
+ * So once our lock has been held CX_FI_ROT_DEFAULT_MS while a peer process is stopped (or ten
+ * times that, whoever holds it: a live holder preempted that long is as good as stopped), we
+ * open a second endpoint on the same
  * CQ and address vector (a fresh region under a new name, "-<generation>" appended), close the
  * old one (measured: the provider unmaps and unlinks its region without touching the lock),
  * and tell every peer the new address with a message (ADDR) sent from the new endpoint. A peer
@@ -28,8 +30,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define CX_FI_ROT_DEFAULT_MS 200    /* a live holder keeps the lock for microseconds */
+#define CX_FI_ROT_ANY 10            /* rot_any_ns = this x rot_ns */
+#define CX_FI_ROT_LOOK_NS 50000000ull   /* peers' process states looked at every 50 ms */
 #define CX_FI_ROT_RETRY_NS 1000000000ull
 
 void cx_fi_rot_init(cx_backend_t *b)
@@ -51,6 +56,39 @@ void cx_fi_rot_init(cx_backend_t *b)
         return;
     }
     b->rot_ns = (uint64_t)ms * 1000000ull;
+    b->rot_any_ns = CX_FI_ROT_ANY * b->rot_ns;
+}
+
+/* Whether process pid is stopped: by a signal (T) or a tracer (t). */
+static int cx_fi_pid_stopped(uint32_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%u/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')');   /* the command name may hold anything but the last ')' */
+    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+int cx_fi_rot_due(cx_backend_t *b, uint64_t now)
+{
+    uint64_t held = now - b->wedged_ns;
+    if (held >= b->rot_any_ns)
+        return 1;
+    if (held < b->rot_ns || now < b->rot_look_ns)
+        return 0;
+    /* Only a process that maps our region can hold its lock: one of our shm peers, nearly
+     * always. A stopped one is the holder we are waiting for; a preempted live one lets go
+     * soon, and losing what the old region holds would cost its senders an op timeout. */
+    b->rot_look_ns = now + CX_FI_ROT_LOOK_NS;
+    for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
+        if (ep->pid && ep->pid != (uint32_t)getpid() && cx_fi_pid_stopped(ep->pid))
+            return 1;
+    return 0;
 }
 
 int cx_fi_rotate(cx_backend_t *b)

@@ -510,7 +510,7 @@ static void test_region_lock_held_by_stopped_process(void **state)
     /* A thread spinning inside the provider never returns to a cmocka check: bounded here. */
     alarm(30);
     uint64_t rot_ns = ba->rot_ns;
-    ba->rot_ns = 0;
+    ba->rot_ns = 0;   /* no rotation at all */
     pid_t c = stopped_holder();
     assert_true(cx_fi_lock_held(ba, ba->self_lockw));
     held_ops_t o;
@@ -535,7 +535,9 @@ static void test_region_lock_held_by_stopped_process(void **state)
 }
 
 /* The same stopped holder, with the rotation on (fi_rot.c): A moves to a new region, tells B,
- * and every op in both directions completes while the holder is still stopped. */
+ * and every op in both directions completes while the holder is still stopped. First as one of
+ * A's peers (the test passes the holder's pid off as B's): A moves once it has been held
+ * rot_ns. Then a holder that is no peer of A's: A waits rot_any_ns, not rot_ns. */
 static void test_stopped_holder_new_region(void **state)
 {
     (void)state;
@@ -544,9 +546,10 @@ static void test_stopped_holder_new_region(void **state)
         skip();
     }
     alarm(30);
-    uint64_t rot_ns = ba->rot_ns;
+    uint64_t rot_ns = ba->rot_ns, rot_any_ns = ba->rot_any_ns;
     ba->rot_ns = 100000000ull;
-    uint32_t gen0 = ba->rot_gen;
+    ba->rot_any_ns = 10000000000ull;
+    uint32_t gen0 = ba->rot_gen, b_pid = ab->pid;
     char old_name[64], path[128];
     memcpy(old_name, ba->shm_self, sizeof old_name);
     snprintf(path, sizeof path, "/dev/shm/%s", old_name);
@@ -556,13 +559,17 @@ static void test_stopped_holder_new_region(void **state)
     assert_int_equal(ops->address(ba, addr0, &len0), CX_OK);
 
     pid_t c = stopped_holder();
+    ab->pid = (uint32_t)c;
     held_ops_t o;
     held_ops_submit(&o, 3);
     uint64_t t0 = now_ms();
     int left = drive(o.all, 5, 5000);
-    print_message("holder stopped: %d of 5 ops left after %llu ms; generation %u, region %s\n",
-                  left, (unsigned long long)(now_ms() - t0), ba->rot_gen, ba->shm_self);
+    print_message("holder stopped (a peer): %d of 5 ops left after %llu ms; generation %u, "
+                  "region %s\n", left, (unsigned long long)(now_ms() - t0), ba->rot_gen,
+                  ba->shm_self);
+    ab->pid = b_pid;
     assert_int_equal(left, 0);
+    assert_true(now_ms() - t0 < 2000);
     held_ops_check(&o, 3);
     /* A is elsewhere now, B posts there, and the old region is gone from /dev/shm. */
     assert_int_equal(ba->rot_gen, gen0 + 1);
@@ -587,7 +594,29 @@ static void test_stopped_holder_new_region(void **state)
     held_ops_submit(&o, 5);
     assert_int_equal(drive(o.all, 5, 5000), 0);
     held_ops_check(&o, 5);
+
+    /* A holder that is none of A's peers: no move at rot_ns (it could be a live process
+     * merely preempted), one at rot_any_ns. */
+    ba->rot_any_ns = 400000000ull;
+    c = stopped_holder();
+    fc_reset(&ca);
+    fc_reset(&cb);
+    held_ops_submit(&o, 7);
+    t0 = now_ms();
+    drive(o.all, 5, 250);
+    assert_int_equal(o.bw.done, 0);
+    assert_int_equal(ba->rot_gen, gen0 + 1);
+    left = drive(o.all, 5, 5000);
+    uint64_t took = now_ms() - t0;
+    print_message("holder stopped (no peer): %d of 5 ops left after %llu ms; generation %u\n",
+                  left, (unsigned long long)took, ba->rot_gen);
+    assert_int_equal(left, 0);
+    assert_true(took >= 400);
+    held_ops_check(&o, 7);
+    assert_int_equal(ba->rot_gen, gen0 + 2);
+    continue_holder(c);
     ba->rot_ns = rot_ns;
+    ba->rot_any_ns = rot_any_ns;
     alarm(0);
 }
 
