@@ -394,6 +394,17 @@ static void cx_fi_forget_region(cx_backend_t *b, cx_bep_t *ep, uint64_t region_i
     (void)b; (void)ep; (void)region_id;
 }
 
+/* The provider the endpoint was opened on, as libfabric named it, and its domain. */
+static void cx_fi_ep_transport(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t n)
+{
+    if (!n) return;
+    buf[0] = 0;
+    if (!b || !ep || !b->info) return;
+    const char *prov = b->info->fabric_attr && b->info->fabric_attr->prov_name ? b->info->fabric_attr->prov_name : b->prov;
+    const char *dom = b->info->domain_attr && b->info->domain_attr->name ? b->info->domain_attr->name : "";
+    snprintf(buf, n, "%s%s%s", prov, dom[0] ? "/" : "", dom);
+}
+
 const struct cx_backend_ops cx_libfabric_ops = {
     .name = "libfabric",
     .open = cx_fi_open,
@@ -409,4 +420,5 @@ const struct cx_backend_ops cx_libfabric_ops = {
     .submit = cx_fi_submit,
     .forget_region = cx_fi_forget_region,
     .gpu_caps = cx_fi_gpu_caps,
+    .ep_transport = cx_fi_ep_transport,
 };

@@ -381,4 +381,5 @@ const struct cx_backend_ops cx_ucx_ops = {
     .submit = cx_ucx_submit,
     .forget_region = cx_ucx_forget_region,
     .gpu_caps = cx_ucx_gpu_caps,
+    .ep_transport = cx_ucx_ep_transport,
 };

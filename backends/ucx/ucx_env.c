@@ -60,6 +60,22 @@ int cx_ucx_config(ucp_config_t *cfg)
     if (dev && *dev && !getenv("UCX_NET_DEVICES")) {
         if (cx_ucx_set(cfg, "NET_DEVICES", dev) != CX_OK) return CX_EINVAL;
     }
+    /* UCX's tcp transport implements PUT zero-copy (used by rendezvous) with a protocol of its
+     * own: the target writes the bytes at the address in the PUT header as they arrive and acks
+     * the last one. On a connection that fails mid-PUT it went wrong twice: a survivor aborted
+     * in uct_tcp_ep_handle_put_ack (tcp_ep.c:939, `ep->flags & UCT_TCP_EP_FLAG_PUT_TX_WAITING_ACK`)
+     * after a peer was killed with kill -9 during transfers, and a canceled or destroyed endpoint
+     * goes on writing PUT data that is still arriving into the buffer it names (fixed upstream
+     * after 1.13, openucx/ucx#11917 and #11918), which a forced close must prevent. Off, rendezvous
+     * over tcp sends its data as active messages: the same 1-16 MiB throughput over loopback
+     * here (docs/backends.md). A user's UCX_TCP_PUT_ENABLE wins. The name is the field's in
+     * UCT's tcp table (ucp_config_modify hands names it does not know to every transport's
+     * table; tcp is the only one with PUT_ENABLE, and "TCP_PUT_ENABLE" matched none). */
+    if (!getenv("UCX_TCP_PUT_ENABLE")) {
+        ucs_status_t st = ucp_config_modify(cfg, "PUT_ENABLE", "n");
+        if (st == UCS_OK) cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
+        else cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", ucs_status_string(st));
+    }
     /* UCX before 1.16 runs put/get on CUDA memory through the v1 protocols, which pick
      * short/bcopy (a CPU memcpy on device memory) instead of GPUDirect zero-copy; the v2
      * protocol selection (UCX_PROTO_ENABLE=y) picks rc/dc zcopy. Newer UCX enables v2 by

@@ -34,6 +34,79 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     while (ep->ops.next != &ep->ops) cx_ucx_op_finish(ep->b, ep->ops.next, CX_EPEER);
 }
 
+/* Which transports a ucp_ep really uses: UCX 1.13 has no query for it (ucp_ep_query gained
+ * transports later), but ucp_ep_print_info lists its lanes. Reading them, not the configuration,
+ * matters: with peer error handling UCX 1.13 leaves shared memory out, so a same-host pair
+ * that the selection expected on shared memory runs over tcp. */
+void cx_ucx_lanes_parse(const char *info, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (const char *l = info; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *q = strstr(l, "lane[");
+        const char *eol = strchr(l, '\n');
+        if (!q || (eol && q > eol)) continue;
+        q = strchr(q, ':');   /* "lane[0]:  1:tcp/lo.0 md[0] ..." */
+        if (!q || (eol && q > eol)) continue;
+        q++;
+        while (*q == ' ') q++;
+        while (*q >= '0' && *q <= '9') q++;
+        if (*q != ':') continue;
+        q++;
+        size_t t = 0;
+        while (q[t] && q[t] != ' ' && q[t] != '\n' && q[t] != '\t') t++;
+        if (!t || !memchr(q, '/', t)) continue;
+        /* "tcp/lo.0": the ".0" is UCX's system device index, not part of the name */
+        size_t cut = t;
+        for (size_t k = t; k > 0 && q[k - 1] != '/'; k--) {
+            if (q[k - 1] == '.') {
+                int digits = k < t;
+                for (size_t d = k; d < t; d++) digits &= q[d] >= '0' && q[d] <= '9';
+                if (digits) cut = k - 1;
+                break;
+            }
+        }
+        char tok[64];
+        if (cut >= sizeof tok) cut = sizeof tok - 1;
+        memcpy(tok, q, cut);
+        tok[cut] = 0;
+        /* each transport once */
+        int dup = 0;
+        for (const char *s = buf; *s && !dup;) {
+            size_t sl = strcspn(s, ",");
+            dup = sl == cut && !memcmp(s, tok, cut);
+            s += sl + (s[sl] == ',');
+        }
+        if (dup || len + cut + 2 > n) continue;
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", tok);
+    }
+}
+
+static void cx_ucx_ue_lanes(cx_ucx_ue_t *ue)
+{
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    ue->tl[0] = 0;
+    if (!f) return;
+    ucp_ep_print_info(ue->ep, f);
+    if (fclose(f) == 0 && text) {
+        cx_ucx_lanes_parse(text, ue->tl, sizeof ue->tl);
+        if (cx_log_level >= CX_LOG_DEBUG) fputs(text, stderr);
+    }
+    free(text);
+    cx_debug("ucx: endpoint lanes: %s (%s)", ue->tl[0] ? ue->tl : "unknown",
+             ue->peer_mode ? "peer error handling" : "no peer error handling");
+}
+
+void cx_ucx_ep_transport(cx_backend_t *bb, cx_bep_t *ep, char *buf, size_t n)
+{
+    (void)bb;
+    if (!n) return;
+    buf[0] = 0;
+    if (ep && ep->ue) snprintf(buf, n, "%s", ep->ue->tl);
+}
+
 /* A ucp_ep on the current worker to the raw worker address `addr`, with peer error handling
  * where a transport can do it (else NONE, see below). *rc: why not. */
 cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t len, int *rc)
@@ -81,7 +154,7 @@ cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t l
         *rc = st == UCS_ERR_UNREACHABLE ? CX_EUNSUPPORTED : CX_EPEER;
         return NULL;
     }
-    if (cx_log_level >= CX_LOG_DEBUG) ucp_ep_print_info(ue->ep, stderr);
+    cx_ucx_ue_lanes(ue);
     ue->wk->open_ues++;
     *rc = CX_OK;
     return ue;

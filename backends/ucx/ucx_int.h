@@ -97,6 +97,7 @@ struct cx_ucx_ue {
     struct cx_bep *bep;          /* NULL once closed */
     ucp_ep_h ep;
     int peer_mode;               /* UCP_ERR_HANDLING_MODE_PEER (else NONE: see ucx_ep.c) */
+    char tl[64];                 /* its lanes' transports as UCX reports them ("tcp/lo") */
     int inflight;                /* ops posted on it and not freed */
     int msgs;                    /* message / put_signal ops on it not finished (order) */
     int closed;
@@ -278,6 +279,10 @@ cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer);
 cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t len, int *rc);
 void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force);
 void cx_ucx_ue_unref(cx_ucx_ue_t *ue);          /* an op stopped naming it */
+void cx_ucx_ep_transport(cx_backend_t *bb, cx_bep_t *ep, char *buf, size_t n);
+/* The transports of a ucp_ep's lanes, from UCX's own description of it ("tcp/lo",
+ * "posix/memory,cma/memory"), deduplicated, in lane order. Pure: parses that text. */
+void cx_ucx_lanes_parse(const char *info, char *buf, size_t n);
 
 /* ucx_xfer.c */
 void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep);

@@ -275,6 +275,13 @@ static int zmq_be_progress(cx_backend_t *b)
     return more;
 }
 
+/* ZeroMQ runs over TCP only here (a DEALER per peer). */
+static void zmq_be_ep_transport(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t n)
+{
+    (void)b;
+    if (n) snprintf(buf, n, "%s", ep ? "tcp" : "");
+}
+
 const struct cx_backend_ops cx_zmq_ops = {
     .name = "zmq",
     .open = zmq_be_open,
@@ -295,4 +302,5 @@ const struct cx_backend_ops cx_zmq_ops = {
      * kill-mid-transfer runs, 0 of 8 without; and drove no faster: libzmq's I/O thread does the
      * socket work either way. */
     .thread_bound = 1,
+    .ep_transport = zmq_be_ep_transport,
 };

@@ -520,6 +520,7 @@ static void peer_list_fn(cx_engine_t *e, void *arg)
         if (p->bidx >= 0 && p->ep && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
             snprintf(i->backend, sizeof i->backend, "%s", e->bnames[p->bidx]);
             snprintf(i->why, sizeof i->why, "%s", p->why);
+            cx_peer_transport(e, p, i->transport, sizeof i->transport);
         }
         i->incarnation = p->incarnation;
         for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)

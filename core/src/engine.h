@@ -315,6 +315,8 @@ cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or creat
 void cx_peer_follow_url(cx_peer_t *p, const cx_url_t *u);      /* p named at u: follow a move */
 void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
+/* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
+void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */
 void cx_peer_heard(cx_engine_t *e, cx_peer_t *p);
 void cx_conn_readable(cx_engine_t *e, cx_conn_t *c);

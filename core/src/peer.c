@@ -500,7 +500,10 @@ static int choose_backend(cx_engine_t *e, cx_peer_t *p)
         if (rc == CX_OK) {
             p->bidx = i;
             snprintf(p->why, sizeof p->why, "%s", why);
-            cx_info("peer %s: data over %s (%s)", p->url, e->bnames[i], why);
+            char tr[64];
+            cx_peer_transport(e, p, tr, sizeof tr);
+            cx_info("peer %s: data over %s%s%s%s (selection: %s)", p->url, e->bnames[i], tr[0] ? " (" : "", tr,
+                    tr[0] ? ")" : "", why);
             return CX_OK;
         }
         cx_warn("peer %s: backend %s does not connect (%s), trying the next", p->url, e->bnames[i], cx_strerror(rc));
@@ -508,6 +511,14 @@ static int choose_backend(cx_engine_t *e, cx_peer_t *p)
     p->ep = NULL;
     cx_error("peer %s: no backend in common that connects (ours: %s)", p->url, e->backends_str);
     return CX_EUNSUPPORTED;
+}
+
+/* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
+void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n)
+{
+    buf[0] = 0;
+    if (!p->ep || p->bidx < 0 || !e->be[p->bidx].ops->ep_transport) return;
+    e->be[p->bidx].ops->ep_transport(e->be[p->bidx].b, p->ep, buf, n);
 }
 
 /* (Re)creates the data endpoint after a timeout closed it. */
@@ -575,8 +586,10 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->last_rx_ns = cx_now_ns();
     if (!p->ep) choose_backend(e, p);
     if ((int)ev >= 0) {
-        char reason[128];
-        snprintf(reason, sizeof reason, "%s, data over %s", why, p->ep ? e->bnames[p->bidx] : "nothing (no common backend)");
+        char reason[128], tr[64];
+        cx_peer_transport(e, p, tr, sizeof tr);
+        snprintf(reason, sizeof reason, "%s, data over %s%s%s%s", why,
+                 p->ep ? e->bnames[p->bidx] : "nothing (no common backend)", tr[0] ? " (" : "", tr, tr[0] ? ")" : "");
         cx_event_emit(e, p, ev, reason);
     }
     cx_peer_ops_ready(e, p);

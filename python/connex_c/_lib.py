@@ -139,7 +139,8 @@ class cx_peer_info_t(ctypes.Structure):
                 ("incarnation", ctypes.c_uint64),
                 ("ops_in_flight", ctypes.c_uint64),
                 ("same_host", ctypes.c_int),
-                ("death_watch", ctypes.c_int)]
+                ("death_watch", ctypes.c_int),
+                ("transport", ctypes.c_char * 64)]
 
 
 class cx_dir_entry_t(ctypes.Structure):

@@ -285,7 +285,8 @@ class Engine(Closable):
     def peers(self):
         """Every peer this engine knows: a list of dicts with lid (model, stage, shard, replica),
         url, state, backend (while up), why (the selection's reason), incarnation,
-        ops_in_flight, same_host and death_watch (a same-host death watch follows its process)."""
+        ops_in_flight, same_host, death_watch (a same-host death watch follows its process) and
+        transport (what the data endpoint really runs over, as the backend's library reports it)."""
         n = 16
         while True:
             arr = (cx_peer_info_t * n)()
@@ -305,7 +306,8 @@ class Engine(Closable):
                         "state": _PEER_STATES[i.state] if 0 <= i.state < len(_PEER_STATES) else "unknown",
                         "backend": i.backend.decode() or None, "why": i.why.decode(),
                         "incarnation": i.incarnation, "ops_in_flight": i.ops_in_flight,
-                        "same_host": bool(i.same_host), "death_watch": bool(i.death_watch)})
+                        "same_host": bool(i.same_host), "death_watch": bool(i.death_watch),
+                        "transport": i.transport.decode()})
         return out
 
     # ---- memory ----

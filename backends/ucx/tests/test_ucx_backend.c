@@ -27,6 +27,7 @@
 
 extern const struct cx_backend_ops cx_ucx_ops;
 #define OPS cx_ucx_ops
+void cx_ucx_lanes_parse(const char *info, char *buf, size_t n);   /* ucx_ep.c */
 
 #define BUF_LEN (16u << 20)
 #define PARENT_INC 0x1111222233334444ull
@@ -589,11 +590,57 @@ static void test_ucx_log_routed(void **state)
     assert_non_null(strstr(fx_last_log, "ucx (library): connex probe line 42"));
 }
 
+/* The endpoint says which transports its lanes really use, and they are the ones UCX_TLS allows:
+ * tcp lanes under UCX_TLS=tcp, shared-memory lanes under UCX_TLS=posix,cma (no peer error
+ * handling there). Never what the configuration or the selection expected. */
+static void test_ep_transport_is_ucx_lanes(void **state)
+{
+    (void)state;
+    char tr[64];
+    memset(tr, 'x', sizeof tr);
+    OPS.ep_transport(g_b, g_ep, tr, sizeof tr);
+    assert_non_null(memchr(tr, 0, sizeof tr));
+    fprintf(stderr, "endpoint transport: %s\n", tr);
+    assert_non_null(strchr(tr, '/'));
+    const char *tls = getenv("UCX_TLS");
+    if (tls && !strcmp(tls, "tcp")) {
+        assert_non_null(strstr(tr, "tcp/"));
+        assert_null(strstr(tr, "posix/"));
+    } else if (tls && !strncmp(tls, "posix", 5)) {
+        assert_true(strstr(tr, "posix/") || strstr(tr, "cma/"));
+        assert_null(strstr(tr, "tcp/"));
+    }
+}
+
+/* The parser of UCX's endpoint description: lanes in order, each transport once, the system
+ * device index dropped, lines that are not lanes ignored. */
+static void test_lanes_parse(void **state)
+{
+    (void)state;
+    char out[64];
+    cx_ucx_lanes_parse("#\n# UCP endpoint\n#               peer: <no debug data>\n"
+                       "#                 lane[0]:  1:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup\n"
+                       "#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..(inf)\n", out, sizeof out);
+    assert_string_equal(out, "tcp/lo");
+    cx_ucx_lanes_parse("#                 lane[0]:  8:posix/memory.0 md[4]  -> md[4]/posix am am_bw#0\n"
+                       "#                 lane[1]:  9:cma/memory.0 md[5]  -> md[5]/cma rma_bw#0\n"
+                       "#                 lane[2]:  8:posix/memory.0 md[4]  -> md[4]/posix rma#0\n", out, sizeof out);
+    assert_string_equal(out, "posix/memory,cma/memory");
+    cx_ucx_lanes_parse("#  lane[0]:  3:rc_mlx5/mlx5_0:1.0 md[1] -> rma am\n", out, sizeof out);
+    assert_string_equal(out, "rc_mlx5/mlx5_0:1");
+    cx_ucx_lanes_parse("no lanes here\nlane[x] nothing\n", out, sizeof out);
+    assert_string_equal(out, "");
+    char tiny[8];
+    cx_ucx_lanes_parse("# lane[0]:  1:tcp/eth0.0 md[0]\n# lane[1]:  2:tcp/lo.0 md[0]\n", tiny, sizeof tiny);
+    assert_string_equal(tiny, "tcp/lo");   /* what does not fit is left out, never cut */
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_read_sizes),
+        cmocka_unit_test(test_ep_transport_is_ucx_lanes),
         cmocka_unit_test(test_write_then_read),
         cmocka_unit_test(test_put_signal_data_first),
         cmocka_unit_test(test_msg_small_and_large),
@@ -605,6 +652,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_completes_outstanding),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_ucx_log_routed),
+        cmocka_unit_test(test_lanes_parse),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

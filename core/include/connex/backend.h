@@ -105,6 +105,11 @@ struct cx_backend_ops {
     int thread_bound;
     /* Optional: what it can do with GPU memory (NULL: nothing; device memory is then staged). */
     void (*gpu_caps)(cx_backend_t *b, cx_backend_gpu_caps_t *caps);
+    /* Optional: what an endpoint really runs over, as the library reports it once connected
+     * (UCX: the transports of the ucp_ep's lanes, e.g. "tcp/lo" or "posix/memory,cma/memory";
+     * libfabric: the provider). Never derived from the configuration or from what the selection
+     * expected. Writes a NUL-terminated string ("" when unknown). */
+    void (*ep_transport)(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t n);
 };
 
 /* ---- what the core offers a backend (all on the progress thread) ---- */

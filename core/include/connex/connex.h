@@ -119,6 +119,9 @@ typedef struct cx_peer_info {
     int same_host;            /* 1: the peer runs on this host (shared-memory paths apply) */
     int death_watch;          /* 1: a same-host death watch follows its process: a crash of it is
                                  reported at once, not when its sockets close (docs/semantics.md) */
+    char transport[64];       /* what the pair's data endpoint really runs over, as the backend's
+                                 library reports it (UCX: its lanes, "tcp/lo"; libfabric: the
+                                 provider); "" when unknown or not connected */
 } cx_peer_info_t;
 /* Fills up to max entries; returns the number of known peers (may exceed max), or an error. */
 int cx_peer_list(cx_engine_t *e, cx_peer_info_t *out, int max);
