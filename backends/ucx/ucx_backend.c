@@ -218,7 +218,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         free(b);
         return CX_EUNSUPPORTED;
     }
-    int rc = cx_ucx_config(cfg);
+    int rc = cx_ucx_config(cfg, prm->listen_ip);
     if (rc != CX_OK) {
         ucp_config_release(cfg);
         free(b);

@@ -2,7 +2,11 @@
  * fill in what the user left unset. */
 #include "ucx_int.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,12 +58,96 @@ static int cx_ucx_set(ucp_config_t *cfg, const char *name, const char *val)
     return CX_OK;
 }
 
-int cx_ucx_config(ucp_config_t *cfg)
+/* The network interface that holds `ip` (its address, or its subnet for 127/8 and the like), in
+ * out. 0 when found. */
+static int cx_ucx_ip_ifname(const char *ip, char *out, size_t n)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    int fam = inet_pton(AF_INET, ip, &a4) == 1 ? AF_INET : inet_pton(AF_INET6, ip, &a6) == 1 ? AF_INET6 : 0;
+    if (!fam) return -1;
+    struct ifaddrs *ifs;
+    if (getifaddrs(&ifs)) return -1;
+    int found = -1, exact = 0;
+    for (struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != fam || !(i->ifa_flags & IFF_UP)) continue;
+        int same = 0, sub = 0;
+        if (fam == AF_INET) {
+            uint32_t x = ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr;
+            uint32_t m = i->ifa_netmask ? ((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr : 0xffffffffu;
+            same = x == a4.s_addr;
+            sub = m && (x & m) == (a4.s_addr & m);
+        } else {
+            same = !memcmp(&((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, &a6, sizeof a6);
+        }
+        if ((same && !exact) || (sub && found < 0)) {
+            snprintf(out, n, "%s", i->ifa_name);
+            found = 0;
+            exact = same;
+        }
+    }
+    freeifaddrs(ifs);
+    return found;
+}
+
+/* Every RDMA port UCX may use ("mlx5_0:1,mlx5_1:1"), from sysfs; "" when none. */
+static void cx_ucx_rdma_ports(char *out, size_t n)
+{
+    size_t len = 0;
+    out[0] = 0;
+    DIR *d = opendir("/sys/class/infiniband");
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.') continue;
+        for (int port = 1; port <= 4; port++) {
+            char path[512];
+            snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d", de->d_name, port);
+            DIR *pd = opendir(path);
+            if (!pd) continue;
+            closedir(pd);
+            int w = snprintf(out + len, n - len, "%s%s:%d", len ? "," : "", de->d_name, port);
+            if (w < 0 || (size_t)w >= n - len) {   /* no room: keep the whole entries only */
+                out[len] = 0;
+                closedir(d);
+                return;
+            }
+            len += (size_t)w;
+        }
+    }
+    closedir(d);
+}
+
+/* Which network devices UCX may use. UCX's default is every one the host has, and a worker's
+ * address then carries a tcp address per interface; an endpoint may pick any interface both
+ * ends list, by UCX's own ranking. A host with an interface only some peers can reach (a
+ * container bridge, a veth pair of a network namespace, an interface that goes away) then
+ * gets endpoints whose connect is refused, and the pair's first op after a rejoin hung until
+ * its timeout (the restarted peer's lanes went over a veth pair that had been removed). So tcp
+ * goes over the interface of the engine's own control address, which peers demonstrably
+ * reach; RDMA ports stay (they are what UCX is for). Listening on every interface (0.0.0.0,
+ * ::) keeps UCX's default. CONNEX_NET_DEVICES or UCX_NET_DEVICES override this. */
+static int cx_ucx_net_devices(ucp_config_t *cfg, const char *listen_ip)
 {
     const char *dev = getenv("CONNEX_NET_DEVICES");
-    if (dev && *dev && !getenv("UCX_NET_DEVICES")) {
-        if (cx_ucx_set(cfg, "NET_DEVICES", dev) != CX_OK) return CX_EINVAL;
+    if (getenv("UCX_NET_DEVICES")) return CX_OK;
+    if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
+    if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::"))
+        return CX_OK;
+    char ifn[IF_NAMESIZE + 1], rdma[512], list[600];
+    if (cx_ucx_ip_ifname(listen_ip, ifn, sizeof ifn)) {
+        cx_info("ucx: no interface holds %s; UCX picks its network devices itself", listen_ip);
+        return CX_OK;
     }
+    cx_ucx_rdma_ports(rdma, sizeof rdma);
+    snprintf(list, sizeof list, "%s%s%s", ifn, rdma[0] ? "," : "", rdma);
+    (void)cx_ucx_set(cfg, "NET_DEVICES", list);
+    return CX_OK;
+}
+
+int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip)
+{
+    if (cx_ucx_net_devices(cfg, listen_ip) != CX_OK) return CX_EINVAL;
     /* UCX's tcp transport implements PUT zero-copy (used by rendezvous) with a protocol of its
      * own: the target writes the bytes at the address in the PUT header as they arrive and acks
      * the last one. On a connection that fails mid-PUT it went wrong twice: a survivor aborted

@@ -219,7 +219,7 @@ struct cx_ucx {
 };
 
 /* ucx_env.c */
-int cx_ucx_config(ucp_config_t *cfg);
+int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip);
 int cx_ucx_rdma_usable(void);
 long cx_ucx_env_long(const char *name, long dflt, long max);   /* a number in [0, max], else dflt */
 
