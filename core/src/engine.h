@@ -136,6 +136,13 @@ struct cx_peer {
      * cx_unregister_memory returns only once the peer can no longer reach the memory. */
     cx_region_t **owed;
     size_t n_owed, cap_owed;
+    /* Regions of the peer it unregistered (REG_DEL) while ops of ours still moved bytes in them:
+     * its REG_DEL_ACK waits until they ended (cx_peer_delack_check), so that an unregister at
+     * the peer returns only once nothing of ours reads or writes that memory. A transport whose
+     * target does not check every request (UCX over tcp serves a get from the memory directly)
+     * otherwise went on reading it after the unregister returned. */
+    uint64_t *delack;
+    size_t n_delack, cap_delack;
     cx_op_t ops;              /* sentinel: every op bound to this peer */
     uint64_t last_rx_ns, last_tx_ns;
     uint64_t connect_deadline_ns;  /* first connect: waiting ops fail after it */
@@ -317,6 +324,8 @@ void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
 /* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
 void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n);
+/* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer.c). */
+void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */
 void cx_peer_heard(cx_engine_t *e, cx_peer_t *p);
 void cx_conn_readable(cx_engine_t *e, cx_conn_t *c);

@@ -37,6 +37,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     /* Whatever its stage says now: failing a peer's ops marks them done before finishing them. */
     if (e->handoff) cx_drive_handoff_drop(e, op);
     unlink_op(op);
+    if (op->peer && op->peer->n_delack) cx_peer_delack_check(e, op->peer);
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
     if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;

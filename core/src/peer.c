@@ -153,9 +153,68 @@ void cx_peer_region_gone(cx_engine_t *e, cx_region_t *r)
     }
 }
 
+/* Any op of ours to p still moving bytes in its region `id`? */
+static int region_busy(const cx_peer_t *p, uint64_t id)
+{
+    for (const cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
+        if (op->x.kind != CX_XFER_MSG && op->x.len && op->x.remote_region == id &&
+            (op->stage == OPS_IN_BACKEND || op->stage == OPS_STAGING))
+            return 1;
+    return 0;
+}
+
+static void delack_send(cx_engine_t *e, cx_peer_t *p, uint64_t id)
+{
+    if (!p->conn) return;
+    uint8_t body[8];
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u64(&w, id);
+    cx_conn_send(e, p->conn, CX_CTL_REG_DEL_ACK, body, w.len);
+}
+
+void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p)
+{
+    for (size_t i = 0; i < p->n_delack;) {
+        if (region_busy(p, p->delack[i])) {
+            i++;
+            continue;
+        }
+        delack_send(e, p, p->delack[i]);
+        p->delack[i] = p->delack[--p->n_delack];
+    }
+}
+
+/* REG_DEL from p: ops started from now on find the region gone; the ack waits for ours in it. */
+static void on_reg_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
+{
+    if (region_busy(p, id)) {
+        if (p->n_delack == p->cap_delack) {
+            size_t cap = p->cap_delack ? 2 * p->cap_delack : 4;
+            uint64_t *v = realloc(p->delack, cap * sizeof *v);
+            if (v) {
+                p->delack = v;
+                p->cap_delack = cap;
+            }
+        }
+        if (p->n_delack < p->cap_delack) {
+            cx_debug("peer %s: region %llu unregistered there while ops of ours are in it: acked when they end",
+                     p->url, (unsigned long long)id);
+            p->delack[p->n_delack++] = id;
+            return;
+        }
+        cx_warn("peer %s: out of memory: region %llu acked while ops of ours are in it", p->url,
+                (unsigned long long)id);
+    }
+    delack_send(e, p, id);
+}
+
 static void rregions_free(cx_peer_t *p)
 {
     owed_release(p);
+    free(p->delack);   /* its view of our ops is gone with the connection */
+    p->delack = NULL;
+    p->n_delack = p->cap_delack = 0;
     free(p->rr_by_addr);
     p->rr_by_addr = NULL;
     p->rr_n = p->rr_cap = 0;
@@ -885,10 +944,11 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
             cx_warn("peer %s: malformed REG_DEL ignored", p->url);
             return 0;
         }
-        /* Ops started from now on find the region gone; say so, and its owner's unregister
-         * returns (cx_peer_region_gone). */
+        /* Ops started from now on find the region gone; once none of ours is in it, say so,
+         * and its owner's unregister returns (cx_peer_region_gone). */
+        (void)c;
         rregion_del(e, p, id);
-        cx_conn_send(e, c, CX_CTL_REG_DEL_ACK, body, len);
+        on_reg_del(e, p, id);
         return 0;
     }
     case CX_CTL_REG_DEL_ACK: {
