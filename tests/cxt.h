@@ -99,6 +99,11 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms);
  * Returns 0 for OK, the connex code after ERR, or CX_ETIMEDOUT / CX_ERR when no reply came. */
 int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* The same in two halves: send the command line without waiting (0, or CX_ERR when the peer's
+ * stdin is closed), then wait for its reply. For a command whose reply comes late (READLOOP)
+ * while the test does something else meanwhile. */
+int cxt_peer_send(cxt_peer_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cxt_peer_reply(cxt_peer_t *p, int timeout_ms, char *reply, size_t n);
 /* Waits for an async line starting with prefix (stashed ones first). 0 or CX_ETIMEDOUT. */
 int cxt_peer_expect(cxt_peer_t *p, const char *prefix, int timeout_ms, char *line, size_t n);
 /* Reads and discards the peer's output for ms (keeps its stdout pipe from filling up). */
