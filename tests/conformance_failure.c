@@ -226,22 +226,6 @@ static void test_kill9_during_transfers(void **state)
 
 /* ---- SIGSTOP: a hung peer ---- */
 
-/* Whether this variant's pair may run over shared memory, where a read or write is copied by
- * the initiator itself (CMA, shared segments) and completes while the target is stopped
- * (docs/semantics.md "Failure detection", backends/libfabric/README.md "shm: direct mode"):
- * libfabric's shm provider, UCX with a shared-memory transport or UCX's own selection. ZeroMQ and
- * the tcp variants need the target's CPU for every op. */
-static int may_be_one_sided(void)
-{
-    const char *b = getenv("CONNEX_BACKEND"), *tls = getenv("UCX_TLS"), *prov = getenv("CONNEX_FI_PROVIDER");
-    if (!b) return 1;   /* auto-selection: a same-host pair may get shared memory */
-    if (!strcmp(b, "libfabric")) return !prov || strstr(prov, "shm") != NULL;
-    if (!strcmp(b, "ucx"))
-        return !tls || !*tls || strstr(tls, "posix") || strstr(tls, "cma") || strstr(tls, "sysv") ||
-               strstr(tls, "shm") || strstr(tls, "sm") || strstr(tls, "all");
-    return 0;
-}
-
 /* An op to a stopped peer that needs the peer's own answer ends with CX_ETIMEDOUT at the op
  * timeout (before the heartbeat declares the peer failed), not earlier, not much later. */
 static void expect_timeout(int rc, double ms, uint32_t opt, const char *what, cxt_peer_t *p)
@@ -289,7 +273,7 @@ static void test_sigstop_suspect_failed_timeout(void **state)
     int one_sided = rc == CX_OK;
     if (one_sided) {
         fprintf(stderr, "read to a stopped peer: ok after %.1f ms (one-sided)\n", op_ms);
-        if (!may_be_one_sided()) {
+        if (!cxt_may_be_one_sided()) {
             cxt_peer_signal(&f.p, SIGCONT);
             fail_msg("a read completed without the stopped target on a variant that has no one-sided path "
                      "(CONNEX_BACKEND=%s)", getenv("CONNEX_BACKEND") ? getenv("CONNEX_BACKEND") : "auto");

@@ -592,6 +592,18 @@ int cxt_watchdog_teardown(void **state)
     return 0;
 }
 
+int cxt_may_be_one_sided(void)
+{
+    const char *b = getenv("CONNEX_BACKEND"), *tls = getenv("UCX_TLS"), *prov = getenv("CONNEX_FI_PROVIDER");
+    if (getenv("CONNEX_TEST_TLS") && *getenv("CONNEX_TEST_TLS")) tls = getenv("CONNEX_TEST_TLS");
+    if (!b || !*b) return 1;   /* auto-selection: a same-host pair may get shared memory */
+    if (!strcmp(b, "libfabric")) return !prov || strstr(prov, "shm") != NULL;
+    if (!strcmp(b, "ucx"))
+        return !tls || !*tls || strstr(tls, "posix") || strstr(tls, "cma") || strstr(tls, "sysv") ||
+               strstr(tls, "shm") || strstr(tls, "sm") || strstr(tls, "all");
+    return 0;
+}
+
 void cxt_apply_test_env(cx_config_t *c)
 {
     const char *tls = getenv("CONNEX_TEST_TLS"), *ip = getenv("CONNEX_TEST_IP");

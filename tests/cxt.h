@@ -122,6 +122,13 @@ void cxt_peer_crash(cxt_peer_t *p);
 int cxt_watchdog_setup(void **state);
 int cxt_watchdog_teardown(void **state);
 
+/* Whether this variant's pair may run over shared memory, where a read or a write is copied by
+ * the initiator itself (CMA, shared segments) and completes while the target is stopped
+ * (docs/semantics.md "Failure detection", backends/libfabric/README.md "shm: direct mode"):
+ * libfabric's shm provider, UCX with a shared-memory transport or UCX's own selection, or
+ * auto-selection. ZeroMQ and the tcp variants need the target's CPU for every op. */
+int cxt_may_be_one_sided(void);
+
 /* Cluster runs: CONNEX_TEST_TLS replaces UCX_TLS, CONNEX_TEST_IP is the listen address (unless
  * the test chose one). Applied by cxt_engine and by cx_peer. */
 void cxt_apply_test_env(cx_config_t *c);
