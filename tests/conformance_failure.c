@@ -527,7 +527,8 @@ static void test_unregister_waits_for_peers(void **state)
  * timeout is 5 s, so an op that hangs fails the round in 5 s with CX_ETIMEDOUT, named.
  * CXT_REJOIN_ROUNDS sets the rounds (default 20). Odd rounds wait until the survivor has the
  * death before restarting, even rounds restart at once (the new HELLO fails the old
- * incarnation); in half of them the new process dials us itself. */
+ * incarnation); in half of them the new process dials us itself; in every third the kill comes
+ * with reads and messages in flight (they must end with CX_EPEER). */
 static void test_ops_at_rejoin(void **state)
 {
     (void)state;
@@ -547,7 +548,20 @@ static void test_ops_at_rejoin(void **state)
     double worst = 0;
     for (int r = 0; r < rounds; r++) {
         uint32_t seed = 100 + (uint32_t)r;
-        int dials = r % 4 >= 2;
+        int dials = r % 4 >= 2, busy = r % 3 == 2;
+        if (busy) {
+            enum { NW = 3 };
+            static const int kinds[NW] = { CX_OPK_READ, CX_OPK_READ, CX_OPK_MSG };
+            worker_t w[NW];
+            pthread_t th[NW];
+            workers_start(&f, w, th, kinds, NW, 4, 2);   /* chunks 4..6: clear of the checks below */
+            cxt_peer_signal(&f.p, SIGKILL);
+            if (workers_end(w, th, NW)) fail_msg("round %d: an op was still running 10 s after the kill", r);
+            for (int i = 0; i < NW; i++)
+                if (w[i].last_rc != CX_EPEER)
+                    fail_msg("round %d: an op in flight at the kill ended with %s, expected CX_EPEER", r,
+                             cx_strerror(w[i].last_rc));
+        }
         cxt_peer_crash(&f.p);
         if (r & 1) {
             uint64_t tw = cxt_now_ns();
@@ -598,8 +612,9 @@ static void test_ops_at_rejoin(void **state)
         if (cxt_peer_expect(&f.p, "MSG ", 5000, line, sizeof line))
             fail_msg("round %d: the put_signal's message did not reach the peer", r);
         if (!strstr(line, " CHK OK")) fail_msg("round %d: put_signal: the peer said '%s'", r, line);
-        fprintf(stderr, "round %d: %s, %s, %s at READY: read %.1f, write %.1f, put_signal %.1f ms\n", r,
-                dials ? "dialled us" : "passive", r & 1 ? "death seen first" : "restarted at once",
+        fprintf(stderr, "round %d: %s%s, %s, %s at READY: read %.1f, write %.1f, put_signal %.1f ms\n", r,
+                busy ? "killed mid-transfer, " : "", dials ? "dialled us" : "passive",
+                r & 1 ? "death seen first" : "restarted at once",
                 up ? "UP" : "not UP", ms[0], ms[1], ms[2]);
         cxt_drain_events(f.e);
     }
