@@ -13,6 +13,14 @@
  *   READ <peer> <raddr> <len> <loff>     OK <hash of the bytes read>
  *   WRITE <peer> <raddr> <len> <loff>    OK
  *   PUTSIG <peer> <raddr> <len> <loff>   OK   (message: CHK <raddr> <len> <hash>)
+ *   READLOOP <peer> <raddr> <len> <max reads> <max ms> <seed>
+ *                                        reads [raddr, +len) into the region's start again and
+ *                                        again until a read fails, max reads or max ms, checking
+ *                                        each against cxt_pat(seed, i); prints LOOP 1 after the
+ *                                        first read completed, then OK reads=<done with 0>
+ *                                        bad=<of them, not the pattern> first_bad=<that read's
+ *                                        index or -1> off=<its first wrong byte's offset>
+ *                                        byte=<that byte, hex> rc=<the read that ended it, or 0>
  *   SEND <peer> <len> <seed>             OK   (message bytes: cxt_pat(seed, i))
  *   FILL <seed>                          OK   (refill the region)
  *   HASH <off> <len>                     OK <hash>
@@ -157,6 +165,34 @@ static void command(char *line)
             if (rc == CX_OK) rc = cx_op_wait(op, -1);
             reply(rc, "%s", "");
         }
+    } else if (!strcmp(cmd, "READLOOP")) {
+        unsigned long long max, ms, seed;
+        if (nt != 7 || num(tok[2], &a) || num(tok[3], &b) || num(tok[4], &max) || num(tok[5], &ms) ||
+            num(tok[6], &seed) || !in_region(0, b)) {
+            out("ERR %d usage: READLOOP <peer> <raddr> <len inside the region> <max reads> <max ms> <seed>",
+                CX_EINVAL);
+            return;
+        }
+        uint64_t t0 = cxt_now_ns();
+        long long reads = 0, bad = 0, first_bad = -1, off = -1;
+        unsigned byte = 0;
+        int rc = 0;
+        for (unsigned long long i = 0; i < max && cxt_ms_since(t0) < (double)ms; i++) {
+            rc = cx_read(g_e, peer, g_reg, a, b);
+            if (rc) break;
+            long long at = cxt_mem_check(g_reg, b, (uint32_t)seed, 0);
+            if (at >= 0) {
+                if (first_bad < 0) {
+                    first_bad = reads;
+                    off = at;
+                    byte = cxt_mem_byte(g_reg + at);
+                }
+                bad++;
+            }
+            if (reads++ == 0) out("LOOP 1");
+        }
+        reply(0, "reads=%lld bad=%lld first_bad=%lld off=%lld byte=%02x rc=%d", reads, bad, first_bad, off, byte,
+              rc);
     } else if (!strcmp(cmd, "SEND")) {
         if (nt != 4 || num(tok[2], &a) || num(tok[3], &b) || a > CX_MSG_MAX + 1ull) {
             out("ERR %d usage: SEND <peer> <len> <seed>", CX_EINVAL);

@@ -435,16 +435,28 @@ int cxt_peer_expect(cxt_peer_t *p, const char *prefix, int timeout_ms, char *lin
     return CX_ETIMEDOUT;
 }
 
-int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const char *fmt, ...)
+static int peer_vsend(cxt_peer_t *p, char *cmd, size_t cap, const char *fmt, va_list ap)
+{
+    int l = vsnprintf(cmd, cap - 1, fmt, ap);
+    if (l < 0 || (size_t)l >= cap - 1) return -1;
+    cmd[l++] = '\n';
+    if (p->in_fd < 0 || write(p->in_fd, cmd, (size_t)l) != l) return -1;
+    cmd[l - 1] = 0;
+    return l - 1;
+}
+
+int cxt_peer_send(cxt_peer_t *p, const char *fmt, ...)
 {
     char cmd[1024];
     va_list ap;
     va_start(ap, fmt);
-    int l = vsnprintf(cmd, sizeof cmd - 1, fmt, ap);
+    int l = peer_vsend(p, cmd, sizeof cmd, fmt, ap);
     va_end(ap);
-    if (l < 0 || (size_t)l >= sizeof cmd - 1) return CX_EINVAL;
-    cmd[l++] = '\n';
-    if (p->in_fd < 0 || write(p->in_fd, cmd, (size_t)l) != l) return CX_ERR;
+    return l < 0 ? CX_ERR : 0;
+}
+
+int cxt_peer_reply(cxt_peer_t *p, int timeout_ms, char *reply, size_t n)
+{
     uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     char buf[1024];
     while (read_line(p, deadline, buf, sizeof buf) == 0) {
@@ -457,9 +469,22 @@ int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const cha
         }
         stash(p, buf);
     }
-    fprintf(stderr, "cxt: no reply from peer %d to '%.*s' within %d ms\n", (int)p->pid, l - 1, cmd,
-            timeout_ms);
+    if (reply && n) reply[0] = 0;
     return CX_ETIMEDOUT;
+}
+
+int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const char *fmt, ...)
+{
+    char cmd[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int l = peer_vsend(p, cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (l < 0) return CX_ERR;
+    int rc = cxt_peer_reply(p, timeout_ms, reply, n);
+    if (rc == CX_ETIMEDOUT)
+        fprintf(stderr, "cxt: no reply from peer %d to '%s' within %d ms\n", (int)p->pid, cmd, timeout_ms);
+    return rc;
 }
 
 void cxt_peer_drain(cxt_peer_t *p, int ms)
@@ -564,6 +589,18 @@ int cxt_watchdog_teardown(void **state)
 {
     (void)state;
     alarm(0);
+    return 0;
+}
+
+int cxt_may_be_one_sided(void)
+{
+    const char *b = getenv("CONNEX_BACKEND"), *tls = getenv("UCX_TLS"), *prov = getenv("CONNEX_FI_PROVIDER");
+    if (getenv("CONNEX_TEST_TLS") && *getenv("CONNEX_TEST_TLS")) tls = getenv("CONNEX_TEST_TLS");
+    if (!b || !*b) return 1;   /* auto-selection: a same-host pair may get shared memory */
+    if (!strcmp(b, "libfabric")) return !prov || strstr(prov, "shm") != NULL;
+    if (!strcmp(b, "ucx"))
+        return !tls || !*tls || strstr(tls, "posix") || strstr(tls, "cma") || strstr(tls, "sysv") ||
+               strstr(tls, "shm") || strstr(tls, "sm") || strstr(tls, "all");
     return 0;
 }
 

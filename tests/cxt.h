@@ -99,6 +99,11 @@ int cxt_peer_start(cxt_peer_t *p, const cxt_peer_opts_t *o, int timeout_ms);
  * Returns 0 for OK, the connex code after ERR, or CX_ETIMEDOUT / CX_ERR when no reply came. */
 int cxt_peer_cmd(cxt_peer_t *p, int timeout_ms, char *reply, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+/* The same in two halves: send the command line without waiting (0, or CX_ERR when the peer's
+ * stdin is closed), then wait for its reply. For a command whose reply comes late (READLOOP)
+ * while the test does something else meanwhile. */
+int cxt_peer_send(cxt_peer_t *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cxt_peer_reply(cxt_peer_t *p, int timeout_ms, char *reply, size_t n);
 /* Waits for an async line starting with prefix (stashed ones first). 0 or CX_ETIMEDOUT. */
 int cxt_peer_expect(cxt_peer_t *p, const char *prefix, int timeout_ms, char *line, size_t n);
 /* Reads and discards the peer's output for ms (keeps its stdout pipe from filling up). */
@@ -116,6 +121,13 @@ void cxt_peer_crash(cxt_peer_t *p);
  * ctest's TIMEOUT. Use it as the per-test setup. */
 int cxt_watchdog_setup(void **state);
 int cxt_watchdog_teardown(void **state);
+
+/* Whether this variant's pair may run over shared memory, where a read or a write is copied by
+ * the initiator itself (CMA, shared segments) and completes while the target is stopped
+ * (docs/semantics.md "Failure detection", backends/libfabric/README.md "shm: direct mode"):
+ * libfabric's shm provider, UCX with a shared-memory transport or UCX's own selection, or
+ * auto-selection. ZeroMQ and the tcp variants need the target's CPU for every op. */
+int cxt_may_be_one_sided(void);
 
 /* Cluster runs: CONNEX_TEST_TLS replaces UCX_TLS, CONNEX_TEST_IP is the listen address (unless
  * the test chose one). Applied by cxt_engine and by cx_peer. */

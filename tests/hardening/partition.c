@@ -137,7 +137,7 @@ static void *stream_main(void *arg)
 
 /* The namespaces, and this process's engine on the veth with one registered buffer (skips the
  * case where namespaces cannot be made). */
-static void survivor_up(const char *model, cx_engine_t **e, uint8_t **buf)
+static void survivor_up_t(const char *model, uint32_t hb, uint32_t hbt, uint32_t opt, cx_engine_t **e, uint8_t **buf)
 {
     const char *skip_why = why_skip();
     if (skip_why) {
@@ -149,9 +149,9 @@ static void survivor_up(const char *model, cx_engine_t **e, uint8_t **buf)
     memset(&c, 0, sizeof c);
     c.model = model;
     c.listen_ip = g_ip_a;
-    c.heartbeat_ms = HB_MS;
-    c.heartbeat_timeout_ms = HBT_MS;
-    c.op_timeout_ms = OP_TIMEOUT_MS;
+    c.heartbeat_ms = hb;
+    c.heartbeat_timeout_ms = hbt;
+    c.op_timeout_ms = opt;
     /* UCX over TCP advertises every interface it lists and may pick a lane the other side
      * cannot reach (this host's lo or eth0 from inside the namespace): both ends use the veth
      * only, as a host with several networks would name its NIC (CONNEX_NET_DEVICES). The peers
@@ -163,6 +163,11 @@ static void survivor_up(const char *model, cx_engine_t **e, uint8_t **buf)
     *buf = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     assert_true(*buf != MAP_FAILED);
     assert_int_equal(cx_register_memory(*e, *buf, RS), 0);
+}
+
+static void survivor_up(const char *model, cx_engine_t **e, uint8_t **buf)
+{
+    survivor_up_t(model, HB_MS, HBT_MS, OP_TIMEOUT_MS, e, buf);
 }
 
 static void test_link_down_then_up(void **state)
@@ -313,6 +318,122 @@ static void test_link_down_kill_restart_cycles(void **state)
     teardown_net();
 }
 
+/* The op timeout well below the heartbeat timeout: while the link is cut, an op ends with
+ * exactly CX_ETIMEDOUT (the peer is not failed yet, so never CX_EPEER), and because the data
+ * connection is closed first, nothing of a timed-out read lands in our buffer afterwards, even
+ * once the link is back and the peer's queued answer could arrive. To have that answer really
+ * in flight, the peer's side of the link is slowed to 2 MB/s (tc tbf, when tc has it) so a 4 MiB
+ * read is still streaming when the link goes down. */
+#define PT_HBT_MS 8000
+#define PT_OPT_MS 600
+
+static void expect_timeout(int rc, uint64_t t0, const char *what)
+{
+    double ms = cxt_ms_since(t0);
+    printf("partition: %s with the link down: %s after %.0f ms (op timeout %d ms)\n", what, cx_strerror(rc), ms,
+           PT_OPT_MS);
+    fflush(stdout);
+    if (rc != CX_ETIMEDOUT) fail_msg("%s with the link down: %s, expected CX_ETIMEDOUT", what, cx_strerror(rc));
+    if (ms < PT_OPT_MS * 0.8 || ms > PT_OPT_MS + 1500.0)
+        fail_msg("%s timed out after %.0f ms with a %d ms op timeout", what, ms, PT_OPT_MS);
+}
+
+static void test_op_timeout_below_heartbeat(void **state)
+{
+    (void)state;
+    cx_engine_t *e = NULL;
+    uint8_t *buf = NULL;
+    survivor_up_t("partt", HB_MS, PT_HBT_MS, PT_OPT_MS, &e, &buf);
+    cxt_peer_t p;
+    cxt_peer_opts_t o = { .model = "partt-peer", .replica = 3, .region = RS, .seed = 61, .listen_ip = g_ip_b,
+                          .hb_ms = HB_MS, .hb_timeout_ms = PT_HBT_MS, .op_timeout_ms = PT_OPT_MS };
+    assert_int_equal(start_peer_in_ns(&p, &o), 0);
+    assert_int_equal(cx_connect(e, p.url, 5000), 0);
+    assert_int_equal(cx_read(e, p.lid, buf, p.base, 65536), 0);
+    assert_int_equal(cxt_check(buf, 65536, 61, 0), -1);
+    cxt_drain_events(e);
+
+    int slow = sh("ip netns exec %s tc qdisc add dev %s root tbf rate 16mbit burst 64kb latency 2000ms", g_ns, g_vb) == 0;
+    if (!slow) printf("partition: no tc tbf here: the read may end before the cut\n");
+    memset(buf, 0x5c, RS);
+    cx_op_t *op = NULL;
+    uint64_t t0 = cxt_now_ns();
+    assert_int_equal(cx_read_async(e, p.lid, buf, p.base, RS, CX_CLASS_CRITICAL, &op), 0);
+    usleep(200000);
+    assert_int_equal(sh("ip -n %s link set %s down", g_ns, g_vb), 0);
+    uint64_t t_down = cxt_now_ns();
+    int rc = cx_op_wait(op, PT_OPT_MS + 5000);
+    size_t landed = 0;
+    for (size_t i = 0; i < RS; i++) landed += buf[i] != 0x5c;
+    uint8_t *snap = malloc(RS);
+    assert_non_null(snap);
+    memcpy(snap, buf, RS);
+    printf("partition: a 4 MiB read cut %.0f ms in: %s after %.0f ms, %zu bytes in place when it returned\n",
+           (double)(t_down - t0) / 1e6, cx_strerror(rc), cxt_ms_since(t0), landed);
+    if (rc == CX_OK) {
+        printf("partition: the read completed before the cut: no answer in flight to check\n");
+        assert_int_equal(cxt_check(buf, RS, 61, 0), -1);
+    } else {
+        expect_timeout(rc, t0, "a 4 MiB read");
+    }
+
+    /* With the link down: each kind of op, exactly CX_ETIMEDOUT. */
+    static uint8_t sentinel[65536];
+    memset(buf, 0x5c, 65536);
+    memset(sentinel, 0x5c, sizeof sentinel);
+    t0 = cxt_now_ns();
+    expect_timeout(cx_read(e, p.lid, buf, p.base, 65536), t0, "read");
+    t0 = cxt_now_ns();
+    expect_timeout(cx_write(e, p.lid, buf + 65536, p.base, 65536), t0, "write");
+    t0 = cxt_now_ns();
+    rc = cx_put_signal(e, p.lid, buf + 65536, p.base, 65536, "cut", 3, &op);
+    if (rc == 0) rc = cx_op_wait(op, PT_OPT_MS + 5000);
+    expect_timeout(rc, t0, "put_signal");
+    t0 = cxt_now_ns();
+    expect_timeout(cx_send_msg(e, p.lid, "cut", 3), t0, "message");
+    cx_peer_state_t ps = cx_peer_state(e, p.lid);
+    printf("partition: %.0f ms after the cut the peer is %s\n", cxt_ms_since(t_down),
+           ps == CX_PEER_UP ? "UP" : ps == CX_PEER_SUSPECT ? "SUSPECT" : "neither UP nor SUSPECT");
+    if (ps != CX_PEER_UP && ps != CX_PEER_SUSPECT) fail_msg("the peer failed before its heartbeat timeout");
+
+    /* Link back before the heartbeat timeout; whatever the peer still had queued may now
+     * arrive: none of it may land in the buffers of the ops that timed out. */
+    if (slow) sh("ip netns exec %s tc qdisc del dev %s root", g_ns, g_vb);
+    assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+    assert_int_equal(wait_link_running(), 0);
+    usleep(2500000);
+    size_t late = 0, first = 0;
+    for (size_t i = 65536; i < RS; i++)
+        if (buf[i] != snap[i] && !late++) first = i;
+    for (size_t i = 0; i < 65536; i++)
+        if (buf[i] != 0x5c && !late++) first = i;
+    free(snap);
+    if (late) fail_msg("%zu bytes landed in timed-out reads' buffers after they returned (first at %zu)", late, first);
+    assert_memory_equal(buf, sentinel, sizeof sentinel);
+
+    /* The peer was never declared failed; the data path comes back with the next op. */
+    cx_stats_t st;
+    assert_int_equal(cx_stats(e, &st), 0);
+    printf("partition: op timeouts %llu, peer failures %llu\n", (unsigned long long)st.op_timeouts,
+           (unsigned long long)st.peer_failures);
+    assert_int_equal(st.peer_failures, 0);
+    assert_true(st.op_timeouts >= 4);
+    rc = CX_ETIMEDOUT;
+    for (int i = 0; i < 5 && rc; i++) {   /* the data path reconnects on the link just restored */
+        memset(buf, 0, 65536);
+        rc = cx_read(e, p.lid, buf, p.base + 1000, 65536);
+        if (rc) printf("partition: read after the link came back: %s\n", cx_strerror(rc));
+    }
+    assert_int_equal(rc, 0);
+    assert_int_equal(cxt_check(buf, 65536, 61, 1000), -1);
+    fflush(stdout);
+
+    cxt_peer_stop(&p);
+    cx_engine_destroy(e);
+    munmap(buf, RS);
+    teardown_net();
+}
+
 static int teardown(void **state)
 {
     teardown_net();
@@ -325,6 +446,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_link_down_then_up, cxt_watchdog_setup, teardown),
         cmocka_unit_test_setup_teardown(test_link_down_kill_restart_cycles, cxt_watchdog_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_op_timeout_below_heartbeat, cxt_watchdog_setup, teardown),
     };
+    if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,8 @@
 /* Authentication of the control channel (core/src/auth.h): right token, wrong token, no token
  * against a token, a token against none, a replayed handshake, a replayed HELLO, token files.
- * A refused peer must learn no regions or keys, the refusal is counted, and ops return CX_EAUTH. */
+ * A refused peer must learn no regions or keys, the refusal is counted, and ops return CX_EAUTH.
+ * Runs on the backend CONNEX_BACKEND names (ZeroMQ when unset): the handshake is the core's, the
+ * same for every backend, and an authenticated pair must then move data on that backend. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,13 +27,20 @@
 #define TOKEN_B "00000000000000000000000000000000"
 #define RS 65536
 
+/* The backend under test: CONNEX_BACKEND (which the engine reads itself), else ZeroMQ. */
+static const char *backend(void)
+{
+    const char *b = getenv("CONNEX_BACKEND");
+    return b && *b ? b : "zmq";
+}
+
 static cx_engine_t *mk(const char *model, uint32_t replica, const char *token)
 {
     cx_config_t c;
     memset(&c, 0, sizeof c);
     c.model = model;
     c.replica = replica;
-    c.backend = "zmq";   /* CONNEX_BACKEND, when set, wins */
+    c.backend = backend();
     c.auth_token = token;
     c.connect_timeout_ms = 3000;
     c.op_timeout_ms = 5000;
@@ -76,8 +85,25 @@ static void test_right_token(void **state)
     assert_int_equal(cx_connect(b, cx_engine_local_url(a), 5000), 0);
     char la[CX_URL_MAX];
     lid_of(a, la, sizeof la);
+    /* The pair is on the backend under test, and data moves both ways on it. */
+    const char *pb = cx_peer_backend(b, la);
+    fprintf(stderr, "authenticated pair on %s\n", pb ? pb : "(none)");
+    assert_non_null(pb);
+    assert_string_equal(pb, backend());
     assert_int_equal(cx_read(b, la, rb, (uint64_t)(uintptr_t)ra, RS), 0);
     assert_int_equal(cxt_check(rb, RS, 11, 0), -1);
+    cxt_fill(rb, RS, 12, 0);
+    assert_int_equal(cx_write(b, la, rb, (uint64_t)(uintptr_t)ra + 4096, RS - 4096), 0);
+    assert_int_equal(cxt_check(ra + 4096, RS - 4096, 12, 0), -1);
+    cx_op_t *op = NULL;
+    assert_int_equal(cx_put_signal(b, la, rb, (uint64_t)(uintptr_t)ra, 4096, "signal", 6, &op), 0);
+    assert_int_equal(cx_op_wait(op, 10000), 0);
+    cx_msg_t m;
+    assert_int_equal(cx_recv_msg(a, &m, 5000), 0);
+    assert_int_equal(m.len, 6);
+    assert_memory_equal(m.data, "signal", 6);
+    cx_msg_release(&m);
+    assert_int_equal(cxt_check(ra, 4096, 12, 0), -1);
     assert_int_equal(stats(a).auth_refused, 0);
     assert_int_equal(stats(b).auth_refused, 0);
     assert_int_equal(stats(a).peers_up, 1);
@@ -328,7 +354,7 @@ static void test_token_file(void **state)
     cx_config_t c;
     memset(&c, 0, sizeof c);
     c.model = "auth-x";
-    c.backend = "zmq";
+    c.backend = backend();
     assert_int_equal(truncate(path, 0), 0);
     setenv("CONNEX_AUTH_TOKEN_FILE", path, 1);
     assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL);  /* empty */
