@@ -138,6 +138,8 @@ int cx_bench_list_has(const char *list, const char *name);   /* "all" matches ev
 
 /* Fast pattern: word i of the region filled with seed. */
 void cx_bench_fill(void *buf, size_t len, uint32_t seed);
+/* The bytes that cx_bench_fill puts at byte offset off (a multiple of 8) of a region. */
+void cx_bench_fill_at(void *buf, size_t len, uint32_t seed, size_t off);
 int cx_bench_check(const void *buf, size_t len, uint32_t seed, size_t off);  /* 1 ok */
 
 long cx_bench_count_fds(void);

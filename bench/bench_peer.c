@@ -1,7 +1,8 @@
 /* The peer side of every measurement: this program re-exec'd with --child (or started by hand as
  * `connex-bench serve` on another host). It registers one region filled with a known pattern,
- * answers two messages (INFO: where the region is; COUNT: how many other messages arrived, which
- * is how put_signal deliveries are checked) and lives until its stdin closes (child) or until
+ * answers messages (INFO: where the region is; COUNT: how many other messages arrived; FILL: the
+ * pattern written again; CHK: does a range hold a given pattern, asked after a write; PSIG: a
+ * put_signal's message, its range checked as it arrives and the verdict sent back) and lives until its stdin closes (child) or until
  * SIGINT/SIGTERM (serve). */
 #include "bench.h"
 #include "stable_port.h"
@@ -59,6 +60,15 @@ typedef struct peer {
     atomic_int stop;
 } peer_t;
 
+/* CHK/PSIG OFF LEN SEED: does [OFF, OFF+LEN) of the region hold cx_bench_fill's pattern of SEED? */
+static int peer_check(const peer_t *p, const char *args, unsigned long long *off, unsigned long long *len)
+{
+    unsigned seed;
+    if (sscanf(args, "%llu %llu %u", off, len, &seed) != 3 || *off % 8 || *off > p->len || *len > p->len - *off)
+        return 0;
+    return cx_bench_check(p->reg + *off, (size_t)*len, seed, (size_t)*off);
+}
+
 static void *peer_msgs(void *arg)
 {
     peer_t *p = arg;
@@ -66,12 +76,24 @@ static void *peer_msgs(void *arg)
     while (!atomic_load(&p->stop)) {
         cx_msg_t m;
         if (cx_recv_msg(p->e, &m, 100)) continue;
-        char ans[128] = "";
+        char ans[128] = "", txt[96];
+        snprintf(txt, sizeof txt, "%.*s", (int)(m.len < sizeof txt ? m.len : sizeof txt - 1), (const char *)m.data);
         if (m.len == 4 && !memcmp(m.data, "INFO", 4))
             snprintf(ans, sizeof ans, "INFO %" PRIxPTR " %zu %u", (uintptr_t)p->reg, p->len, p->seed);
         else if (m.len == 5 && !memcmp(m.data, "COUNT", 5))
             snprintf(ans, sizeof ans, "COUNT %" PRIu64, count);
-        else
+        else if (m.len == 4 && !memcmp(m.data, "FILL", 4)) {
+            cx_bench_fill(p->reg, p->len, p->seed);   /* the pattern back, after writes */
+            snprintf(ans, sizeof ans, "FILL done");
+        } else if (!strncmp(txt, "CHK ", 4) || !strncmp(txt, "PSIG ", 5)) {
+            /* A write's bytes (CHK, asked after it) or a put_signal's (PSIG, its own message,
+             * checked as it arrives: the data must be in place before the signal). */
+            unsigned long long off = 0, len = 0;
+            int psig = txt[0] == 'P';
+            int ok = peer_check(p, txt + (psig ? 5 : 4), &off, &len);
+            if (psig) count++;
+            snprintf(ans, sizeof ans, "%s %s %llu %llu", psig ? "PSIG" : "CHK", ok ? "ok" : "bad", off, len);
+        } else
             count++;
         if (*ans) {
             int rc = cx_send_msg(p->e, m.from_url, ans, strlen(ans) + 1);
