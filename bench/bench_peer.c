@@ -135,13 +135,23 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     uint64_t t_engine = cx_bench_now_ns();
     p.len = region;
     p.seed = seed;
-    p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* CX_BENCH_PEER_ADDR (hex): the region at that address, so a restarted peer's remote
+     * addresses stay what the survivor's threads already use (soak); elsewhere if it is taken. */
+    const char *fixed = getenv("CX_BENCH_PEER_ADDR");
+    void *want = fixed && *fixed ? (void *)(uintptr_t)strtoull(fixed, NULL, 16) : NULL;
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_FIXED_NOREPLACE
+    if (want) flags |= MAP_FIXED_NOREPLACE;
+#endif
+    p.reg = mmap(want, region, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p.reg == MAP_FAILED && want) p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p.reg == MAP_FAILED) { perror("connex-bench peer: mmap"); return 1; }
     cx_bench_fill(p.reg, region, seed);
     if ((rc = cx_register_memory(p.e, p.reg, region))) {
         fprintf(stderr, "connex-bench peer: register %zu bytes: %s\n", region, cx_strerror(rc));
         return 1;
     }
+    uint64_t t_registered = cx_bench_now_ns();
     uint8_t *xm = NULL;
     if (extra > 0) {
         xm = mmap(NULL, (size_t)extra * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -157,7 +167,8 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     pthread_create(&te, NULL, peer_events, &p);
     if (connect && (rc = cx_connect(p.e, connect, 5000)))
         fprintf(stderr, "connex-bench peer: connect %s: %s\n", connect, cx_strerror(rc));
-    printf("READY %s %" PRIxPTR " %zu %" PRIu64 "\n", cx_engine_local_url(p.e), (uintptr_t)p.reg, region, t_engine);
+    printf("READY %s %" PRIxPTR " %zu %" PRIu64 " %" PRIu64 "\n", cx_engine_local_url(p.e), (uintptr_t)p.reg, region,
+           t_engine, t_registered);
     fflush(stdout);
     if (serve) {
         sigset_t ss;
@@ -287,8 +298,8 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
         if (k <= 0) break;
         len += (size_t)k;
     }
-    unsigned long long base, rlen, te;
-    if (!ready || sscanf(ready, "READY %159s %llx %llu %llu", c->url, &base, &rlen, &te) != 4) {
+    unsigned long long base, rlen, te, tr = 0;
+    if (!ready || sscanf(ready, "READY %159s %llx %llu %llu %llu", c->url, &base, &rlen, &te, &tr) < 4) {
         fprintf(stderr, "connex-bench: the peer process did not send READY within 20 s\n");
         kill(pid, SIGKILL);
         cx_bench_reap(c);
@@ -297,6 +308,7 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     c->base = base;
     c->len = (size_t)rlen;
     c->t_engine_ns = te;
+    c->t_registered_ns = tr;
     cx_url_t u;
     if (cx_url_parse(c->url, &u, NULL, 0) == 0) {
         c->port = u.port;
