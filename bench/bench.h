@@ -116,7 +116,8 @@ typedef struct cx_bench_soak {
     cx_bench_dist_t to_rejoin;                  /* new process started -> first good transfer */
     cx_bench_dist_t up_rejoin;                  /* its engine up -> first good transfer */
     double seconds;
-    int crashed;                                /* the survivor died of a signal (its number) */
+    int crashed;                                /* the survivor died of a signal (its number), or -1:
+                                                   it exited without a result */
     char verdict[160];
 } cx_bench_soak_t;
 
