@@ -31,7 +31,9 @@ typedef struct cx_bench_opts {
     int idle_peers;         /* transfer: peers named (never up) beside the target, as in a big cluster */
     int runs;               /* failover */
     unsigned faults;        /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
-    int cycles;             /* soak */
+    int cycles;             /* soak: kills per variant */
+    int kill_window_ms;     /* soak: the kill comes at a random moment this long after the rejoin */
+    uint64_t seed;          /* soak: of the kill moments and op sizes (0: from the clock) */
     size_t cls_bg, cls_crit;   /* classes: background transfer and critical read sizes */
     uint32_t cls_chunk;        /* classes: background_chunk of the engine (0: its default) */
     uint32_t hb_ms, hb_timeout_ms;
@@ -93,16 +95,30 @@ typedef struct cx_bench_fo_row {
     char note[128];
 } cx_bench_fo_row_t;
 
+/* soak: op kinds the survivor's threads run, and how each op ended. */
+enum { CX_SOAK_READ, CX_SOAK_WRITE, CX_SOAK_PUTSIG, CX_SOAK_BATCH, CX_SOAK_KINDS };
+/* EARLY: CX_EINVAL from a restarted peer for an op started before it had registered its region
+ * (the remote range was not registered yet); the same status for an op started later is OTHER. */
+enum { CX_SOAK_OK, CX_SOAK_EPEER, CX_SOAK_ETIMEDOUT, CX_SOAK_EARLY, CX_SOAK_OTHER, CX_SOAK_BADDATA, CX_SOAK_RESULTS };
+
 typedef struct cx_bench_soak {
     char backend[40];
-    int cycles, done;
-    long fds_first, fds_last, fds_max;
-    long rss_first, rss_last, rss_max;          /* KiB */
-    long regions_first, regions_last, regions_max;
-    long rbytes_first, rbytes_last, rbytes_max;
-    cx_bench_dist_t to_failed, to_rejoin;
+    int cycles, done;                           /* kills asked for, kills done */
+    int threads;
+    uint64_t seed;                              /* of the kill moments */
+    /* start: before the first peer; warm: after the warm-up kills; end: after the last rejoin */
+    long fds_start, fds_warm, fds_end, fds_max;
+    long rss_start, rss_warm, rss_end, rss_max;  /* KiB */
+    long regions_start, regions_end, rbytes_start, rbytes_end;
+    uint64_t ops[CX_SOAK_KINDS][CX_SOAK_RESULTS];   /* a batch counts each of its async ops */
+    uint64_t other_codes[16];                   /* CX_SOAK_OTHER by -status (15: anything else) */
+    cx_bench_dist_t to_failed;                  /* kill -> FAILED event */
+    cx_bench_dist_t to_rejoin;                  /* new process started -> first good transfer */
+    cx_bench_dist_t up_rejoin;                  /* its engine up -> first good transfer */
     double seconds;
-    char verdict[128];
+    int crashed;                                /* the survivor died of a signal (its number), or -1:
+                                                   it exited without a result */
+    char verdict[160];
 } cx_bench_soak_t;
 
 void cx_bench_add_row(const cx_bench_row_t *r);
@@ -119,6 +135,7 @@ void cx_bench_print_ratios(int rounds);
 void cx_bench_print_failover(void);
 void cx_bench_print_targets(uint32_t hb_ms, uint32_t hb_to_ms);
 void cx_bench_print_soak(void);
+void cx_bench_soak_json_line(void);   /* one line on stdout: {"soak": [...]} */
 int cx_bench_write_json(const cx_bench_opts_t *o, const char *path);
 int cx_bench_plot(const char *png);
 
@@ -138,6 +155,8 @@ int cx_bench_list_has(const char *list, const char *name);   /* "all" matches ev
 
 /* Fast pattern: word i of the region filled with seed. */
 void cx_bench_fill(void *buf, size_t len, uint32_t seed);
+/* The bytes that cx_bench_fill puts at byte offset off (a multiple of 8) of a region. */
+void cx_bench_fill_at(void *buf, size_t len, uint32_t seed, size_t off);
 int cx_bench_check(const void *buf, size_t len, uint32_t seed, size_t off);  /* 1 ok */
 
 long cx_bench_count_fds(void);
@@ -165,6 +184,7 @@ typedef struct cx_bench_child {
     uint16_t port;
     uint64_t t_spawn_ns;    /* fork */
     uint64_t t_engine_ns;   /* the child's engine was created (CLOCK_MONOTONIC is system-wide) */
+    uint64_t t_registered_ns;   /* its region was registered */
 } cx_bench_child_t;
 
 /* Starts this program as a peer and waits (bounded) for its READY line. 0 or -1. */

@@ -1,7 +1,8 @@
 /* The peer side of every measurement: this program re-exec'd with --child (or started by hand as
  * `connex-bench serve` on another host). It registers one region filled with a known pattern,
- * answers two messages (INFO: where the region is; COUNT: how many other messages arrived, which
- * is how put_signal deliveries are checked) and lives until its stdin closes (child) or until
+ * answers messages (INFO: where the region is; COUNT: how many other messages arrived; FILL: the
+ * pattern written again; CHK: does a range hold a given pattern, asked after a write; PSIG: a
+ * put_signal's message, its range checked as it arrives and the verdict sent back) and lives until its stdin closes (child) or until
  * SIGINT/SIGTERM (serve). */
 #include "bench.h"
 #include "stable_port.h"
@@ -59,6 +60,15 @@ typedef struct peer {
     atomic_int stop;
 } peer_t;
 
+/* CHK/PSIG OFF LEN SEED: does [OFF, OFF+LEN) of the region hold cx_bench_fill's pattern of SEED? */
+static int peer_check(const peer_t *p, const char *args, unsigned long long *off, unsigned long long *len)
+{
+    unsigned seed;
+    if (sscanf(args, "%llu %llu %u", off, len, &seed) != 3 || *off % 8 || *off > p->len || *len > p->len - *off)
+        return 0;
+    return cx_bench_check(p->reg + *off, (size_t)*len, seed, (size_t)*off);
+}
+
 static void *peer_msgs(void *arg)
 {
     peer_t *p = arg;
@@ -66,12 +76,24 @@ static void *peer_msgs(void *arg)
     while (!atomic_load(&p->stop)) {
         cx_msg_t m;
         if (cx_recv_msg(p->e, &m, 100)) continue;
-        char ans[128] = "";
+        char ans[128] = "", txt[96];
+        snprintf(txt, sizeof txt, "%.*s", (int)(m.len < sizeof txt ? m.len : sizeof txt - 1), (const char *)m.data);
         if (m.len == 4 && !memcmp(m.data, "INFO", 4))
             snprintf(ans, sizeof ans, "INFO %" PRIxPTR " %zu %u", (uintptr_t)p->reg, p->len, p->seed);
         else if (m.len == 5 && !memcmp(m.data, "COUNT", 5))
             snprintf(ans, sizeof ans, "COUNT %" PRIu64, count);
-        else
+        else if (m.len == 4 && !memcmp(m.data, "FILL", 4)) {
+            cx_bench_fill(p->reg, p->len, p->seed);   /* the pattern back, after writes */
+            snprintf(ans, sizeof ans, "FILL done");
+        } else if (!strncmp(txt, "CHK ", 4) || !strncmp(txt, "PSIG ", 5)) {
+            /* A write's bytes (CHK, asked after it) or a put_signal's (PSIG, its own message,
+             * checked as it arrives: the data must be in place before the signal). */
+            unsigned long long off = 0, len = 0;
+            int psig = txt[0] == 'P';
+            int ok = peer_check(p, txt + (psig ? 5 : 4), &off, &len);
+            if (psig) count++;
+            snprintf(ans, sizeof ans, "%s %s %llu %llu", psig ? "PSIG" : "CHK", ok ? "ok" : "bad", off, len);
+        } else
             count++;
         if (*ans) {
             int rc = cx_send_msg(p->e, m.from_url, ans, strlen(ans) + 1);
@@ -113,13 +135,23 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     uint64_t t_engine = cx_bench_now_ns();
     p.len = region;
     p.seed = seed;
-    p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* CX_BENCH_PEER_ADDR (hex): the region at that address, so a restarted peer's remote
+     * addresses stay what the survivor's threads already use (soak); elsewhere if it is taken. */
+    const char *fixed = getenv("CX_BENCH_PEER_ADDR");
+    void *want = fixed && *fixed ? (void *)(uintptr_t)strtoull(fixed, NULL, 16) : NULL;
+    int flags = MAP_PRIVATE | MAP_ANONYMOUS;
+#ifdef MAP_FIXED_NOREPLACE
+    if (want) flags |= MAP_FIXED_NOREPLACE;
+#endif
+    p.reg = mmap(want, region, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p.reg == MAP_FAILED && want) p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p.reg == MAP_FAILED) { perror("connex-bench peer: mmap"); return 1; }
     cx_bench_fill(p.reg, region, seed);
     if ((rc = cx_register_memory(p.e, p.reg, region))) {
         fprintf(stderr, "connex-bench peer: register %zu bytes: %s\n", region, cx_strerror(rc));
         return 1;
     }
+    uint64_t t_registered = cx_bench_now_ns();
     uint8_t *xm = NULL;
     if (extra > 0) {
         xm = mmap(NULL, (size_t)extra * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -135,7 +167,8 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     pthread_create(&te, NULL, peer_events, &p);
     if (connect && (rc = cx_connect(p.e, connect, 5000)))
         fprintf(stderr, "connex-bench peer: connect %s: %s\n", connect, cx_strerror(rc));
-    printf("READY %s %" PRIxPTR " %zu %" PRIu64 "\n", cx_engine_local_url(p.e), (uintptr_t)p.reg, region, t_engine);
+    printf("READY %s %" PRIxPTR " %zu %" PRIu64 " %" PRIu64 "\n", cx_engine_local_url(p.e), (uintptr_t)p.reg, region,
+           t_engine, t_registered);
     fflush(stdout);
     if (serve) {
         sigset_t ss;
@@ -265,8 +298,8 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
         if (k <= 0) break;
         len += (size_t)k;
     }
-    unsigned long long base, rlen, te;
-    if (!ready || sscanf(ready, "READY %159s %llx %llu %llu", c->url, &base, &rlen, &te) != 4) {
+    unsigned long long base, rlen, te, tr = 0;
+    if (!ready || sscanf(ready, "READY %159s %llx %llu %llu %llu", c->url, &base, &rlen, &te, &tr) < 4) {
         fprintf(stderr, "connex-bench: the peer process did not send READY within 20 s\n");
         kill(pid, SIGKILL);
         cx_bench_reap(c);
@@ -275,6 +308,7 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     c->base = base;
     c->len = (size_t)rlen;
     c->t_engine_ns = te;
+    c->t_registered_ns = tr;
     cx_url_t u;
     if (cx_url_parse(c->url, &u, NULL, 0) == 0) {
         c->port = u.port;

@@ -3,6 +3,7 @@
  * backend, one panel per op). */
 #include "bench.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,22 +145,89 @@ void cx_bench_print_targets(uint32_t hb_ms, uint32_t hb_to_ms)
     }
 }
 
+static const char *const soak_kinds[CX_SOAK_KINDS] = { "read", "write", "put_signal", "batch" };
+
 void cx_bench_print_soak(void)
 {
-    printf("\n%-14s %7s %-16s %-22s %-14s %-24s %-16s %-16s %s\n", "backend", "cycles", "fds f/l/max",
-           "RSS KiB f/l/max", "regions f/l/m", "reg. bytes f/l/max", "kill->FAILED ms", "start->xfer ms",
+    printf("\n%-14s %9s %-11s %-23s %-34s %-16s %-18s %-18s %s\n", "backend", "kills", "fds s/w/e",
+           "RSS KiB s/w/e", "ops ok/EPEER/ETIMEDOUT/unreg/other", "kill->FAILED", "start->xfer", "engine up->xfer",
            "verdict");
     for (int i = 0; i < nsoaks; i++) {
         const cx_bench_soak_t *s = &soaks[i];
-        char a[48], b[48], c[48], d[48], e[64], f[64], cy[24];
+        char a[48], b[64], c[96], e[64], f[64], g[64], cy[24];
+        uint64_t t[CX_SOAK_RESULTS] = { 0 };
+        for (int k = 0; k < CX_SOAK_KINDS; k++)
+            for (int r = 0; r < CX_SOAK_RESULTS; r++) t[r] += s->ops[k][r];
         snprintf(cy, sizeof cy, "%d/%d", s->done, s->cycles);
-        snprintf(a, sizeof a, "%ld/%ld/%ld", s->fds_first, s->fds_last, s->fds_max);
-        snprintf(b, sizeof b, "%ld/%ld/%ld", s->rss_first, s->rss_last, s->rss_max);
-        snprintf(c, sizeof c, "%ld/%ld/%ld", s->regions_first, s->regions_last, s->regions_max);
-        snprintf(d, sizeof d, "%ld/%ld/%ld", s->rbytes_first, s->rbytes_last, s->rbytes_max);
-        printf("%-14s %7s %-16s %-22s %-14s %-24s %-16s %-16s %s\n", s->backend, cy, a, b, c, d,
-               ms3(&s->to_failed, e, sizeof e), ms3(&s->to_rejoin, f, sizeof f), s->verdict);
+        snprintf(a, sizeof a, "%ld/%ld/%ld", s->fds_start, s->fds_warm, s->fds_end);
+        snprintf(b, sizeof b, "%ld/%ld/%ld", s->rss_start, s->rss_warm, s->rss_end);
+        snprintf(c, sizeof c, "%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64, t[CX_SOAK_OK],
+                 t[CX_SOAK_EPEER], t[CX_SOAK_ETIMEDOUT], t[CX_SOAK_EARLY], t[CX_SOAK_OTHER]);
+        printf("%-14s %9s %-11s %-23s %-34s %-16s %-18s %-18s %s\n", s->backend, cy, a, b, c,
+               ms3(&s->to_failed, e, sizeof e), ms3(&s->to_rejoin, f, sizeof f), ms3(&s->up_rejoin, g, sizeof g),
+               s->verdict);
     }
+    printf("\nper op kind (ok/EPEER/ETIMEDOUT/unreg/other, bad data); unreg: CX_EINVAL for an op started before "
+           "the restarted peer had registered its region:\n");
+    for (int i = 0; i < nsoaks; i++) {
+        const cx_bench_soak_t *s = &soaks[i];
+        printf("  %-14s", s->backend);
+        for (int k = 0; k < CX_SOAK_KINDS; k++)
+            printf(" %s %" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 "/%" PRIu64 " %" PRIu64 ";", soak_kinds[k],
+                   s->ops[k][CX_SOAK_OK], s->ops[k][CX_SOAK_EPEER], s->ops[k][CX_SOAK_ETIMEDOUT],
+                   s->ops[k][CX_SOAK_EARLY], s->ops[k][CX_SOAK_OTHER], s->ops[k][CX_SOAK_BADDATA]);
+        for (int c = 1; c < 16; c++)
+            if (s->other_codes[c]) printf(" %s: %" PRIu64, c < 15 ? cx_strerror(-c) : "other", s->other_codes[c]);
+        if (s->up_rejoin.n)
+            printf(" rejoin p50 %.1f ms from start, %.1f ms from engine up (target < 50 ms): %s",
+                   s->to_rejoin.p50 / 1e3, s->up_rejoin.p50 / 1e3, s->to_rejoin.p50 < 50000 ? "met" : "MISSED");
+        printf("\n");
+    }
+}
+
+static void jdist(FILE *f, const char *name, const cx_bench_dist_t *d);
+
+static void soak_json(FILE *f, const cx_bench_soak_t *s)
+{
+    fprintf(f, "{\"backend\": \"%s\", \"kills\": %d, \"done\": %d, \"threads\": %d, \"seed\": %" PRIu64
+            ", \"seconds\": %.1f, \"crash_signal\": %d, \"fds\": {\"start\": %ld, \"warm\": %ld, \"end\": %ld, "
+            "\"max\": %ld}, \"rss_kib\": {\"start\": %ld, \"warm\": %ld, \"end\": %ld, \"max\": %ld}, "
+            "\"regions\": [%ld, %ld], \"registered_bytes\": [%ld, %ld], \"ops\": {",
+            s->backend, s->cycles, s->done, s->threads, s->seed, s->seconds, s->crashed, s->fds_start, s->fds_warm,
+            s->fds_end, s->fds_max, s->rss_start, s->rss_warm, s->rss_end, s->rss_max, s->regions_start,
+            s->regions_end, s->rbytes_start, s->rbytes_end);
+    for (int k = 0; k < CX_SOAK_KINDS; k++)
+        fprintf(f, "%s\"%s\": {\"ok\": %" PRIu64 ", \"epeer\": %" PRIu64 ", \"etimedout\": %" PRIu64
+                ", \"unregistered\": %" PRIu64 ", \"other\": %" PRIu64 ", \"bad_data\": %" PRIu64 "}", k ? ", " : "",
+                soak_kinds[k], s->ops[k][CX_SOAK_OK], s->ops[k][CX_SOAK_EPEER], s->ops[k][CX_SOAK_ETIMEDOUT],
+                s->ops[k][CX_SOAK_EARLY], s->ops[k][CX_SOAK_OTHER], s->ops[k][CX_SOAK_BADDATA]);
+    fputs("}, \"other_codes\": {", f);
+    for (int c = 1, n = 0; c < 16; c++)
+        if (s->other_codes[c]) fprintf(f, "%s\"%d\": %" PRIu64, n++ ? ", " : "", c < 15 ? -c : 0, s->other_codes[c]);
+    fputs("}, ", f);
+    jdist(f, "kill_to_failed", &s->to_failed);
+    fputs(", ", f);
+    jdist(f, "start_to_first_transfer", &s->to_rejoin);
+    fputs(", ", f);
+    jdist(f, "engine_up_to_first_transfer", &s->up_rejoin);
+    fputs(", \"verdict\": ", f);
+    fputc('"', f);
+    for (const char *p = s->verdict; *p; p++) {
+        if (*p == '"' || *p == '\\') fputc('\\', f);
+        if ((unsigned char)*p >= 0x20) fputc(*p, f);
+    }
+    fputs("\"}", f);
+}
+
+void cx_bench_soak_json_line(void)
+{
+    fputs("{\"soak\": [", stdout);
+    for (int i = 0; i < nsoaks; i++) {
+        if (i) fputs(", ", stdout);
+        soak_json(stdout, &soaks[i]);
+    }
+    fputs("]}\n", stdout);
+    fflush(stdout);
 }
 
 /* ------------------------------------------------------------------ JSON */
@@ -251,20 +319,8 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     }
     fprintf(f, "\n  ],\n  \"soak\": [");
     for (int i = 0; i < nsoaks; i++) {
-        const cx_bench_soak_t *s = &soaks[i];
-        fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, s->backend);
-        fprintf(f, ", \"cycles\": %d, \"done\": %d, \"seconds\": %.1f, "
-                "\"fds\": [%ld, %ld, %ld], \"rss_kib\": [%ld, %ld, %ld], \"regions\": [%ld, %ld, %ld], "
-                "\"registered_bytes\": [%ld, %ld, %ld], ", s->cycles, s->done, s->seconds,
-                s->fds_first, s->fds_last, s->fds_max, s->rss_first, s->rss_last, s->rss_max,
-                s->regions_first, s->regions_last, s->regions_max, s->rbytes_first, s->rbytes_last, s->rbytes_max);
-        jdist(f, "kill_to_failed", &s->to_failed);
-        fputs(", ", f);
-        jdist(f, "start_to_first_transfer", &s->to_rejoin);
-        fprintf(f, ", \"verdict\": ");
-        jstr(f, s->verdict);
-        fputc('}', f);
+        fprintf(f, "%s\n    ", i ? "," : "");
+        soak_json(f, &soaks[i]);
     }
     fprintf(f, "\n  ]\n}\n");
     int bad = ferror(f);

@@ -1,6 +1,6 @@
 /* connex-bench transfer: every backend variant, one after the other in one run, against a peer
- * process: warm-up, then per op and size a timed loop (bounded in iterations and time), then a
- * check of the bytes outside the timed part. The raw baselines run in the same invocation. */
+ * process: warm-up, then per op and size a timed loop (bounded in iterations and time); every op,
+ * warm-up included, is checked outside its own timing. The raw baselines run in the same invocation. */
 #include "bench.h"
 
 #include <inttypes.h>
@@ -18,16 +18,77 @@ typedef struct target {
     uint64_t base;
     size_t len;
     uint32_t seed;
-    uint64_t signals;   /* put_signals completed so far: the peer's COUNT must reach it */
+    uint32_t op_seed;   /* the next write's or put_signal's own pattern */
 } target_t;
 
-static int one_op(cx_engine_t *e, const target_t *t, uint8_t *loc, int op, size_t size)
+/* Bounded wait for a message that starts with prefix (the peer's replies); others are dropped. */
+static int await_reply(cx_engine_t *e, const char *prefix, char *ans, size_t n, int ms)
 {
-    if (op == OP_READ) return cx_read(e, t->url, loc, t->base, size);
-    if (op == OP_WRITE) return cx_write(e, t->url, loc, t->base, size);
-    cx_op_t *h = NULL;
-    int rc = cx_put_signal(e, t->url, loc, t->base, size, "PS", 2, &h);
-    return rc ? rc : cx_op_wait(h, -1);
+    uint64_t deadline = cx_bench_now_ns() + (uint64_t)ms * 1000000ull;
+    size_t pl = strlen(prefix);
+    while (cx_bench_now_ns() < deadline) {
+        cx_msg_t m;
+        if (cx_recv_msg(e, &m, 200)) continue;
+        int hit = m.len > pl && !memcmp(m.data, prefix, pl);
+        if (hit) snprintf(ans, n, "%.*s", (int)(m.len < n ? m.len : n - 1), (const char *)m.data);
+        cx_msg_release(&m);
+        if (hit) return 0;
+    }
+    return CX_ETIMEDOUT;
+}
+
+/* A message round trip to the peer: "INFO", "FILL", "CHK ...". */
+static int ask(cx_engine_t *e, const char *url, const char *q, char *ans, size_t n)
+{
+    int rc = cx_send_msg(e, url, q, strlen(q));
+    if (rc) return rc;
+    char prefix[8];
+    snprintf(prefix, sizeof prefix, "%.*s", (int)strcspn(q, " "), q);
+    return await_reply(e, prefix, ans, n, 10000);
+}
+
+/* One op at remote offset roff: prepared, timed (*ns), then checked, all three bounded. Reads land
+ * in a buffer filled with a sentinel first and are compared with the peer's pattern; a write or
+ * put_signal sends a pattern of its own (seeded per op) that the peer checks in its memory (after
+ * the write, on a CHK message; as the put_signal's message arrives). Returns the op's status, or
+ * CX_ERR with *bad saying what the check found. */
+static int one_op(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t size, size_t roff, uint64_t *ns,
+                  char *bad, size_t badlen)
+{
+    char msg[96], ans[96];
+    uint32_t seed = 0;
+    if (op == OP_READ) {
+        memset(loc, 0xA5, size);
+    } else {
+        seed = t->op_seed++;
+        if (seed == t->seed) seed = t->op_seed++;   /* never the peer's own pattern */
+        cx_bench_fill_at(loc, size, seed, roff);
+        snprintf(msg, sizeof msg, "PSIG %zu %zu %u", roff, size, seed);
+    }
+    int rc;
+    uint64_t t0 = cx_bench_now_ns();
+    if (op == OP_READ) {
+        rc = cx_read(e, t->url, loc, t->base + roff, size);
+    } else if (op == OP_WRITE) {
+        rc = cx_write(e, t->url, loc, t->base + roff, size);
+    } else {
+        cx_op_t *h = NULL;
+        rc = cx_put_signal(e, t->url, loc, t->base + roff, size, msg, strlen(msg) + 1, &h);
+        if (rc == CX_OK) rc = cx_op_wait(h, -1);
+    }
+    *ns = cx_bench_now_ns() - t0;
+    if (rc) return rc;
+    if (op == OP_READ) {
+        if (!cx_bench_check(loc, size, t->seed, roff)) snprintf(bad, badlen, "data differs");
+    } else if (op == OP_WRITE) {
+        snprintf(msg, sizeof msg, "CHK %zu %zu %u", roff, size, seed);
+        if (ask(e, t->url, msg, ans, sizeof ans)) snprintf(bad, badlen, "no CHK reply");
+        else if (strncmp(ans, "CHK ok", 6)) snprintf(bad, badlen, "written data not at the peer");
+    } else {
+        if (await_reply(e, "PSIG", ans, sizeof ans, 10000)) snprintf(bad, badlen, "no PSIG reply");
+        else if (strncmp(ans, "PSIG ok", 7)) snprintf(bad, badlen, "data not in place when the signal arrived");
+    }
+    return *bad ? CX_ERR : CX_OK;
 }
 
 /* Peers the engine knows but never reaches (nobody listens on port 9 of 127.0.0.1), as a member
@@ -40,45 +101,6 @@ static void add_idle_peers(cx_engine_t *e, int n)
         (void)cx_connect(e, u, 1);   /* refused: the peer stays known */
     }
 }
-
-/* A message round trip to the peer: "INFO" or "COUNT". */
-static int ask(cx_engine_t *e, const char *url, const char *q, char *ans, size_t n)
-{
-    int rc = cx_send_msg(e, url, q, strlen(q));
-    if (rc) return rc;
-    uint64_t deadline = cx_bench_now_ns() + 10000000000ull;
-    while (cx_bench_now_ns() < deadline) {
-        cx_msg_t m;
-        if (cx_recv_msg(e, &m, 200)) continue;
-        int hit = m.len > strlen(q) && !memcmp(m.data, q, strlen(q));
-        if (hit) snprintf(ans, n, "%.*s", (int)(m.len < n ? m.len : n - 1), (const char *)m.data);
-        cx_msg_release(&m);
-        if (hit) return 0;
-    }
-    return CX_ETIMEDOUT;
-}
-
-static uint64_t peer_count(cx_engine_t *e, const char *url)
-{
-    char a[64];
-    unsigned long long v = 0;
-    if (ask(e, url, "COUNT", a, sizeof a) || sscanf(a, "COUNT %llu", &v) != 1) return UINT64_MAX;
-    return v;
-}
-
-/* A completed put_signal has its data in place; its message may still be on the way, and COUNT
- * (a plain message) may overtake it: poll, bounded, until the peer has seen every signal. */
-static uint64_t wait_count(cx_engine_t *e, const char *url, uint64_t want)
-{
-    uint64_t got = UINT64_MAX, deadline = cx_bench_now_ns() + 5000000000ull;
-    do {
-        got = peer_count(e, url);
-        if (got != UINT64_MAX && got >= want) break;
-        usleep(20000);
-    } while (cx_bench_now_ns() < deadline);
-    return got;
-}
-
 
 /* CONNEX_BENCH_SAMPLES=DIR: every timed op's latency and start (CLOCK_MONOTONIC ns, the clock of
  * `perf record -k CLOCK_MONOTONIC`), a line each, for looking at slow phases (bench/README.md). */
@@ -94,7 +116,7 @@ static void dump_samples(const char *vname, int op, size_t size, const uint64_t 
     fclose(f);
 }
 
-static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t *loc, uint8_t *scratch,
+static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t *loc,
                   const char *vname, const char *pair, int op, size_t size, uint64_t *samples, int *pdone, int ptotal)
 {
     uint64_t *starts = samples + o->iters + 1;
@@ -112,51 +134,54 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
         cx_bench_add_row(&r);
         return;
     }
+    /* Ops land at distinct remote offsets (4 KiB apart, wrapping inside the peer's region). */
+    size_t span = t->len - size + 1;
+    char bad[96] = "";
+    uint64_t ns;
     /* Warm-up: connections, registration caches, page faults; bounded like the loop. */
     int rc = 0, warm = 0, wmax = o->iters / 10 < 2 ? 2 : o->iters / 10 > 20 ? 20 : o->iters / 10;
     uint64_t t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 250000ull;
     while (warm < wmax && !rc && (warm < 1 || cx_bench_now_ns() < t_end)) {
-        rc = one_op(e, t, loc, op, size);
+        rc = one_op(e, t, loc, op, size, ((size_t)warm * 4096) % span, &ns, bad, sizeof bad);
         warm += !rc;
     }
-    int n = 0;
+    int n = 0, failed_op = -1;
     cx_stats_t s0, s1;
     int have_st = cx_stats(e, &s0) == CX_OK;
-    t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 1000000ull;
-    while (!rc && n < o->iters && (n < 3 || cx_bench_now_ns() < t_end)) {
-        uint64_t t0 = cx_bench_now_ns();
-        starts[n] = t0;
-        rc = one_op(e, t, loc, op, size);
-        samples[n] = cx_bench_now_ns() - t0;
+    /* The budget counts the timed ops' own time; the checks between them add to the wall time,
+     * which is capped at 10x the budget (at least 3 ops are always done). */
+    uint64_t spent = 0, budget = (uint64_t)o->budget_ms * 1000000ull, wall_end = cx_bench_now_ns() + 10 * budget;
+    while (!rc && n < o->iters && (n < 3 || (spent < budget && cx_bench_now_ns() < wall_end))) {
+        starts[n] = cx_bench_now_ns();
+        rc = one_op(e, t, loc, op, size, ((size_t)(warm + n) * 4096) % span, &ns, bad, sizeof bad);
+        samples[n] = ns;
+        spent += ns;
+        if (rc) failed_op = warm + n;
         n += !rc;
     }
-    if (op == OP_PUTSIG) t->signals += (uint64_t)(n + warm);
+    if (rc && failed_op < 0) failed_op = warm;
     dump_samples(vname, op, size, samples, starts, n);
     /* How many timed ops ended on their own caller's thread (docs/semantics.md, "Threads and
      * polling"): the rest went through the progress thread and paid its wake-ups. */
     int driven = have_st && n && cx_stats(e, &s1) == CX_OK
                      ? (int)((s1.ops_driven_done - s0.ops_driven_done) * 100 / (uint64_t)n) : -1;
+    /* Writes and put_signals overwrote the peer's pattern that reads check: ask for it back. */
+    char ans[32];
+    if (op != OP_READ && ask(e, t->url, "FILL", ans, sizeof ans) && !rc) {
+        rc = CX_ERR;
+        snprintf(bad, sizeof bad, "the peer did not restore its pattern");
+    }
     if (rc) {
-        snprintf(r.note, sizeof r.note, "FAIL: %s", cx_strerror(rc));
+        /* Which op: the index counts warm-up ops too (every one is checked). */
+        snprintf(r.note, sizeof r.note, "FAIL: op %d: %s", failed_op, *bad ? bad : cx_strerror(rc));
         cx_bench_add_row(&r);
+        fprintf(stderr, "connex-bench: %s %s %s failed verification: %s\n", vname, op_names[op], hs, r.note);
         return;
     }
     cx_bench_row_fill(&r, samples, n);
-    /* The checks run outside the timed loop: a fast wrong answer is not a result. */
-    if (op == OP_READ) {
-        snprintf(r.note, sizeof r.note, "%s", cx_bench_check(loc, size, t->seed, 0) ? "ok (verified)"
-                                                                                   : "FAIL: data differs");
-    } else if (op == OP_WRITE) {
-        rc = cx_read(e, t->url, scratch, t->base, size);
-        snprintf(r.note, sizeof r.note, "%s", rc ? "FAIL: read-back failed"
-                 : memcmp(scratch, loc, size) ? "FAIL: written data differs" : "ok (read back)");
-    } else {
-        uint64_t got = wait_count(e, t->url, t->signals);
-        if (got == UINT64_MAX) snprintf(r.note, sizeof r.note, "FAIL: no COUNT reply");
-        else if (got != t->signals)
-            snprintf(r.note, sizeof r.note, "FAIL: peer got %" PRIu64 " signals of %" PRIu64, got, t->signals);
-        else snprintf(r.note, sizeof r.note, "ok (%d signals arrived)", n + warm);
-    }
+    static const char *const oks[] = { "ok (every op verified)", "ok (every op checked at the peer)",
+                                       "ok (every op checked on arrival)" };
+    snprintf(r.note, sizeof r.note, "%s", oks[op]);
     size_t nl = strlen(r.note);
     if (driven >= 0) snprintf(r.note + nl, sizeof r.note - nl, ", %d%% driven", driven);
     cx_bench_add_row(&r);
@@ -187,16 +212,16 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
         cx_bench_add_row(&skip);
         return 0;
     }
-    uint8_t *loc = mmap(NULL, 2 * maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *loc = mmap(NULL, maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     uint64_t *samples = calloc(2 * ((size_t)o->iters + 1), sizeof *samples);   /* latencies, then starts */
     int failed = 0;
     cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
     target_t t = { 0 };
     char info[128];
     if (loc == MAP_FAILED || !samples) { fprintf(stderr, "connex-bench: out of memory\n"); failed = 1; goto out; }
-    cx_bench_fill(loc, maxsz, 99);
-    memset(loc + maxsz, 0, maxsz);
-    if ((rc = cx_register_memory(e, loc, 2 * maxsz))) {
+    memset(loc, 0, maxsz);
+    t.op_seed = 1000;
+    if ((rc = cx_register_memory(e, loc, maxsz))) {
         snprintf(skip.note, sizeof skip.note, "FAIL: register: %s", cx_strerror(rc));
         cx_bench_add_row(&skip);
         failed = 1;
@@ -245,13 +270,13 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
     for (int op = 0; op < 3; op++) {
         if (!(mask & (1 << op))) continue;
         for (int s = 0; s < o->nsizes; s++)
-            point(o, e, &t, loc, loc + maxsz, vname, pairb, op, o->sizes[s], samples, pdone, ptotal);
+            point(o, e, &t, loc, vname, pairb, op, o->sizes[s], samples, pdone, ptotal);
     }
 out:
     if (ch.pid > 0) cx_bench_stop(&ch);
     if (loc != MAP_FAILED) cx_unregister_memory(e, loc);
     cx_engine_destroy(e);
-    if (loc != MAP_FAILED) munmap(loc, 2 * maxsz);
+    if (loc != MAP_FAILED) munmap(loc, maxsz);
     free(samples);
     return failed;
 }

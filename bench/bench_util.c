@@ -135,6 +135,12 @@ void cx_bench_fill(void *buf, size_t len, uint32_t seed)
     for (size_t i = 0; i < len / 8; i++) w[i] = word(seed, i);
 }
 
+void cx_bench_fill_at(void *buf, size_t len, uint32_t seed, size_t off)
+{
+    uint64_t *w = buf;
+    for (size_t i = 0; i < len / 8; i++) w[i] = word(seed, off / 8 + i);
+}
+
 /* buf holds the bytes of a region filled with seed, from byte offset off (a multiple of 8). */
 int cx_bench_check(const void *buf, size_t len, uint32_t seed, size_t off)
 {

@@ -21,7 +21,8 @@ static void usage(FILE *f)
         "                             [--idle-peers N: name N peers that never come up beside the target]\n"
         "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
         "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
-        "       connex-bench soak     [--backend ...] [--cycles N] [--json FILE]\n"
+        "       connex-bench soak     [--backend ...] [--kills N, default 1000] [--kill-window-ms MS]\n"
+        "                             [--seed N] [--json FILE]   (--cycles N: the same as --kills)\n"
         "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
         "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
         "       connex-bench serve    [--listen IP] [--port P] [--region SIZE] [--extra-regions N]\n"
@@ -50,7 +51,8 @@ int main(int argc, char **argv)
     o.runs = 5;
     o.rounds = 1;
     o.faults = 7;
-    o.cycles = 100;
+    o.cycles = 1000;
+    o.kill_window_ms = 50;
     o.hb_ms = 0;           /* 0: engine defaults (1 s / 3 s) for transfer and soak */
     o.hb_timeout_ms = 0;
     ssize_t sl = readlink("/proc/self/exe", o.self, sizeof o.self - 1);
@@ -74,10 +76,10 @@ int main(int argc, char **argv)
     static const struct option lo[] = {
         { "backend", 1, 0, 'b' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'i' }, { "budget-ms", 1, 0, 'B' },
         { "ops", 1, 0, 'o' }, { "baselines", 1, 0, 'L' }, { "peer", 1, 0, 'p' }, { "json", 1, 0, 'j' },
-        { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
+        { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "kills", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
         { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { "bg-size", 1, 0, 'G' },
         { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { "faults", 1, 0, 'F' }, { "rounds", 1, 0, 'R' },
-        { "idle-peers", 1, 0, 'I' }, { 0, 0, 0, 0 }
+        { "idle-peers", 1, 0, 'I' }, { "kill-window-ms", 1, 0, 'W' }, { "seed", 1, 0, 'S' }, { 0, 0, 0, 0 }
     };
     optind = 2;
     int c, budget_set = 0, iters_set = 0;
@@ -99,6 +101,8 @@ int main(int argc, char **argv)
         case 'R': o.rounds = (int)v; break;
         case 'I': o.idle_peers = (int)v; break;
         case 'c': o.cycles = (int)v; break;
+        case 'W': o.kill_window_ms = (int)v; break;
+        case 'S': o.seed = strtoull(optarg, NULL, 10); break;
         case 'h': o.hb_ms = (uint32_t)v; break;
         case 'H': o.hb_timeout_ms = (uint32_t)v; break;
         case 'q': o.quiet = 1; break;
@@ -135,11 +139,11 @@ int main(int argc, char **argv)
     }
     if (optind < argc) { fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]); return 2; }
     if (o.iters < 1 || o.iters > 1000000 || o.budget_ms < 1 || o.runs < 1 || o.runs > 10000 || o.cycles < 1 ||
-        o.rounds < 1 || o.rounds > 50 || o.idle_peers < 0 || o.idle_peers > 10000 ||
+        o.kill_window_ms < 0 || o.kill_window_ms > 600000 || o.rounds < 1 || o.rounds > 50 || o.idle_peers < 0 || o.idle_peers > 10000 ||
         o.cycles > 1000000 || (o.hb_ms && o.hb_ms < 10) || (o.hb_timeout_ms && o.hb_timeout_ms < 2 * o.hb_ms)) {
         fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --rounds 1..50, "
                 "--idle-peers 0..10000, "
-                "--cycles >= 1, "
+                "--kills (--cycles) >= 1, --kill-window-ms 0..600000, "
                 "--hb-ms >= 10, --hb-timeout-ms >= 2 x --hb-ms\n");
         return 2;
     }
