@@ -164,6 +164,16 @@ int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip)
         if (st == UCS_OK) cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
         else cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", ucs_status_string(st));
     }
+    /* UCX's tcp transport connects with a blocking connect() by default (UCX_TCP_CONN_NB=n),
+     * inside ucp_ep_create on our progress thread: to an address cut off by a partition that
+     * held the engine (heartbeats, other peers, op timeouts) for the kernel's SYN retries, about
+     * 12 s against a 600 ms op timeout. Non-blocking, the op times out on time. Same field
+     * rule as above; a user's UCX_TCP_CONN_NB wins. */
+    if (!getenv("UCX_TCP_CONN_NB")) {
+        ucs_status_t st = ucp_config_modify(cfg, "CONN_NB", "y");
+        if (st == UCS_OK) cx_info("ucx: UCX_TCP_CONN_NB=y (non-blocking tcp connect)");
+        else cx_warn("ucx: cannot make tcp connects non-blocking: %s", ucs_status_string(st));
+    }
     /* UCX before 1.16 runs put/get on CUDA memory through the v1 protocols, which pick
      * short/bcopy (a CPU memcpy on device memory) instead of GPUDirect zero-copy; the v2
      * protocol selection (UCX_PROTO_ENABLE=y) picks rc/dc zcopy. Newer UCX enables v2 by
