@@ -825,5 +825,5 @@ int main(void)
     };
     /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cxt_run_tests(tests, group_setup, group_teardown);
 }

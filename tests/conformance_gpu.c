@@ -626,5 +626,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gdr_policy_and_teardown, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cxt_run_tests(tests, group_setup, group_teardown);
 }

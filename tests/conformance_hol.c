@@ -251,5 +251,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stopped_peer_does_not_stall_others, cxt_watchdog_setup,
                                         cxt_watchdog_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

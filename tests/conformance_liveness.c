@@ -64,7 +64,10 @@ static int watch_possible(void)
     return g_watch_possible;
 }
 
-#define NEED_WATCH() do { if (!watch_possible()) skip(); } while (0)
+#define NEED_WATCH() \
+    do { \
+        if (!watch_possible()) cxt_skip("procfd", "another process's /proc/<pid>/fd cannot be opened here"); \
+    } while (0)
 
 static int count_threads(void)
 {
@@ -128,7 +131,7 @@ static void up(cx_engine_t *e, cxt_peer_t *p)
 static double kill_and_wait(cx_engine_t *e, cxt_peer_t *p, char *why, size_t n)
 {
     uint64_t t0 = cxt_now_ns();
-    kill(p->pid, SIGKILL);
+    cxt_peer_signal(p, SIGKILL);
     cx_event_t ev;
     if (cxt_wait_event(e, p->lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("no FAILED within 1 s of kill -9");
     double ms = cxt_ms_since(t0);
@@ -198,7 +201,7 @@ static void test_after_the_watch_spoke(void **state)
         cx_stats_t st0, st1;
         assert_int_equal(cx_stats(e, &st0), CX_OK);
         assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_OK);
-        kill(p.pid, SIGKILL);
+        cxt_peer_signal(&p, SIGKILL);
         cx_event_t ev;
         if (cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("round %d: no FAILED", round);
         if (!strstr(ev.reason, "same-host watch")) fail_msg("round %d: FAILED by '%s'", round, ev.reason);
@@ -264,7 +267,7 @@ static void test_every_watcher_hears(void **state)
         up(e[k], &p);
         assert_int_equal(info_of(e[k], p.lid).death_watch, 1);
     }
-    kill(p.pid, SIGKILL);
+    cxt_peer_signal(&p, SIGKILL);
     for (int k = 0; k < N; k++) {
         cx_event_t ev;
         if (cxt_wait_event(e[k], p.lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("engine %d: no FAILED", k);
@@ -490,5 +493,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_forged_page_is_not_watched, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

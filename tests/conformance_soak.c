@@ -189,5 +189,5 @@ int main(void)
     };
     /* CXT_FILTER=test_name (wildcards allowed) runs a subset. */
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

@@ -27,6 +27,7 @@
  *   CONNECT <url> <timeout ms>           OK
  *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=.. ... dup_steps=..
  *   QUIT                                 OK, then a clean close (BYE) and exit 0
+ *   DIE <signal> / EXIT <status>         dies on that signal / exits with that status at once
  * The region is host memory, or device memory with --mem sim|cuda (default: CONNEX_TEST_MEM);
  * FILL, HASH and the checks reach it through cxt_mem.h, so every command works on every kind.
  * End of stdin also closes cleanly, so a test that dies leaves no peer behind. */
@@ -42,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <unistd.h>
 
 static cx_engine_t *g_e;
@@ -309,6 +311,11 @@ int main(int argc, char **argv)
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\r\n")] = 0;
         if (!strcmp(line, "QUIT")) { out("OK"); break; }
+        /* How a peer ends badly, for the harness's own test (unit_cxt_peer): at once, no
+         * cleanup, no reply. */
+        int n;
+        if (sscanf(line, "DIE %d", &n) == 1) { signal(n, SIG_DFL); raise(n); _exit(99); }
+        if (sscanf(line, "EXIT %d", &n) == 1) _exit(n);
         command(line);
     }
     atomic_store(&g_stop, 1);

@@ -5,18 +5,24 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cmocka.h>
 
 #ifndef CX_PEER_PATH
 #define CX_PEER_PATH "./cx_peer"
@@ -270,6 +276,28 @@ void cxt_drain_events(cx_engine_t *e)
 
 /* ---- peers ---- */
 
+static int peer_reap(cxt_peer_t *p, int timeout_ms, pid_t *pid_out, int *timed_out);
+static void close_fds(cxt_peer_t *p);
+
+/* A peer that did not start: killed and reaped, its end said on stderr but not checked (the
+ * caller may try another port; the start failing fails the test otherwise). */
+static void peer_abandon(cxt_peer_t *p)
+{
+    pid_t pid;
+    int timed_out;
+    if (p->pid > 0) {
+        kill(p->pid, SIGCONT);
+        kill(p->pid, SIGKILL);
+    }
+    peer_reap(p, 5000, &pid, &timed_out);
+    close_fds(p);
+    int st = p->status;
+    if (WIFEXITED(st)) fprintf(stderr, "cxt: peer pid %d that did not start exited with status %d\n", (int)pid, WEXITSTATUS(st));
+    else if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
+        fprintf(stderr, "cxt: peer pid %d that did not start crashed with signal %d (%s)\n", (int)pid,
+                WTERMSIG(st), strsignal(WTERMSIG(st)));
+}
+
 static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port, int timeout_ms)
 {
     memset(p, 0, sizeof *p);
@@ -336,14 +364,14 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
     char line[512];
     if (cxt_peer_expect(p, "READY ", timeout_ms, line, sizeof line)) {
         fprintf(stderr, "cxt: peer %d sent no READY within %d ms\n", (int)pid, timeout_ms);
-        cxt_peer_crash(p);
+        peer_abandon(p);
         return -1;
     }
     unsigned long long base = 0;
     size_t len = 0;
     if (sscanf(line, "READY %159s %llx %zu", p->url, &base, &len) != 3) {
         fprintf(stderr, "cxt: bad READY line '%s'\n", line);
-        cxt_peer_crash(p);
+        peer_abandon(p);
         return -1;
     }
     p->base = base;
@@ -494,9 +522,47 @@ void cxt_peer_drain(cxt_peer_t *p, int ms)
     while (read_line(p, deadline, buf, sizeof buf) == 0) {}
 }
 
+/* Failures found off the test's thread (a peer reaped by a worker), reported at exit. */
+static int g_peer_failures;
+
+/* A peer that went (pid, wait status st; timed_out: we SIGKILLed it at the deadline) must have
+ * exited 0 unless the test killed it. */
+static void peer_check_exit(const cxt_peer_t *p, pid_t pid, int st, int timed_out, int timeout_ms)
+{
+    char msg[CX_URL_MAX + 128];
+    const char *name = p->lid[0] ? p->lid : "(starting)";
+    if (p->killed) {   /* exempt, unless it had died some other way before the SIGKILL came */
+        if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
+            snprintf(msg, sizeof msg, "cxt: peer %s pid %d crashed with signal %d (%s) before it was killed",
+                     name, (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+        else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+            snprintf(msg, sizeof msg, "cxt: peer %s pid %d exited with status %d before it was killed",
+                     name, (int)pid, WEXITSTATUS(st));
+        else
+            return;
+    } else if (timed_out)
+        snprintf(msg, sizeof msg, "cxt: peer %s pid %d did not exit within %d ms (killed)", name, (int)pid,
+                 timeout_ms);
+    else if (WIFSIGNALED(st))
+        snprintf(msg, sizeof msg, "cxt: peer %s pid %d crashed with signal %d (%s)", name, (int)pid,
+                 WTERMSIG(st), strsignal(WTERMSIG(st)));
+    else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
+        snprintf(msg, sizeof msg, "cxt: peer %s pid %d exited with status %d", name, (int)pid,
+                 WEXITSTATUS(st));
+    else
+        return;
+    fprintf(stderr, "%s\n", msg);
+    if (syscall(SYS_gettid) != getpid()) {   /* cmocka's failure jumps: only on the test's thread */
+        __atomic_add_fetch(&g_peer_failures, 1, __ATOMIC_SEQ_CST);
+        return;
+    }
+    fail_msg("%s", msg);
+}
+
 void cxt_peer_signal(cxt_peer_t *p, int sig)
 {
     if (p->pid <= 0) return;
+    if (sig == SIGKILL) p->killed = 1;
     kill(p->pid, sig);
     if (sig != SIGSTOP) return;
     /* kill() returns before the peer has stopped, and a request sent at once may still be
@@ -509,6 +575,7 @@ void cxt_peer_signal(cxt_peer_t *p, int sig)
             if (!WIFSTOPPED(st)) {   /* it died instead: keep its status for the test */
                 p->status = st;
                 p->pid = -1;
+                peer_check_exit(p, r, st, 0, 0);
             }
             return;
         }
@@ -517,8 +584,11 @@ void cxt_peer_signal(cxt_peer_t *p, int sig)
     }
 }
 
-int cxt_peer_reap(cxt_peer_t *p, int timeout_ms)
+/* Reaps the peer; *pid_out, *timed_out: what peer_check_exit needs. */
+static int peer_reap(cxt_peer_t *p, int timeout_ms, pid_t *pid_out, int *timed_out)
 {
+    *pid_out = p->pid;
+    *timed_out = 0;
     if (p->pid <= 0) return 0;
     uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int st = 0, clean = 1;
@@ -536,7 +606,18 @@ int cxt_peer_reap(cxt_peer_t *p, int timeout_ms)
     }
     p->status = st;
     p->pid = -1;
+    *timed_out = !clean;
     return clean ? 0 : -1;
+}
+
+int cxt_peer_reap(cxt_peer_t *p, int timeout_ms)
+{
+    pid_t pid;
+    int timed_out;
+    if (p->pid <= 0) return 0;
+    int rc = peer_reap(p, timeout_ms, &pid, &timed_out);
+    peer_check_exit(p, pid, p->status, timed_out, timeout_ms);
+    return rc;
 }
 
 static void close_fds(cxt_peer_t *p)
@@ -552,18 +633,79 @@ static void close_fds(cxt_peer_t *p)
 void cxt_peer_stop(cxt_peer_t *p)
 {
     if (p->in_fd >= 0) { close(p->in_fd); p->in_fd = -1; }
-    cxt_peer_reap(p, 5000);
-    close_fds(p);
+    pid_t pid;
+    int timed_out;
+    int was = p->pid > 0;
+    peer_reap(p, 5000, &pid, &timed_out);
+    close_fds(p);   /* before the check, which may end the test */
+    if (was) peer_check_exit(p, pid, p->status, timed_out, 5000);
 }
 
 void cxt_peer_crash(cxt_peer_t *p)
 {
     if (p->pid > 0) {
+        p->killed = 1;
         kill(p->pid, SIGCONT);   /* a stopped process dies on SIGKILL too, but be explicit */
         kill(p->pid, SIGKILL);
     }
     cxt_peer_reap(p, 5000);
     close_fds(p);
+}
+
+/* ---- skips and the exit status ---- */
+
+static int g_skipped;
+
+int cxt_required(const char *cap)
+{
+    const char *req = getenv("CONNEX_TEST_REQUIRE");
+    size_t cl = strlen(cap);
+    for (const char *q = req; q && *q;) {
+        size_t l = strcspn(q, ", ");
+        if (l == cl && strncmp(q, cap, l) == 0) return 1;
+        q += l;
+        q += strspn(q, ", ");
+    }
+    return 0;
+}
+
+void cxt_skip_note(const char *cap, const char *fmt, ...)
+{
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (cxt_required(cap)) {
+        fprintf(stderr, "cxt: required capability %s missing: %s (CONNEX_TEST_REQUIRE)\n", cap, why);
+        fail_msg("cxt: required capability %s missing: %s", cap, why);
+    }
+    fprintf(stderr, "cxt: SKIPPED: needs %s: %s\n", cap, why);
+    g_skipped++;
+}
+
+int cxt_selected(const void *tests, size_t n, size_t size)
+{
+    (void)size;
+    const struct CMUnitTest *t = tests;
+    const char *filter = getenv("CXT_FILTER");
+    if (!filter || !*filter) return (int)n;
+    cmocka_set_test_filter(filter);
+    int k = 0;
+    for (size_t i = 0; i < n; i++) k += fnmatch(filter, t[i].name, 0) == 0;
+    return k;
+}
+
+int cxt_exit_status(int failed, int selected)
+{
+    int peers = __atomic_load_n(&g_peer_failures, __ATOMIC_SEQ_CST);
+    if (peers) fprintf(stderr, "cxt: %d peer(s) failed off the test's thread (see the cxt: peer lines)\n", peers);
+    if (failed == 0 && peers == 0 && g_skipped > 0 && g_skipped >= selected) {
+        fprintf(stderr, "cxt: every case (%d) was skipped: exit %d (skipped)\n", selected, CXT_SKIP_EXIT);
+        return CXT_SKIP_EXIT;
+    }
+    int rc = failed + peers;
+    return rc == CXT_SKIP_EXIT ? rc + 1 : rc;   /* 77 failures must not read as a skip */
 }
 
 static void watchdog_fired(int sig)

@@ -91,6 +91,8 @@ typedef struct cxt_peer {
     size_t len;
     uint32_t seed;
     int status;               /* wait status once reaped */
+    int killed;               /* the test SIGKILLed it (cxt_peer_crash, cxt_peer_signal): its
+                                 exit status is not checked */
 } cxt_peer_t;
 
 /* Starts tests/cx_peer and waits for its READY line. Returns 0 or -1 (message on stderr). */
@@ -108,13 +110,48 @@ int cxt_peer_reply(cxt_peer_t *p, int timeout_ms, char *reply, size_t n);
 int cxt_peer_expect(cxt_peer_t *p, const char *prefix, int timeout_ms, char *line, size_t n);
 /* Reads and discards the peer's output for ms (keeps its stdout pipe from filling up). */
 void cxt_peer_drain(cxt_peer_t *p, int ms);
+/* Sends sig; SIGKILL marks the peer as killed on purpose (see below). */
 void cxt_peer_signal(cxt_peer_t *p, int sig);
-/* Reaps the process, SIGKILLing it after timeout_ms. Returns 0 when it exited by itself. */
+/* Reaps the process, SIGKILLing it after timeout_ms. Returns 0 when it exited by itself.
+ *
+ * Exit status. A peer the test did not SIGKILL itself must exit 0: one that exited with another
+ * status, died on a signal or had to be killed at the deadline fails the running cmocka test
+ * with "cxt: peer <lid> pid N exited with status S", "... crashed with signal N (name)" or
+ * "... did not exit within N ms" (also on stderr). A sanitizer report in a peer ends it that
+ * way too (ASan aborts with CI's abort_on_error=1, LSan exits 23). Checked wherever a peer is
+ * reaped: here, cxt_peer_stop, cxt_peer_signal(SIGSTOP) finding it dead. Called from another
+ * thread than the test's, the failure is printed and kept for cxt_run_tests' exit status. */
 int cxt_peer_reap(cxt_peer_t *p, int timeout_ms);
-/* Closes stdin (the peer exits cleanly), reaps it (SIGKILL after 5 s) and frees the stash. */
+/* Closes stdin (the peer exits cleanly), reaps it (SIGKILL after 5 s) and frees the stash;
+ * fails the test unless the peer exited 0 (see cxt_peer_reap). */
 void cxt_peer_stop(cxt_peer_t *p);
-/* kill -9 and reap: the way a crashed process goes. */
+/* kill -9 and reap: the way a crashed process goes (killed on purpose: status not checked). */
 void cxt_peer_crash(cxt_peer_t *p);
+
+/* ---- skips and the exit status ----
+ *
+ * A case that cannot run here for a missing capability (cap: "root", "netns", "etcd",
+ * "procfd", ...) calls cxt_skip(cap, why...): it prints "cxt: SKIPPED: needs <cap>: <why>" and
+ * skips the case (cmocka's skip()). When the comma-separated list CONNEX_TEST_REQUIRE names cap
+ * (CI sets it: .ci/run), the case fails instead with "cxt: required capability <cap> missing:
+ * <why>". cxt_run_tests(tests, setup, teardown) replaces cmocka_run_group_tests in main and
+ * gives main's exit status: the number of failed cases (cmocka's), plus peers found failed off
+ * the test's thread (cxt_peer_reap); but CXT_SKIP_EXIT (77, ctest's SKIP_RETURN_CODE) when none
+ * failed and every case selected (CXT_FILTER) was skipped by cxt_skip: ctest shows "Skipped",
+ * not "Passed". A binary where some cases ran exits 0 and its output names the skipped ones. */
+#define CXT_SKIP_EXIT 77
+void cxt_skip_note(const char *cap, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define cxt_skip(cap, ...) do { cxt_skip_note(cap, __VA_ARGS__); skip(); } while (0)
+/* 1 when CONNEX_TEST_REQUIRE names cap. */
+int cxt_required(const char *cap);
+int cxt_exit_status(int failed, int selected);
+/* Cases of tests[] that CXT_FILTER (cmocka_set_test_filter's wildcards) selects; sets the filter. */
+int cxt_selected(const void *tests, size_t n, size_t size);
+#define cxt_run_tests(tests, setup, teardown)                                                  \
+    cxt_exit_status(                                                                           \
+        (cxt_selected(tests, sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])),          \
+         cmocka_run_group_tests(tests, setup, teardown)),                                      \
+        cxt_selected(tests, sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])))
 
 /* cmocka setup function arming a watchdog: a test still running after CXT_WATCHDOG_S seconds
  * (default 120) is hung in the engine; the process says so and exits, instead of sitting until

@@ -152,5 +152,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_same_host_takes_shared_memory, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_peer_limited_to_zmq, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cxt_run_tests(tests, group_setup, group_teardown);
 }

@@ -294,5 +294,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_rotation_with_live_peer, cxt_watchdog_setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

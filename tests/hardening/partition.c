@@ -3,7 +3,7 @@
  * reads gives no RST, only silence: the heartbeat must raise SUSPECT then FAILED within its
  * timeout, every op must return (CX_EPEER or CX_ETIMEDOUT, none hangs), and bringing the link back
  * must let the pair reconnect (JOINED) and transfer correct data again.
- * Needs root and iproute2 (`ip`); skipped with a message otherwise. */
+ * Needs root, iproute2 (`ip`) and `ip netns add`; skipped (cxt_skip: "root", "netns") otherwise. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -44,10 +44,17 @@ static int sh(const char *fmt, ...)
     return rc;
 }
 
-static const char *why_skip(void)
+/* Why the test cannot run here (NULL: it can), and the capability missing (*cap). */
+static const char *why_skip(const char **cap)
 {
+    *cap = "root";
     if (geteuid() != 0) return "not root (creating network namespaces needs CAP_NET_ADMIN)";
+    *cap = "netns";
     if (system("ip -V >/dev/null 2>&1")) return "no `ip` (iproute2) on PATH";
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ip netns add cxt-probe-%d 2>/dev/null && ip netns del cxt-probe-%d", (int)getpid(),
+             (int)getpid());
+    if (system(cmd)) return "`ip netns add` fails here (a container without CAP_SYS_ADMIN?)";
     return NULL;
 }
 
@@ -139,11 +146,8 @@ static void *stream_main(void *arg)
  * case where namespaces cannot be made). */
 static void survivor_up_t(const char *model, uint32_t hb, uint32_t hbt, uint32_t opt, cx_engine_t **e, uint8_t **buf)
 {
-    const char *skip_why = why_skip();
-    if (skip_why) {
-        fprintf(stderr, "partition: SKIPPED: %s\n", skip_why);
-        skip();
-    }
+    const char *cap, *skip_why = why_skip(&cap);
+    if (skip_why) cxt_skip(cap, "partition: %s", skip_why);
     assert_int_equal(setup_net(), 0);
     cx_config_t c;
     memset(&c, 0, sizeof c);
@@ -450,5 +454,5 @@ int main(void)
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
     if (getenv("CXT_SKIP")) cmocka_set_skip_filter(getenv("CXT_SKIP"));   /* run as its own test */
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

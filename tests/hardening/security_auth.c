@@ -417,5 +417,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_env_token_peer_process, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

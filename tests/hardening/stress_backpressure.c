@@ -343,5 +343,5 @@ int main(int argc, char **argv)
                                         cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

@@ -239,5 +239,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_eight_threads_four_peers_one_killed, cxt_watchdog_setup,
                                         cxt_watchdog_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

@@ -205,7 +205,7 @@ static void test_scenario(void **state)
     int early = cx_group_wait(op, 150, &by, &id);
     if (early != CX_EINPROGRESS) fprintf(stderr, "step %" PRIu64 " done early (%d) by replica %u\n", id, early, by.replica);
     assert_int_equal(early, CX_EINPROGRESS);   /* A is stopped: not yet */
-    kill(f.r[0].pid, SIGKILL);   /* no SIGCONT first: A must not run again */
+    cxt_peer_signal(&f.r[0], SIGKILL);   /* no SIGCONT first: A must not run again */
     cxt_peer_crash(&f.r[0]);
     uint64_t t0 = cxt_now_ns();
     assert_int_equal(cx_group_wait(op, 5000, &by, &id), CX_OK);
@@ -506,8 +506,12 @@ int main(void)
     if (d && !strcmp(d, "etcd")) {
         int rc = cxt_etcd_start(&etcd, 20000);
         if (rc == 1) {
-            printf("group_scenario: no %s: the etcd variant is skipped\n", CXT_ETCD_BIN);
-            return 0;
+            if (cxt_required("etcd")) {
+                fprintf(stderr, "cxt: required capability etcd missing: no %s (CONNEX_TEST_REQUIRE)\n", CXT_ETCD_BIN);
+                return 1;
+            }
+            fprintf(stderr, "cxt: SKIPPED: needs etcd: no %s: the etcd variant is skipped\n", CXT_ETCD_BIN);
+            return CXT_SKIP_EXIT;
         }
         if (rc) return 1;
         setenv("CONNEX_LEASE_MS", "1000", 1);
@@ -527,7 +531,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_resend_same_receiver, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_bad_input, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
-    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cxt_run_tests(tests, NULL, NULL);
     cxt_etcd_stop(&etcd);
     return failed;
 }

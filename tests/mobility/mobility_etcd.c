@@ -56,7 +56,7 @@ static int group_teardown(void **state)
 
 static void need_etcd(void)
 {
-    if (!g_have_etcd) skip();
+    if (!g_have_etcd) cxt_skip("etcd", "%s missing (CI installs etcd-server)", CXT_ETCD_BIN);
 }
 
 static cx_engine_t *engine_hbt(const char *model, uint32_t hbt_ms)
@@ -343,5 +343,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fds_flat, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_etcd_goes_away, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cxt_run_tests(tests, group_setup, group_teardown);
 }

@@ -87,5 +87,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_static_restart_elsewhere, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

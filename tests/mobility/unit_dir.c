@@ -278,5 +278,5 @@ int main(void)
         cmocka_unit_test(test_bare_lid_resolves),
         cmocka_unit_test(test_etcd_unreachable),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cxt_run_tests(tests, NULL, NULL);
 }

@@ -498,5 +498,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kill9_mid_background, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_sigstop_timeout, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cxt_run_tests(tests, group_setup, group_teardown);
 }

@@ -500,13 +500,22 @@ static void held_ops_check(held_ops_t *o, unsigned char pat)
  * heartbeats and op timeouts stopped with it); B's posts to A wait in B's backlog instead of
  * spinning. Once the holder lets go, every op completes with the right bytes. This is the path
  * without a new region (fi_rot.c): the next test has one. */
+/* The shm provider without the spinlock guard: libfabric's region layout was not recognised
+ * (fi_shm.c). A skip, or a failure where CONNEX_TEST_REQUIRE names fi_shm_guard (tests/README.md,
+ * "Skips"); on other providers the guard does not apply. */
+static void guard_missing(const char *what)
+{
+    const char *prov = getenv("CONNEX_FI_PROVIDER"), *req = getenv("CONNEX_TEST_REQUIRE");
+    if (prov && !strcmp(prov, "shm") && req && strstr(req, "fi_shm_guard"))
+        fail_msg("cxt: required capability fi_shm_guard missing: %s on shm", what);
+    print_message("%s on this provider: skipped\n", what);
+    skip();
+}
+
 static void test_region_lock_held_by_stopped_process(void **state)
 {
     (void)state;
-    if (!ba->self_lockw || !ba_ep->lockw) {
-        print_message("no spinlock guard on this provider: skipped\n");
-        skip();
-    }
+    if (!ba->self_lockw || !ba_ep->lockw) guard_missing("no spinlock guard");
     /* A thread spinning inside the provider never returns to a cmocka check: bounded here. */
     alarm(30);
     uint64_t rot_ns = ba->rot_ns;
@@ -541,10 +550,7 @@ static void test_region_lock_held_by_stopped_process(void **state)
 static void test_stopped_holder_new_region(void **state)
 {
     (void)state;
-    if (!ba->self_lockw || !ba_ep->lockw || !ba->rot_ns) {
-        print_message("no spinlock guard or no rotation on this provider: skipped\n");
-        skip();
-    }
+    if (!ba->self_lockw || !ba_ep->lockw || !ba->rot_ns) guard_missing("no spinlock guard or no rotation");
     alarm(30);
     uint64_t rot_ns = ba->rot_ns, rot_any_ns = ba->rot_any_ns;
     ba->rot_ns = 100000000ull;
