@@ -134,7 +134,7 @@ static void zmq_be_mem_dereg(cx_backend_t *b, void *mh) { (void)b; (void)mh; }
 static int zmq_be_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
     char ep[160];
-    if (addr_len == 0 || addr_len >= sizeof ep || memcmp(addr, "tcp://", 6)) {
+    if (addr_len < 7 || addr_len >= sizeof ep || memcmp(addr, "tcp://", 6) || memchr(addr, 0, addr_len)) {
         cx_warn("zmq: peer advertised a malformed endpoint");
         return CX_EINVAL;
     }

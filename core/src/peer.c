@@ -339,6 +339,11 @@ static int rregion_add(cx_engine_t *e, cx_peer_t *p, const cx_wire_region_t *w)
     for (int k = 0; k < w->nkeys; k++)
         for (int i = 0; i < e->nb; i++) {
             if (strcmp(w->keys[k].name, e->bnames[i])) continue;
+            if (r->key[i]) {   /* a second key for one backend: the first stands */
+                cx_warn("peer %s: region %llu carries two keys for %s; the second is ignored", p->url,
+                        (unsigned long long)w->id, e->bnames[i]);
+                continue;
+            }
             r->key[i] = malloc(w->keys[k].len ? w->keys[k].len : 1);
             if (!r->key[i]) continue;
             memcpy(r->key[i], w->keys[k].key, w->keys[k].len);
