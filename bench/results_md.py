@@ -22,8 +22,10 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 
 OPS = ("read", "write", "put_signal")
+WIDTH = 98
 SOAK_BEGIN = "<!-- soak:begin -->"
 SOAK_END = "<!-- soak:end -->"
 VARIANT_ORDER = ("ucx_shm", "ucx_tcp", "libfabric_shm", "libfabric_tcp", "zmq")
@@ -66,16 +68,20 @@ def ms_triplet(d):
     return "%.1f / %.1f / %.1f" % (d["p50_ms"], d["p99_ms"], d["max_ms"])
 
 
+def para(text):
+    """A prose paragraph wrapped like the rest of the docs (tables and code stay as they are)."""
+    return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False).splitlines()
+
+
 def md_escape(s):
     return str(s).replace("|", "\\|")
 
 
 def header(doc, commit, what):
     """The provenance lines every table starts with."""
-    return [
-        "Date %s, commit %s, host `%s` (Linux %s, %s CPUs), %s:" % (
-            doc.get("date", "?"), commit, doc.get("host", "?"), doc.get("kernel", "?"),
-            doc.get("cpus", "?"), what),
+    return para("Date %s, commit %s, host `%s` (Linux %s, %s CPUs), %s:" % (
+        doc.get("date", "?"), commit, doc.get("host", "?"), doc.get("kernel", "?"),
+        doc.get("cpus", "?"), what)) + [
         "",
         "```sh",
         doc.get("command", "?"),
@@ -92,9 +98,8 @@ def transfer_rows(doc):
     """The rows of a plain run; of a --rounds run, per op, size and backend the round with the
     lowest p50 (another tenant of the host only adds time)."""
     rows = doc.get("transfer", [])
-    plain = [r for r in rows if not r.get("round")]
-    if plain:
-        return plain
+    if rounds_of(doc) <= 1:
+        return rows
     best = {}
     for r in rows:
         k = (r["op"], r["size"], r["backend"])
@@ -104,7 +109,8 @@ def transfer_rows(doc):
 
 
 def rounds_of(doc):
-    return max([r.get("round", 0) for r in doc.get("transfer", [])] or [0])
+    """Rounds are counted from 0 in the JSON."""
+    return 1 + max([r.get("round", 0) for r in doc.get("transfer", [])] or [0])
 
 
 def connex_variants(rows):
@@ -277,8 +283,11 @@ def gnuplot_script(doc, png):
     g = ["set terminal pngcairo size %d,%d noenhanced font ',9'" % (330 * len(variants) + 60,
                                                                     300 * len(ops) + 60),
          "set output '%s'" % png.replace("'", "''"),
-         "set logscale xy",
-         "set format x '%.0b %BB'",
+         "set logscale x 2",
+         "set logscale y 10",
+         "set xtics (%s)" % ", ".join("'%s' %d" % (size_str(n).replace(" ", ""), n) for n in sizes),
+         "set xrange [%d:%d]" % (sizes[0] // 2, sizes[-1] * 2),
+         "set ylabel 'p50, us'",
          "set grid",
          "set key top left font ',8'",
          "set multiplot layout %d,%d title 'connex-bench transfer: p50 latency (us) by size, "
@@ -317,12 +326,9 @@ The reference run of `connex-bench` on its development host. This file is genera
 `bench/results_md.py` from the JSON that `connex-bench --json` writes (bench/README.md,
 "Reference results"); do not edit the generated tables by hand.
 
-What the host is: a shared 2-vCPU VM, two processes on one host over loopback and shared memory,
-no NIC, no RDMA device, no GPU. Other builds and test suites ran beside the benchmark, so the
-p99/max columns mostly measure the scheduler of a busy VM and p50 moves by tens of percent from
-run to run. The numbers show that every backend moves verified data end to end and where each
-stands next to the raw library it is built on, on this host; they say nothing about RDMA
-hardware.
+Two processes on one host, over loopback and shared memory. The numbers show that every backend
+moves verified data end to end and where each stands next to the raw library it is built on, on
+the host named in each table; on a host without RDMA devices they say nothing about RDMA.
 
 Variants: `ucx_shm` (UCX_TLS=posix,cma,self), `ucx_tcp` (UCX_TLS=tcp,self), `libfabric_shm`,
 `libfabric_tcp` (tcp;ofi_rxm), `zmq`. Every connex row was checked outside its timed loop (reads
@@ -332,10 +338,10 @@ Defaults: at most 200 timed iterations or 250 ms per point (at least 3), warm-up
 
 STATIC_TAIL = """## What these numbers do not show
 
-- Anything about RDMA NICs, EFA, GPUDirect or GPUs: there are none on this host. `ucx_*` and
-  `libfabric_*` ran on shared memory and TCP loopback only.
+- Anything about RDMA NICs, EFA, GPUDirect or GPUs where the host has none: `ucx_*` and
+  `libfabric_*` then run on shared memory and TCP loopback only.
 - Multi-host behaviour: the link-down fault runs two network namespaces on one kernel.
-- Stable tails: p99/max on a busy 2-vCPU VM are scheduling noise.
+- Stable tails: p99/max on a small shared VM are scheduling noise.
 - The raw tool rows are p50 only and some are not comparable op for op: `ucx_perftest` put_bw
   posts without waiting per op; its shm `ucp_get` is a load from mapped memory (rkey_ptr), not a
   transfer protocol; `ucx_raw`/`ucx_perftest` over tcp stall when UCX's target does not poll.
@@ -390,7 +396,7 @@ def main():
 
     out = STATIC_HEAD.splitlines() + [""]
     for n in a.note:
-        out += [n, ""]
+        out += para(n) + [""]
     soak = []
     for d in docs:
         soak += section_soak(d, commit)
@@ -403,7 +409,15 @@ def main():
         out += section_failover(d, commit)
     out += STATIC_TAIL.splitlines()
 
-    text = "\n".join(out).rstrip("\n") + "\n"
+    wrapped, code = [], False
+    for line in out:
+        if line.startswith("```"):
+            code = not code
+        if code or len(line) <= WIDTH or line.startswith(("|", "!", "#", " ", "<!--")):
+            wrapped.append(line)
+        else:
+            wrapped += para(line)
+    text = "\n".join(wrapped).rstrip("\n") + "\n"
     with open(a.out, "w", encoding="utf-8") as f:
         f.write(text)
     print("results_md: wrote %s (%d lines)%s" % (a.out, text.count("\n"),
