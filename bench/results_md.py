@@ -253,6 +253,14 @@ def section_soak(doc, commit):
             fds.get("end"), rss.get("start"), rss.get("warm"), rss.get("end"),
             ms_triplet(s.get("kill_to_failed")), ms_triplet(s.get("start_to_first_transfer")),
             ms_triplet(s.get("engine_up_to_first_transfer")), md_escape(s.get("verdict", ""))))
+    flat = [s["backend"] for s in soaks
+            if list(s.get("regions", [0, 0]))[:1] * 2 == list(s.get("regions", [0, 0]))
+            and list(s.get("registered_bytes", [0, 0]))[:1] * 2 == list(s.get("registered_bytes", [0, 0]))]
+    crashed = ["%s (signal %d)" % (s["backend"], s["crash_signal"]) for s in soaks if s.get("crash_signal")]
+    out += ["", "Registered regions and bytes the same at the end as at the start: %s." % (
+        ", ".join(flat) if flat else "none")]
+    if crashed:
+        out += ["", "Survivor crashed: %s." % ", ".join(crashed)]
     out += ["", SOAK_END, ""]
     return out
 
@@ -402,11 +410,11 @@ def main():
         soak += section_soak(d, commit)
     if not soak:
         soak = kept_soak(a.out)
-    out += soak
     for d in docs:
         out += section_transfer(d, commit, plot_rel if d is tdoc else None)
     for d in docs:
         out += section_failover(d, commit)
+    out += soak
     out += STATIC_TAIL.splitlines()
 
     wrapped, code = [], False
