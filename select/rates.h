@@ -1,7 +1,8 @@
 /* Measured rates behind the policy's "fastest by measurement" rules, in one place so that a new
  * benchmark changes the policy by changing a number here (and in docs/selection.md).
- * GB/s, 16 MiB one-sided read, loopback, on the project's 2-vCPU Debian 12 VM
- * (/work/shared/probe/RESULTS.txt). 0 = not measured: ranks after every measured path. */
+ * GB/s, 16 MiB one-sided read, loopback, on the project's 2-vCPU Debian 12 VM (each raw
+ * library driven by a small standalone probe program, docs/selection.md).
+ * 0 = not measured: ranks after every measured path. */
 #ifndef CX_SELECT_RATES_H
 #define CX_SELECT_RATES_H
 
