@@ -1,5 +1,5 @@
 /* connex-bench classes: latency of critical reads while a big background transfer runs to the
- * same peer (issue 10). Per backend variant, one peer process and three phases, each with a fresh
+ * same peer. Per backend variant, one peer process and three phases, each with a fresh
  * engine: idle (critical reads only), background + classes on (the transfer is a background-class
  * cx_read_async, cut into chunks that yield to critical ops), background + classes off
  * (classes_off = 1: the transfer goes as one op, the baseline). While a phase runs, the background

@@ -4,11 +4,11 @@
  * other tenants), so a connex-c p50 from one run against a raw p50 from another says little. With
  * --rounds every variant and every baseline run N times, alternating which goes first, and each
  * connex-c point is divided by the raw loop's p50 of the same round: the median of those ratios
- * (and their range) is what docs/results.md reports against the issues' "within 10%" targets.
+ * (and their range) is what docs/results.md reports against the "within 10%" targets.
  *
  * Beside it, "best": the lowest connex-c p50 of the rounds over the lowest raw p50. Another tenant
  * only ever adds time, and on the VM these were measured on a single round of either side moved
- * by up to 2x within seconds (session 16: ucx_tcp 1 MiB reads, paired ratios 0.70 .. 1.76 over 7
+ * by up to 2x within seconds (ucx_tcp 1 MiB reads: paired ratios 0.70 .. 1.76 over 7
  * rounds), more than pairing by round removes; each side's quietest round is the closest either
  * gets to what it costs on an idle host. */
 #include "bench.h"

@@ -323,7 +323,7 @@ static void test_stopped_is_not_dead(void **state)
 /* A stopped peer whose memory still answers one-sided reads (libfabric shm: the reader copies
  * through cma until the stopped peer's command queue is full; an RDMA NIC would go on for good)
  * is hung all the same: its heartbeats stop, and FAILED comes on time while the reads go on.
- * Such completions once counted as hearing from the peer (session 12: a SIGSTOPped libfabric shm
+ * Such completions do not count as hearing from the peer (counted, a SIGSTOPped libfabric shm
  * peer stayed UP 170 ms past its heartbeat timeout in connex-bench failover). */
 static void test_stopped_while_reads_flow(void **state)
 {

@@ -3,9 +3,9 @@
  *
  * Such an endpoint cannot be force-closed, and UCX 1.13 emulates ucp_get_nbx there with active
  * messages that our own worker copies into the destination as they arrive: a get that timed out
- * could still land in the caller's buffer later. Before session 12 those reads landed in a bounce
- * buffer copied out on success: one more copy of every byte (16 MiB: 0.66 ms, most of why ucx_shm
- * reads of 1-16 MiB took 1.6-2.5x the raw ucp_get loop).
+ * could still land in the caller's buffer later. A bounce buffer copied out on success would
+ * avoid that at one more copy of every byte (16 MiB: 0.66 ms, most of why ucx_shm reads of
+ * 1-16 MiB took 1.6-2.5x the raw ucp_get loop that way).
  *
  * Here the reader asks (AM 14: request id, address, length) and the target answers (AM 15) from
  * its registered memory, after checking the range against its registry (pinned until UCX is done

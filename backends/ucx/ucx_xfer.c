@@ -201,9 +201,8 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         /* A timed-out read must never write the caller's buffer afterwards. With peer error
          * handling (tcp here; rc/dc on RDMA) the forced close that ends such an op (ucx_ep.c)
          * is waited for, and once it completed the transport endpoints are gone (rc: the QP;
-         * tcp: the socket): the get lands in place (session 10: 0 late landings in 48 timed-out
-         * reads of conformance_failure_ucx_tcp and _poll; commit 88dceae had seen one about 1
-         * run in 3 and bounced every read since). Without it (shm-only UCX_TLS) the endpoint
+         * tcp: the socket): the get lands in place (0 late landings in 48 timed-out reads of
+         * conformance_failure_ucx_tcp and _poll, which check for it). Without it (shm-only UCX_TLS) the endpoint
          * cannot be force-closed and UCX emulates the get with active messages that could land
          * late: below CONNEX_UCX_READ_ANSWER_MIN (1 MiB) the get lands in a buffer of ours,
          * copied out only on success; from there on the target answers the read (ucx_read.c),

@@ -1,4 +1,4 @@
-/* Traffic classes (issue 10): cx_read_async / cx_write_async in both classes, data checked byte
+/* Traffic classes: cx_read_async / cx_write_async in both classes, data checked byte
  * for byte from 1 B to 64 MiB (sizes that are not multiples of the chunk included); background
  * chunks counted; a critical op issued while a big background transfer runs completes first;
  * kill -9 mid background transfer fails everything with CX_EPEER; a SIGSTOPped peer times out

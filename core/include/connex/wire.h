@@ -24,7 +24,7 @@ static inline void cx_wr_bytes(cx_wr_t *w, const void *b, size_t n)
 }
 static inline void cx_wr_u8(cx_wr_t *w, uint8_t v) { cx_wr_bytes(w, &v, 1); }
 /* Little-endian loads and stores of whole words: a byte loop per field cost a 4 KiB libfabric
- * read about 230 instructions to decode its 18-byte remote key (callgrind, session 17). */
+ * read about 230 instructions to decode its 18-byte remote key (callgrind). */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define CX_LE16(v) __builtin_bswap16(v)
 #define CX_LE32(v) __builtin_bswap32(v)
