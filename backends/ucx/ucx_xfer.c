@@ -202,8 +202,8 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
          * handling (tcp here; rc/dc on RDMA) the forced close that ends such an op (ucx_ep.c)
          * is waited for, and once it completed the transport endpoints are gone (rc: the QP;
          * tcp: the socket): the get lands in place (0 late landings in 48 timed-out reads of
-         * conformance_failure_ucx_tcp and _poll, which check for it). Without it (shm-only UCX_TLS) the endpoint
-         * cannot be force-closed and UCX emulates the get with active messages that could land
+         * conformance_failure_ucx_tcp and _poll, which check for it). Without it (shm-only
+         * UCX_TLS) the endpoint cannot be force-closed and UCX emulates the get with active messages that could land
          * late: below CONNEX_UCX_READ_ANSWER_MIN (1 MiB) the get lands in a buffer of ours,
          * copied out only on success; from there on the target answers the read (ucx_read.c),
          * which saves that copy (16 MiB: 0.66 ms here) but costs more per read than UCX's own
