@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* Exported: connex-probe and the selection tests use it through libconnex.so. */
+#pragma GCC visibility push(default)
+
 #define CX_SEL_MAX_RDMA 32      /* RDMA devices kept from sysfs (p5.48xlarge has 32 EFA NICs) */
 #define CX_SEL_MAX_PORTS 4
 #define CX_SEL_MAX_GPU 16
@@ -192,6 +195,8 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
                              size_t len);
 /* The decision and its reasons at info level (what cx_engine_create logs). */
 void cx_select_log(const cx_probe_t *p, const cx_decision_t *d, int rc);
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }

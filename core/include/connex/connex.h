@@ -16,6 +16,10 @@
 extern "C" {
 #endif
 
+/* The library exports exactly the declarations between this push and its pop (it is built with
+ * -fvisibility=hidden; tests/exports.txt lists them). */
+#pragma GCC visibility push(default)
+
 #define CX_VERSION_MAJOR 0
 #define CX_VERSION_MINOR 1
 
@@ -267,6 +271,8 @@ int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *ste
 
 /* Logging: CONNEX_LOG=error|warn|info|debug (default warn), to stderr. */
 void cx_log_set_level(int level);       /* 0 error .. 3 debug */
+
+#pragma GCC visibility pop
 
 #ifdef __cplusplus
 }
