@@ -1,4 +1,5 @@
-/* Which transport libraries a process loads: libfabric only once an engine opens its backend.
+/* Which libraries a process loads: libfabric only once an engine opens its backend; libcrypto
+ * only for an engine with an auth token, libcurl only for the etcd directory (core/src/dl_libs.c).
  *
  * Loading libfabric.so.1 costs about 200 ms on Debian 12 (its PSM dependencies time the CPU clock
  * in their constructors), so libconnex does not link it: the backend dlopens it at its first open
@@ -41,7 +42,8 @@ static cx_engine_t *engine(const char *backend)
     return e;
 }
 
-/* A ZeroMQ engine: registers, sends, is destroyed, and libfabric was never in the process. */
+/* A ZeroMQ engine: registers, is destroyed, and libfabric, libcrypto and libcurl were never in
+ * the process. */
 static void test_zmq_engine_leaves_libfabric_unloaded(void **state)
 {
     (void)state;
@@ -52,8 +54,27 @@ static void test_zmq_engine_leaves_libfabric_unloaded(void **state)
     assert_int_equal(cx_unregister_memory(e, buf), CX_OK);
     assert_false(mapped("libfabric.so"));
     assert_false(mapped("libpsm"));
+    assert_false(mapped("libcrypto.so"));
+    assert_false(mapped("libcurl.so"));
     cx_engine_destroy(e);
     assert_false(mapped("libfabric.so"));
+}
+
+/* An engine with a token loads libcrypto for its HMAC, and only then. */
+static void test_auth_token_loads_libcrypto(void **state)
+{
+    (void)state;
+    setenv("CONNEX_BACKEND", "zmq", 1);
+    cx_config_t c;
+    memset(&c, 0, sizeof c);
+    c.model = "libload";
+    c.listen_ip = "127.0.0.1";
+    c.auth_token = "libload-token-0123456789abcdef";
+    cx_engine_t *e = NULL;
+    assert_int_equal(cx_engine_create(&c, &e), CX_OK);
+    assert_true(mapped("libcrypto.so"));
+    assert_false(mapped("libcurl.so"));
+    cx_engine_destroy(e);
 }
 
 #ifdef CX_HAVE_LIBFABRIC
@@ -79,6 +100,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_zmq_engine_leaves_libfabric_unloaded),
+        cmocka_unit_test(test_auth_token_loads_libcrypto),
 #ifdef CX_HAVE_LIBFABRIC
         cmocka_unit_test(test_libfabric_engine_loads_it),
 #endif

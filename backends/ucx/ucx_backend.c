@@ -144,15 +144,16 @@ void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk)
     free(wk);
 }
 
-/* Can an endpoint have peer error handling here? Asked once, at open, of an endpoint between
- * two throwaway workers (destroyed at once, so nothing of the probe outlives it: no socket, no
- * endpoint), rather than per connect: a peer that connected first has already made UCX create
+/* Can an endpoint have peer error handling here? Asked once, at open, of an endpoint from our
+ * new worker to a throwaway one, closed and the throwaway destroyed at once (so nothing of the
+ * probe outlives it: no socket, no endpoint; the far side, where wireup may create an endpoint,
+ * is the throwaway; a worker costs 3-25 ms here, the shm ones the most), rather than per connect: a peer that connected first has already made UCX create
  * its side of the endpoint (wireup) in its mode, and UCX 1.13 then refuses an endpoint in the
  * other mode ("asymmetric endpoint configuration", and an assertion later). With UCX_TLS limited
  * to shm transports none can (ucx_ep.c). */
 static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
 {
-    cx_ucx_wk_t *w1 = cx_ucx_wk_new(b, 0), *w2 = w1 ? cx_ucx_wk_new(b, 0) : NULL;
+    cx_ucx_wk_t *w1 = b->cur, *w2 = cx_ucx_wk_new(b, 0);
     const uint8_t *wa;
     size_t n;
     void *copy = NULL;
@@ -193,7 +194,6 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
 out:
     free(copy);
     cx_ucx_wk_destroy(b, w2);
-    cx_ucx_wk_destroy(b, w1);
 }
 
 static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
@@ -240,11 +240,11 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         cx_ucx_close((cx_backend_t *)b);
         return CX_EUNSUPPORTED;
     }
-    cx_ucx_probe_peer_mode(b);
     if (!(b->cur = cx_ucx_wk_new(b, 0))) {
         cx_ucx_close((cx_backend_t *)b);
         return CX_EUNSUPPORTED;
     }
+    cx_ucx_probe_peer_mode(b);
     cx_ucx_rot_init(b);
     const char *rb = getenv("CONNEX_UCX_READ_BOUNCE");
     if (rb && *rb && strcmp(rb, "auto") && strcmp(rb, "1"))

@@ -1,14 +1,13 @@
-/* Control-channel authentication (see auth.h for the exchange). HMAC-SHA256 and the
- * constant-time compare come from OpenSSL's libcrypto: no cryptography is written here. */
+/* Control-channel authentication (see auth.h for the exchange). HMAC-SHA256 comes from OpenSSL's
+ * libcrypto, loaded when an engine first has a token (dl_libs.c): no cryptography is written
+ * here. Secrets are wiped with explicit_bzero; proofs are compared in constant time. */
 #include "auth.h"
 
 #include "engine.h"
 
 #include "connex/log.h"
 
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include "dl_libs.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -46,7 +45,7 @@ static int read_token_file(const char *path, cx_auth_t *a)
         if (r < 0) {
             cx_error("auth: reading %s: %s", path, strerror(errno));
             close(fd);
-            OPENSSL_cleanse(buf, sizeof buf);
+            explicit_bzero(buf, sizeof buf);
             return CX_EINVAL;
         }
         if (r == 0) break;
@@ -57,12 +56,12 @@ static int read_token_file(const char *path, cx_auth_t *a)
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) n--;
     if (n > CX_AUTH_TOKEN_MAX) {
         cx_error("auth: token in %s is longer than %d bytes", path, CX_AUTH_TOKEN_MAX);
-        OPENSSL_cleanse(buf, sizeof buf);
+        explicit_bzero(buf, sizeof buf);
         return CX_EINVAL;
     }
     memcpy(a->key, buf, n);
     a->key_len = n;
-    OPENSSL_cleanse(buf, sizeof buf);
+    explicit_bzero(buf, sizeof buf);
     return CX_OK;
 }
 
@@ -76,6 +75,7 @@ int cx_auth_load(const char *cfg_token, cx_auth_t **out)
     else if (env && *env) { tok = env; src = "CONNEX_AUTH_TOKEN"; }
     else if (file && *file) src = "CONNEX_AUTH_TOKEN_FILE";
     if (!src) return CX_OK;
+    if (cx_crypto_load()) return CX_EUNSUPPORTED;   /* logged: libcrypto is loaded only here */
 
     cx_auth_t *a = calloc(1, sizeof *a);
     if (!a) return CX_ENOMEM;
@@ -110,7 +110,7 @@ int cx_auth_load(const char *cfg_token, cx_auth_t **out)
 void cx_auth_free(cx_auth_t *a)
 {
     if (!a) return;
-    OPENSSL_cleanse(a, sizeof *a);
+    explicit_bzero(a, sizeof *a);
     free(a);
 }
 
@@ -154,8 +154,7 @@ int cx_auth_proof(const cx_auth_t *a, uint8_t role, const uint8_t *nonce_d, cons
     n += CX_AUTH_NONCE;
     memcpy(msg + n, nonce_a, CX_AUTH_NONCE);
     n += CX_AUTH_NONCE;
-    unsigned int mlen = 0;
-    if (!HMAC(EVP_sha256(), a->key, (int)a->key_len, msg, n, out, &mlen) || mlen != CX_AUTH_MAC) {
+    if (cx_hmac_sha256(a->key, a->key_len, msg, n, out)) {
         cx_error("auth: HMAC-SHA256 failed (libcrypto)");
         return CX_ERR;
     }
@@ -167,8 +166,10 @@ int cx_auth_proof_ok(const cx_auth_t *a, uint8_t role, const uint8_t *nonce_d, c
 {
     uint8_t want[CX_AUTH_MAC];
     if (cx_auth_proof(a, role, nonce_d, nonce_a, want)) return 0;
-    int ok = CRYPTO_memcmp(want, proof, CX_AUTH_MAC) == 0;
-    OPENSSL_cleanse(want, sizeof want);
+    uint8_t diff = 0;   /* constant time: every byte is compared */
+    for (int i = 0; i < CX_AUTH_MAC; i++) diff |= (uint8_t)(want[i] ^ proof[i]);
+    int ok = diff == 0;
+    explicit_bzero(want, sizeof want);
     return ok;
 }
 

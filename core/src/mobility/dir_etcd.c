@@ -10,13 +10,14 @@
  * ran out while we were paused (SIGSTOP) is noticed by the keep-alive and replaced the same way.
  * A clean close revokes the lease, which deletes our key, and only ours: if a newer process of
  * the same LID holds the key by now, its registration stays. */
+#define CX_DL_CURL 1
 #include "dir_impl.h"
+#include "dl_libs.h"
 
 #include "connex/log.h"
 #include "json_lite.h"
 #include "etcd_wire.h"
 
-#include <curl/curl.h>
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -56,8 +57,6 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
-
 /* ---------------------------------------------------------------- requests */
 
 static size_t req_data(char *p, size_t sz, size_t nm, void *arg)
@@ -87,15 +86,15 @@ static int post(etcd_t *x, const char *path, const char *body, cx_js_t *out, cha
     snprintf(url, sizeof url, "%s%s", x->base, path);
     x->rlen = 0;
     if (x->rbuf) x->rbuf[0] = 0;
-    curl_easy_setopt(x->req, CURLOPT_URL, url);
-    curl_easy_setopt(x->req, CURLOPT_POSTFIELDS, body);
-    CURLcode cc = curl_easy_perform(x->req);
+    cx_curl.easy_setopt(x->req, CURLOPT_URL, url);
+    cx_curl.easy_setopt(x->req, CURLOPT_POSTFIELDS, body);
+    CURLcode cc = cx_curl.easy_perform(x->req);
     if (cc != CURLE_OK) {
-        snprintf(why, wn, "%s", curl_easy_strerror(cc));
+        snprintf(why, wn, "%s", cx_curl.easy_strerror(cc));
         return CX_EPEER;
     }
     long code = 0;
-    curl_easy_getinfo(x->req, CURLINFO_RESPONSE_CODE, &code);
+    cx_curl.easy_getinfo(x->req, CURLINFO_RESPONSE_CODE, &code);
     if (code != 200 || !x->rbuf) {
         snprintf(why, wn, "HTTP %ld on %s: %.200s", code, path, x->rbuf ? x->rbuf : "");
         return CX_ERR;
@@ -266,8 +265,8 @@ static size_t watch_data(char *p, size_t sz, size_t nm, void *arg)
 static void watch_stop(etcd_t *x)
 {
     if (!x->watch) return;
-    curl_multi_remove_handle(x->multi, x->watch);
-    curl_easy_cleanup(x->watch);
+    cx_curl.multi_remove_handle(x->multi, x->watch);
+    cx_curl.easy_cleanup(x->watch);
     x->watch = NULL;
     x->wlen = 0;
 }
@@ -276,24 +275,24 @@ static int watch_start(etcd_t *x)
 {
     watch_stop(x);
     x->watch_broken = 0;
-    CURL *w = curl_easy_init();
+    CURL *w = cx_curl.easy_init();
     if (!w) return CX_ENOMEM;
     char url[256], body[512];
     snprintf(url, sizeof url, "%s/v3/watch", x->base);
     snprintf(body, sizeof body,
              "{\"create_request\":{\"key\":\"%s\",\"range_end\":\"%s\",\"start_revision\":\"%" PRIu64 "\"}}",
              x->pfx_b64, x->end_b64, x->rev + 1);
-    curl_easy_setopt(w, CURLOPT_URL, url);
-    curl_easy_setopt(w, CURLOPT_COPYPOSTFIELDS, body);
-    curl_easy_setopt(w, CURLOPT_HTTPHEADER, x->hdr);
-    curl_easy_setopt(w, CURLOPT_WRITEFUNCTION, watch_data);
-    curl_easy_setopt(w, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(w, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(w, CURLOPT_CONNECTTIMEOUT_MS, REQ_TIMEOUT_MS);
+    cx_curl.easy_setopt(w, CURLOPT_URL, url);
+    cx_curl.easy_setopt(w, CURLOPT_COPYPOSTFIELDS, body);
+    cx_curl.easy_setopt(w, CURLOPT_HTTPHEADER, x->hdr);
+    cx_curl.easy_setopt(w, CURLOPT_WRITEFUNCTION, watch_data);
+    cx_curl.easy_setopt(w, CURLOPT_WRITEDATA, x);
+    cx_curl.easy_setopt(w, CURLOPT_NOSIGNAL, 1L);
+    cx_curl.easy_setopt(w, CURLOPT_CONNECTTIMEOUT_MS, REQ_TIMEOUT_MS);
     /* A dead etcd host (no RST) is found by TCP keep-alive and by our lease keep-alive. */
-    curl_easy_setopt(w, CURLOPT_TCP_KEEPALIVE, 1L);
-    if (curl_multi_add_handle(x->multi, w) != CURLM_OK) {
-        curl_easy_cleanup(w);
+    cx_curl.easy_setopt(w, CURLOPT_TCP_KEEPALIVE, 1L);
+    if (cx_curl.multi_add_handle(x->multi, w) != CURLM_OK) {
+        cx_curl.easy_cleanup(w);
         return CX_ERR;
     }
     x->watch = w;
@@ -349,13 +348,13 @@ static void *etcd_main(void *arg)
         }
         if (up) {
             int running = 0;
-            curl_multi_perform(x->multi, &running);
+            cx_curl.multi_perform(x->multi, &running);
             int left;
             CURLMsg *m;
-            while ((m = curl_multi_info_read(x->multi, &left)))
+            while ((m = cx_curl.multi_info_read(x->multi, &left)))
                 if (m->msg == CURLMSG_DONE && m->easy_handle == x->watch) {
                     cx_warn("directory: etcd watch at %s ended (%s): keeping the entries known, reconnecting",
-                            x->base, curl_easy_strerror(m->data.result));
+                            x->base, cx_curl.easy_strerror(m->data.result));
                     x->watch_broken = 1;
                 }
             if (x->watch_broken) {
@@ -368,7 +367,7 @@ static void *etcd_main(void *arg)
         uint64_t until = up ? next_ka : retry_at;
         int wait = until > t ? (int)(until - t) : 0;
         if (wait > 1000) wait = 1000;
-        curl_multi_poll(x->multi, NULL, 0, wait, NULL);
+        cx_curl.multi_poll(x->multi, NULL, 0, wait, NULL);
     }
     return NULL;
 }
@@ -378,9 +377,9 @@ static void *etcd_main(void *arg)
 static void etcd_free(etcd_t *x)
 {
     watch_stop(x);
-    if (x->multi) curl_multi_cleanup(x->multi);
-    if (x->req) curl_easy_cleanup(x->req);
-    curl_slist_free_all(x->hdr);
+    if (x->multi) cx_curl.multi_cleanup(x->multi);
+    if (x->req) cx_curl.easy_cleanup(x->req);
+    cx_curl.slist_free_all(x->hdr);
     free(x->rbuf);
     free(x->wbuf);
     free(x);
@@ -388,13 +387,12 @@ static void etcd_free(etcd_t *x)
 
 static int etcd_open(cx_dir_t *d, const char *spec)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, curl_init_once);
     /* etcd://host:port, one endpoint; a path or a list is a mistake worth saying. */
     if (!spec || !*spec || strlen(spec) > 150 || strpbrk(spec, "/,@?# ") || !strchr(spec, ':')) {
         cx_error("directory: 'etcd://%.150s': expected etcd://host:port (one endpoint)", spec ? spec : "");
         return CX_EINVAL;
     }
+    if (cx_curl_load()) return CX_EUNSUPPORTED;   /* logged: libcurl is loaded only here */
     etcd_t *x = calloc(1, sizeof *x);
     if (!x) return CX_ENOMEM;
     x->d = d;
@@ -409,16 +407,16 @@ static int etcd_open(cx_dir_t *d, const char *spec)
     cx_b64_enc(val, strlen(val), x->val_b64);
     cx_b64_enc(CX_ETCD_KEY_PREFIX, strlen(CX_ETCD_KEY_PREFIX), x->pfx_b64);
     cx_b64_enc(KEY_END, strlen(KEY_END), x->end_b64);
-    x->req = curl_easy_init();
-    x->multi = curl_multi_init();
-    x->hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    x->req = cx_curl.easy_init();
+    x->multi = cx_curl.multi_init();
+    x->hdr = cx_curl.slist_append(NULL, "Content-Type: application/json");
     if (!x->req || !x->multi || !x->hdr) { etcd_free(x); return CX_ENOMEM; }
-    curl_easy_setopt(x->req, CURLOPT_HTTPHEADER, x->hdr);
-    curl_easy_setopt(x->req, CURLOPT_WRITEFUNCTION, req_data);
-    curl_easy_setopt(x->req, CURLOPT_WRITEDATA, x);
-    curl_easy_setopt(x->req, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(x->req, CURLOPT_TIMEOUT_MS, REQ_TIMEOUT_MS);
-    curl_easy_setopt(x->req, CURLOPT_CONNECTTIMEOUT_MS, REQ_TIMEOUT_MS);
+    cx_curl.easy_setopt(x->req, CURLOPT_HTTPHEADER, x->hdr);
+    cx_curl.easy_setopt(x->req, CURLOPT_WRITEFUNCTION, req_data);
+    cx_curl.easy_setopt(x->req, CURLOPT_WRITEDATA, x);
+    cx_curl.easy_setopt(x->req, CURLOPT_NOSIGNAL, 1L);
+    cx_curl.easy_setopt(x->req, CURLOPT_TIMEOUT_MS, REQ_TIMEOUT_MS);
+    cx_curl.easy_setopt(x->req, CURLOPT_CONNECTTIMEOUT_MS, REQ_TIMEOUT_MS);
     char why[512];
     int rc = connect_all(x, why, sizeof why);
     if (rc) {
@@ -446,7 +444,7 @@ static void etcd_close(cx_dir_t *d)
     etcd_t *x = d->impl;
     if (!x) return;
     atomic_store(&x->stop, 1);
-    curl_multi_wakeup(x->multi);
+    cx_curl.multi_wakeup(x->multi);
     if (x->th_started) pthread_join(x->th, NULL);
     watch_stop(x);
     /* The clean close: the entry goes now, not when the lease runs out. */
