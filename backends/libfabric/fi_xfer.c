@@ -523,8 +523,10 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     x->bp[0] = op;
     int r = cx_fi_start(b, op);
     if (r == -FI_ENOTCONN) {
-        cx_fi_op_finish(b, op, CX_EPEER);
-        cx_fi_op_free(b, op);
+        /* Its peer exited (shm pidfd): never reported from inside submit, so the op waits in the
+         * backlog, whose next pass reports the peer gone and then completes it (CX_EPEER). */
+        cx_fi_backlog_add(b, op);
+        cx_fi_kick(b);
         return CX_OK;
     }
     if (r) {
