@@ -86,7 +86,8 @@ struct cx_backend_ops {
     int (*connect)(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
     /* Close now (no linger): afterwards no byte moves into or out of any xfer buffer of this
      * endpoint, and every xfer still outstanding on it has been completed (CX_EPEER). `why`:
-     * CX_EPEER the peer failed, left or restarted (its process may be gone mid-send);
+     * CX_EPEER the peer failed, left or restarted (its process may be gone mid-send), or the
+     * backend reported a transport error on this endpoint (CX_CAUSE_TRANSPORT);
      * CX_ETIMEDOUT an op timed out (the peer may be alive, or hung); CX_ECLOSED the engine
      * closes. Only for what the backend keeps of the peer: what a failure means is the core's. */
     void (*disconnect)(cx_backend_t *b, cx_bep_t *ep, int why);
