@@ -260,12 +260,8 @@ void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
         op->kind = CX_FOP_SEND;     /* the data is in place: now the message */
         int r = cx_fi_start(b, op);
         if (r) {
-            void *peer = op->ep ? op->ep->peer : NULL;
             cx_warn("libfabric: %s: put_signal message: %s", b->prov, cx_fi_strerror(-r));
-            cx_fi_op_finish(b, op, CX_EPEER);
-            cx_fi_op_free(b, op);
-            if (peer)
-                cx_core_peer_error(b->core, peer, "libfabric: cannot send put_signal message");
+            cx_fi_post_failed(b, op, r);
         }
         break;
     }
@@ -300,6 +296,25 @@ static void cx_fi_pull_end(cx_backend_t *b, cx_fi_op_t *op, int status)
     cx_fi_op_free(b, op);
 }
 
+/* What a CQ error entry says about the peer (backend.h, cx_cause_t). */
+static cx_cause_t cx_fi_err_cause(int err)
+{
+    switch (err) {
+    case FI_ECANCELED:
+        /* The provider canceled the op: its connection was closed under it, by this side (an op
+         * timeout, a disconnect, a rotation) or by a peer that closed its end of it. rxm reports
+         * a peer's answer to our timed-out read this way once the link is back: never the
+         * peer's failure on its own. */
+        return CX_CAUSE_LOCAL;
+    case FI_ECONNRESET:
+    case FI_ECONNABORTED:
+    case FI_ENOTCONN:
+        return CX_CAUSE_PEER_GONE;   /* the peer's end reset the connection */
+    default:
+        return CX_CAUSE_TRANSPORT;
+    }
+}
+
 static int cx_fi_err_status(int err)
 {
     switch (err) {
@@ -308,6 +323,8 @@ static int cx_fi_err_status(int err)
     case FI_EKEYREJECTED:
     case FI_EMSGSIZE:
         return CX_EINVAL;
+    case FI_ECANCELED:
+        return CX_ERR;
     default:
         return CX_EPEER;
     }
@@ -343,18 +360,25 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     }
     cx_fi_op_t *op = (cx_fi_op_t *)c;
     int st = cx_fi_err_status(ee->err);
+    cx_cause_t cause = cx_fi_err_cause(ee->err);
     void *peer = NULL;
-    if (op->ep && st == CX_EPEER && op->kind != CX_FOP_ACK)
+    if (op->ep && (st == CX_EPEER || cause == CX_CAUSE_LOCAL) && op->kind != CX_FOP_ACK)
         peer = op->ep->peer;
     cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, cx_fi_strerror(ee->err),
             why ? why : "");
-    cx_fi_op_done(b, op, st);
-    /* After the op is gone: the core may disconnect this endpoint from inside the call. */
-    if (peer && cx_fi_ep_by_peer(b, peer)) {
-        char reason[128];
-        snprintf(reason, sizeof reason, "libfabric %s: %s", b->prov, cx_fi_strerror(ee->err));
-        cx_core_peer_error(b->core, peer, reason);
+    char reason[128];
+    snprintf(reason, sizeof reason, "libfabric %s: %s", b->prov, cx_fi_strerror(ee->err));
+    /* An op of the core's (it still holds an xfer) is reported before it completes, so that it
+     * ends under the core's verdict (backend.h): the core may disconnect its endpoint from
+     * inside the call, which completes the xfer and leaves the posted op for the line below. */
+    if (peer && op->x) {
+        cx_core_peer_error(b->core, peer, cause, reason);
+        peer = NULL;
     }
+    cx_fi_op_done(b, op, st);
+    /* Other ops (acks, answers, pulls): after the op is gone. */
+    if (peer && cx_fi_ep_by_peer(b, peer))
+        cx_core_peer_error(b->core, peer, cause, reason);
 }
 
 /* Our region's lock stays held (fi_int.h, cx_fi_lock_held): the CQ read that would spin on it

@@ -239,6 +239,8 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
 cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep);
 void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status);
+/* A post of op failed (r: the negated fi_errno): report the cause, complete and free the op. */
+void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r);
 int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op);
 int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op);   /* post, or queue on -FI_EAGAIN */
 void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op);

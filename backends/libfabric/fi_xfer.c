@@ -184,14 +184,30 @@ void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op)
     b->qtail = op;
 }
 
-static void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r)
+/* A post the provider refused is local (no memory, a bad key, a queue that would not take it):
+ * the op ends with that error and the peer is not blamed. A post to a shm peer whose process
+ * exited (cx_fi_peer_dead: -FI_ENOTCONN) is the peer gone. */
+void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r)
 {
-    void *peer = op->ep ? op->ep->peer : NULL;
+    cx_bep_t *ep = op->ep;
+    void *peer = ep ? ep->peer : NULL;
+    int gone = ep && ep->dead;
     cx_warn("libfabric: %s: posting op kind %d failed: %s", b->prov, op->kind, cx_fi_strerror(-r));
-    cx_fi_op_finish(b, op, CX_EPEER);
+    if (gone) {
+        /* Off its endpoint first: the core disconnects it from inside the report, and the op
+         * then completes under the peer's failure (CX_EPEER). */
+        cx_fi_ep_unlink(op);
+        ep->dead = 2;
+        cx_core_peer_error(b->core, peer, CX_CAUSE_PEER_GONE, "libfabric shm: peer process exited");
+        cx_fi_op_finish(b, op, CX_EPEER);
+        cx_fi_op_free(b, op);
+        return;
+    }
+    int st = r == -FI_ENOMEM ? CX_ENOMEM : r == -FI_EINVAL ? CX_EINVAL : CX_ERR;
+    cx_fi_op_finish(b, op, st);
     cx_fi_op_free(b, op);
     if (peer)
-        cx_core_peer_error(b->core, peer, "libfabric: post failed");
+        cx_core_peer_error(b->core, peer, CX_CAUSE_LOCAL, "libfabric: post failed");
 }
 
 /* One pass over the backlog. Order is kept per endpoint, not across endpoints: an endpoint whose
@@ -342,7 +358,7 @@ void cx_fi_report_dead(cx_backend_t *b)
     for (cx_bep_t *ep = b->eps; ep; ep = ep->next) {
         if (ep->dead == 1) {
             ep->dead = 2;
-            cx_core_peer_error(b->core, ep->peer, "libfabric shm: peer process exited");
+            cx_core_peer_error(b->core, ep->peer, CX_CAUSE_PEER_GONE, "libfabric shm: peer process exited");
             return;     /* the core may have disconnected endpoints: the list changed */
         }
     }
@@ -507,8 +523,10 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     x->bp[0] = op;
     int r = cx_fi_start(b, op);
     if (r == -FI_ENOTCONN) {
-        cx_fi_op_finish(b, op, CX_EPEER);
-        cx_fi_op_free(b, op);
+        /* Its peer exited (shm pidfd): never reported from inside submit, so the op waits in the
+         * backlog, whose next pass reports the peer gone and then completes it (CX_EPEER). */
+        cx_fi_backlog_add(b, op);
+        cx_fi_kick(b);
         return CX_OK;
     }
     if (r) {

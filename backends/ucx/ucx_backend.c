@@ -308,7 +308,8 @@ void cx_ucx_drain(cx_ucx_t *b)
         b->errq = ep->err_next;
         ep->err_queued = 0;
         cx_warn("ucx: endpoint error: %s", ep->reason);
-        cx_core_peer_error(b->core, ep->peer, ep->reason);   /* may disconnect ep */
+        /* Before its ops are delivered (below): they end under the core's verdict. */
+        cx_core_peer_error(b->core, ep->peer, (cx_cause_t)ep->cause, ep->reason);   /* may disconnect ep */
     }
     while (b->done.next != &b->done) cx_ucx_op_deliver(b, b->done.next);
     cx_ucx_inbox_drain(b);

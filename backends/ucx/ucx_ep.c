@@ -27,6 +27,9 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     if (ep->failed) return;
     ep->failed = 1;
     snprintf(ep->reason, sizeof ep->reason, "ucx: %s", ucs_status_string(st));
+    /* A reset is the peer's kernel closing its connection: its process is gone. Anything else
+     * (an endpoint timeout, unreachable) may be the network: the core probes the peer. */
+    ep->cause = st == UCS_ERR_CONNECTION_RESET ? CX_CAUSE_PEER_GONE : CX_CAUSE_TRANSPORT;
     ep->err_queued = 1;
     ep->err_next = ep->b->errq;
     ep->b->errq = ep;

@@ -163,6 +163,7 @@ struct cx_bep {
     int failed, err_queued;
     int peer_mode;               /* of the current ue */
     char reason[128];
+    int cause;                /* CX_CAUSE_* of the error (ucx_ep.c) */
     struct cx_bep *next, *prev;  /* every endpoint */
     struct cx_bep *err_next;
 };

@@ -214,9 +214,13 @@ static int zmq_be_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
     if (dlen) memcpy(p + CX_ZMQ_REQ_HDR, x->local, dlen);
     if (mlen) memcpy(p + CX_ZMQ_REQ_HDR + dlen, x->msg, mlen);
     if (zmq_msg_send(&m, e->sock, 0) < 0) {
-        cx_warn("zmq: send failed: %s", zmq_strerror(zmq_errno()));
+        /* Local: the DEALER queues (it does not block, and a dead peer's connection does not
+         * fail a send): the op ends with the error, the peer is not blamed. */
+        int err = zmq_errno();
+        cx_warn("zmq: send failed: %s", zmq_strerror(err));
         zmq_msg_close(&m);
-        return CX_EPEER;
+        cx_core_peer_error(b->core, e->peer, CX_CAUSE_LOCAL, "zmq: send failed");
+        return err == EAGAIN ? CX_EAGAIN : err == ENOMEM ? CX_ENOMEM : CX_ERR;
     }
     x->bp[2] = (void *)(uintptr_t)r.id;
     out_add(e, x);

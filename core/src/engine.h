@@ -104,7 +104,9 @@ enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE,
        OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
        OPS_CHUNKED,       /* a background transfer moving in chunks, not linked to the peer */
        OPS_RSTAGE,        /* served by the target's core over the control connection (rstage.h) */
-       OPS_HANDOFF };     /* started by a driving caller, left for the progress thread (drive.h) */
+       OPS_HANDOFF,       /* started by a driving caller, left for the progress thread (drive.h) */
+       OPS_WAIT_VERDICT };/* its connection failed under it while the peer is probed: ends CX_EPEER
+                           * if the peer fails, CX_ERR if the probe is answered (cause.h) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -150,6 +152,10 @@ struct cx_peer {
     uint32_t backoff_ms;
     int reconnect;            /* reconnect in the background (after FAILED) */
     int suspect_reported;
+    /* A backend reported a transport error (CX_CAUSE_TRANSPORT): a probe went out over the
+     * control connection; its answer ends it, silence for the heartbeat timeout fails the peer. */
+    int probing;
+    uint64_t probe_id, probe_sent_ns;
     cx_peer_t *next;
     cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer.c) */
     cx_peer_t *inc_hnext;     /* the engine's by-incarnation bucket, once a HELLO gave one */
@@ -342,6 +348,9 @@ void cx_peer_send_bye_all(cx_engine_t *e);
 void cx_peer_report_death(cx_engine_t *e, cx_peer_t *dead);
 void cx_peer_free_all(cx_engine_t *e);
 void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status);
+/* A backend reported a transport error on the peer's connection: SUSPECT, data endpoint closed,
+ * probe sent (cause.h). */
+void cx_peer_probe(cx_engine_t *e, cx_peer_t *p, const char *reason);
 void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *reason);
 /* Under e->evq.mu: whether an event of type t about incarnation inc of p goes out, and the
  * bookkeeping if it does. watcher: the same-host watcher thread reporting the process dead. */
@@ -370,6 +379,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status);  /* unlink from peer
 void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);
 void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p);      /* peer came up: issue waiting ops */
 void cx_ops_tick(cx_engine_t *e, uint64_t now);
+void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p);   /* probe answered: parked ops CX_ERR */
 void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found);
 
 #endif

@@ -4,6 +4,7 @@
 
 #include "connex/log.h"
 #include "cx_sched.h"
+#include "cause.h"
 #include "staging.h"
 #include "rstage.h"
 #include "drive.h"
@@ -74,9 +75,32 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
         cx_error("backend completed an xfer twice or one it did not own (stage %d): ignored", op->stage);
         return;
     }
-    if (op->forced_status) status = op->forced_status;
-    else if (status == CX_OK && op->peer && proves_alive(e, op)) cx_peer_heard(e, op->peer);
+    if (op->forced_status) {
+        status = op->forced_status;   /* the core's own verdict (failure, timeout, close) */
+    } else if (status == CX_OK && op->peer && proves_alive(e, op)) {
+        cx_peer_heard(e, op->peer);
+    } else if (status == CX_EPEER && op->peer) {
+        /* The connection failed under it. While the peer is probed the op waits for the
+         * verdict (CX_EPEER if the peer fails, CX_ERR if it answers); otherwise it is
+         * CX_EPEER only if the core has failed the peer. */
+        cx_peer_t *p = op->peer;
+        if (p->probing && op->next && !op->arg && op->kind < CX_OPK_COUNT) {
+            op->stage = OPS_WAIT_VERDICT;
+            return;
+        }
+        status = cx_cause_op_status(status, p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT);
+    }
     cx_op_finish(e, op, status);
+}
+
+/* The probe of a peer ended with an answer: ops whose connection failed under them meanwhile
+ * end with a local error, the peer being alive. */
+void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p)
+{
+    for (cx_op_t *op = p->ops.next, *n; op != &p->ops; op = n) {
+        n = op->next;
+        if (op->stage == OPS_WAIT_VERDICT) cx_op_finish(e, op, CX_ERR);
+    }
 }
 
 static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
@@ -127,7 +151,8 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     op->stage = OPS_IN_BACKEND;
     op->forced_status = 0;
     int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
-    if (rc != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_finish(e, op, rc);
+    if (rc != CX_OK && op->stage == OPS_IN_BACKEND)
+        cx_op_finish(e, op, cx_cause_op_status(rc, p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT));
 }
 
 void cx_op_issue(cx_engine_t *e, cx_op_t *op)
@@ -310,6 +335,9 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
                 /* Its answers land only while it waits (rstage.c): nothing to close. */
                 cx_warn("peer %s: op served by the peer's core timed out", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
+            } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_VERDICT) {
+                cx_warn("peer %s: op timed out while the peer was probed", p->url);
+                cx_op_finish(e, op, CX_ETIMEDOUT);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
                 cx_warn("peer %s: region query unanswered within the op timeout", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
@@ -334,14 +362,28 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
 
 /* ---------------------------------------------------------------- offered to backends */
 
-void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
+void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *reason)
 {
     cx_engine_t *e = cx_engine_of(c);
     cx_peer_t *p = peer;
-    if (!p || (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT)) return;
+    if (!p) return;
+    cx_verdict_t v = cx_cause_verdict((int)cause, p->state);
     char why[160];
     snprintf(why, sizeof why, "%s: %s", p->bidx >= 0 ? e->bnames[p->bidx] : "backend", reason ? reason : "error");
-    cx_peer_fail(e, p, why);
+    switch (v) {
+    case CX_VERDICT_IGNORE:
+        return;
+    case CX_VERDICT_LOCAL:
+        cx_info("peer %s: %s (%s): the op ends with a local error, the peer stays %s", p->url, why,
+                cx_cause_name((int)cause), p->state == CX_PEER_UP ? "UP" : "SUSPECT");
+        return;
+    case CX_VERDICT_PROBE:
+        cx_peer_probe(e, p, why);
+        return;
+    case CX_VERDICT_FAIL:
+        cx_peer_fail(e, p, why);
+        return;
+    }
 }
 
 cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)

@@ -506,6 +506,59 @@ void cx_peer_drop_ep(cx_engine_t *e, cx_peer_t *p, int status)
     e->be[p->bidx].ops->disconnect(e->be[p->bidx].b, ep, status);
 }
 
+/* A probe is a heartbeat with a body: u8 CX_HB_PROBE and a u64 id; the peer answers at once with
+ * u8 CX_HB_ANSWER and the same id. A peer that predates probes ignores the body of a heartbeat:
+ * its probe ends at the deadline, answered by whatever was heard from it since. */
+enum { CX_HB_PROBE = 1, CX_HB_ANSWER = 2 };
+
+static void send_probe(cx_engine_t *e, cx_conn_t *c, uint8_t kind, uint64_t id)
+{
+    uint8_t body[9];
+    cx_wr_t w;
+    cx_wr_init(&w, body, sizeof body);
+    cx_wr_u8(&w, kind);
+    cx_wr_u64(&w, id);
+    cx_conn_send(e, c, CX_CTL_HB, body, w.len);
+}
+
+/* The probe ended and the peer is alive: SUSPECT no more, and the ops that waited for the
+ * verdict end with a local error. */
+static void probe_answered(cx_engine_t *e, cx_peer_t *p, const char *how)
+{
+    p->probing = 0;
+    cx_info("peer %s: probe answered (%s): the peer is alive", p->url, how);
+    if (p->state == CX_PEER_SUSPECT) {
+        p->state = CX_PEER_UP;
+        p->suspect_reported = 0;
+        cx_event_emit(e, p, CX_EVENT_UP, "recovered (probe answered)");
+    }
+    cx_ops_verdict_alive(e, p);
+}
+
+void cx_peer_probe(cx_engine_t *e, cx_peer_t *p, const char *reason)
+{
+    if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) return;
+    cx_warn("peer %s: %s: suspect, probing it over the control connection", p->url, reason);
+    if (p->state == CX_PEER_UP) {
+        p->state = CX_PEER_SUSPECT;
+        cx_event_emit(e, p, CX_EVENT_SUSPECT, reason);
+    }
+    int first = !p->probing;
+    if (first) {
+        p->probing = 1;
+        p->probe_id++;
+        p->probe_sent_ns = cx_now_ns();
+    }
+    /* The connection the error came from is closed; the next op opens a new one. Its ops end
+     * with what the backend says (CX_EPEER: they wait for the verdict, cx_core_xfer_done). */
+    if (p->ep) {
+        cx_bep_t *ep = p->ep;
+        p->ep = NULL;
+        e->be[p->bidx].ops->disconnect(e->be[p->bidx].b, ep, CX_EPEER);
+    }
+    if (first && p->conn) send_probe(e, p->conn, CX_HB_PROBE, p->probe_id);
+}
+
 static void close_conns(cx_engine_t *e, cx_peer_t *p)
 {
     if (p->conn) cx_conn_close(e, p->conn);
@@ -515,6 +568,7 @@ static void close_conns(cx_engine_t *e, cx_peer_t *p)
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason)
 {
     int was_up = p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT;
+    p->probing = 0;
     /* A pending outgoing connection survives: it is how the peer gets back. */
     if (p->conn) cx_conn_close(e, p->conn);
     cx_peer_drop_ep(e, p, CX_EPEER);
@@ -539,6 +593,7 @@ void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason)
 
 static void peer_left(cx_engine_t *e, cx_peer_t *p)
 {
+    p->probing = 0;
     close_conns(e, p);
     cx_peer_drop_ep(e, p, CX_EPEER);
     cx_peer_ops_fail(e, p, CX_EPEER);
@@ -648,6 +703,10 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->reconnect = 0;
     p->suspect_reported = 0;
     p->last_rx_ns = cx_now_ns();
+    if (p->probing) {
+        p->probing = 0;
+        cx_ops_verdict_alive(e, p);
+    }
     if (!p->ep) choose_backend(e, p);
     if ((int)ev >= 0) {
         char reason[128], tr[64];
@@ -893,7 +952,8 @@ static void on_reg_query(cx_engine_t *e, cx_peer_t *p, cx_rd_t *r)
 void cx_peer_heard(cx_engine_t *e, cx_peer_t *p)
 {
     p->last_rx_ns = cx_now_ns();
-    if (p->state == CX_PEER_SUSPECT) {
+    /* While probed it stays SUSPECT until its answer (a frame sent before could be in flight). */
+    if (p->state == CX_PEER_SUSPECT && !p->probing) {
         p->state = CX_PEER_UP;
         p->suspect_reported = 0;
         cx_event_emit(e, p, CX_EVENT_UP, "recovered");
@@ -935,7 +995,15 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
     cx_rd_t r;
     cx_rd_init(&r, body, len);
     switch (type) {
-    case CX_CTL_HB: return 0;
+    case CX_CTL_HB: {
+        if (!len) return 0;
+        uint8_t kind = cx_rd_u8(&r);
+        uint64_t id = cx_rd_u64(&r);
+        if (!r.ok) return 0;
+        if (kind == CX_HB_PROBE && p->conn) send_probe(e, p->conn, CX_HB_ANSWER, id);
+        else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id) probe_answered(e, p, "answer");
+        return 0;
+    }
     case CX_CTL_BYE: peer_left(e, p); return 1;
     case CX_CTL_REG_ADD: {
         cx_wire_region_t wr;
@@ -1074,6 +1142,15 @@ void cx_peers_tick(cx_engine_t *e, uint64_t now)
     for (cx_peer_t *p = e->peers; p; p = p->next) {
         if (p->conn && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
             uint64_t quiet = now - p->last_rx_ns;
+            if (p->probing && now - p->probe_sent_ns >= hbt) {
+                /* No answer: a peer that predates probes is alive if it was heard since. */
+                if (p->last_rx_ns > p->probe_sent_ns) {
+                    probe_answered(e, p, "heard from it, no answer");
+                } else {
+                    cx_peer_fail(e, p, "probe unanswered for the heartbeat timeout");
+                    continue;
+                }
+            }
             if (quiet >= hbt) {
                 char why[96];
                 snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)(quiet / 1000000));

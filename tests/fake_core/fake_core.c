@@ -24,10 +24,13 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
     f->status = status;
 }
 
-void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
+void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *reason)
 {
     (void)peer; (void)reason;
     c->peer_errors++;
+    c->last_cause = (int)cause;
+    if ((int)cause >= 0 && (int)cause < 4)
+        c->causes[cause]++;
 }
 
 /* The fake core holds no endpoints: backends look in their own lists. */

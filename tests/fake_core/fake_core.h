@@ -25,6 +25,8 @@ struct cx_core {
     void *msg[FC_MAXMSG];
     size_t msg_len[FC_MAXMSG];
     int peer_errors;
+    int causes[4];              /* peer errors by cx_cause_t */
+    int last_cause;
     int served_ok, served_bad;
 };
 

@@ -38,10 +38,11 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
     f->status = status;
 }
 
-void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason)
+void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *reason)
 {
     (void)c;
     if (peer == &fx.peer_cookie) fx.peer_errors++;
+    fx.last_cause = (int)cause;
     snprintf(fx.last_error, sizeof fx.last_error, "%s", reason);
 }
 

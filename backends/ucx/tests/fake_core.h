@@ -15,6 +15,7 @@ typedef struct fake_core {
     int peer_cookie;          /* its address is the peer cookie */
     int peer_errors;
     char last_error[128];
+    int last_cause;           /* cx_cause_t of the last peer error */
     int (*on_msg)(const void *data, size_t len);   /* deliver_msg's answer */
     int served_ok, served_bad;
     uint64_t reg_lo, reg_hi;  /* when reg_hi: region_check refuses what is not inside */

@@ -572,6 +572,8 @@ static void test_peer_killed(void **state)
     if (peer_mode) {
         assert_true(failed);
         assert_true(fx.peer_errors > errs0);
+        /* A dead peer is never reported as a local error. */
+        assert_true(fx.last_cause == CX_CAUSE_PEER_GONE || fx.last_cause == CX_CAUSE_TRANSPORT);
     } else if (!failed) {
         OPS.disconnect(g_b, g_ep, CX_EPEER);
         g_ep = NULL;

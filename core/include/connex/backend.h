@@ -1,7 +1,7 @@
 /* The backend vtable: what a data-path backend implements and what the core offers it.
  *
  * A backend moves bytes and reports what it sees; it never decides what a failure means (it calls
- * cx_core_peer_error and the core decides). Every function of the ops table and every cx_core_*
+ * cx_core_peer_error with the cause it saw, and the core decides what that means for the peer). Every function of the ops table and every cx_core_*
  * call below runs under the engine's transport lock: on the progress thread, or on a caller's
  * thread that drives the transports while the progress thread sleeps (core/src/drive.h). One
  * thread at a time, never concurrently; a backend keeps no thread-local state across calls.
@@ -86,7 +86,8 @@ struct cx_backend_ops {
     int (*connect)(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
     /* Close now (no linger): afterwards no byte moves into or out of any xfer buffer of this
      * endpoint, and every xfer still outstanding on it has been completed (CX_EPEER). `why`:
-     * CX_EPEER the peer failed, left or restarted (its process may be gone mid-send);
+     * CX_EPEER the peer failed, left or restarted (its process may be gone mid-send), or the
+     * backend reported a transport error on this endpoint (CX_CAUSE_TRANSPORT);
      * CX_ETIMEDOUT an op timed out (the peer may be alive, or hung); CX_ECLOSED the engine
      * closes. Only for what the backend keeps of the peer: what a failure means is the core's. */
     void (*disconnect)(cx_backend_t *b, cx_bep_t *ep, int why);
@@ -114,9 +115,33 @@ struct cx_backend_ops {
 
 /* ---- what the core offers a backend (all on the progress thread) ---- */
 
+/* Complete an xfer with what the transport said: CX_OK, a local error (CX_ERR, CX_ENOMEM,
+ * CX_EAGAIN, CX_EINVAL, ...) or CX_EPEER, "the connection failed under it". The caller sees
+ * CX_EPEER only when the core has failed the peer; otherwise the core hands it CX_ERR. A backend
+ * that reports a cause (cx_core_peer_error) does so before it completes the xfers that cause
+ * ended, so that they complete under the core's verdict. */
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status);
-/* A backend saw an error on the connection to a peer (the cookie given to connect). */
-void cx_core_peer_error(cx_core_t *c, void *peer, const char *reason);
+
+/* What a backend saw go wrong on the connection to a peer. The core decides what it means
+ * (docs/semantics.md, "Failure causes"). */
+enum cx_cause {
+    /* The peer's process is gone: its connection was reset by it, its pid exited, the library
+     * says the peer is unreachable for good. The core fails the peer now. */
+    CX_CAUSE_PEER_GONE = 1,
+    /* An error on the connection whose meaning is unclear (a timeout of the library, a broken
+     * connection that may be this side's doing). The core marks the peer SUSPECT, closes the data
+     * endpoint and probes the peer over the control connection: an answer makes it UP again,
+     * silence past the heartbeat timeout makes it FAILED. */
+    CX_CAUSE_TRANSPORT = 2,
+    /* Local: a resource error, a post the library refused, the cancel of our own op (one on an
+     * endpoint this side closed). The peer's state does not change; the op ends with the local
+     * error the backend completed it with. */
+    CX_CAUSE_LOCAL = 3,
+};
+typedef enum cx_cause cx_cause_t;
+/* A backend saw an error on the connection to a peer (the cookie given to connect). `reason` is
+ * for the log and the peer's event. The core may disconnect endpoints from inside the call. */
+void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *reason);
 /* Resolve the sender of an incoming request. NULL: unknown (refuse the request). */
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation);
 /* The endpoint the core holds for `peer` (a connect cookie) on backend instance `b`, in O(1):
