@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -267,9 +268,11 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     return 0;
 }
 
-/* libfabric reads its parameters once, at its first call in the process, and the selection
- * probe may make that call before any backend opens: defaults go in at load time. A value the
- * user set always wins (setenv without overwrite).
+/* libfabric reads its parameters only from the environment, once, at its first call in the
+ * process, and the selection probe may make that call before any backend opens: the core calls
+ * this (the ops table's prepare) at engine create, before the probe. A value the user set
+ * always wins (setenv without overwrite); each one set is logged at info. Never at load time:
+ * a process that links libconnex and never opens libfabric keeps its environment.
  * - FI_AV_REMOVE_CLEANUP=1: fi_av_remove closes rxm's hidden connection to the peer; without it
  *   the answer to a read completed with an error (disconnect, op timeout) can still land in the
  *   caller's buffer later (measured with a SIGSTOPped peer).
@@ -281,12 +284,23 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
  *   (measured: 51 MB more RSS per process, the open 56 ms instead of 24, 16 KiB reads 42.5 us
  *   instead of 31.5 over their first thousand; README "Receive buffers on ofi_rxm"). 256 stays
  *   shared by every connection: the memory does not grow with the number of peers. */
-__attribute__((constructor)) static void cx_fi_env_defaults(void)
+static void cx_fi_env_default(const char *name, const char *val)
 {
-    setenv("FI_AV_REMOVE_CLEANUP", "1", 0);
-    setenv("FI_OFI_RXM_MSG_RX_SIZE", "256", 0);
-    if (access("/dev/nvidiactl", F_OK) != 0)
-        setenv("FI_HMEM", "system", 0);
+    if (getenv(name)) return;
+    if (setenv(name, val, 0) == 0) cx_info("libfabric: %s=%s (libfabric reads it only from the environment)", name, val);
+}
+
+static void cx_fi_env_defaults_once(void)
+{
+    cx_fi_env_default("FI_AV_REMOVE_CLEANUP", "1");
+    cx_fi_env_default("FI_OFI_RXM_MSG_RX_SIZE", "256");
+    if (access("/dev/nvidiactl", F_OK) != 0) cx_fi_env_default("FI_HMEM", "system");
+}
+
+static void cx_fi_prepare(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, cx_fi_env_defaults_once);
 }
 
 static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
@@ -294,8 +308,9 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     *out = NULL;
     /* Without GPU registration, libfabric need not initialise CUDA (a context costs hundreds of
      * MiB). Effective only when nothing in the process initialised libfabric before. */
+    cx_fi_prepare();
     if (!p->gpu_direct)
-        setenv("FI_HMEM", "system", 0);
+        cx_fi_env_default("FI_HMEM", "system");
     if (cx_fi_lib_load())
         return CX_EUNSUPPORTED;   /* logged by the loader */
 
@@ -421,4 +436,5 @@ const struct cx_backend_ops cx_libfabric_ops = {
     .forget_region = cx_fi_forget_region,
     .gpu_caps = cx_fi_gpu_caps,
     .ep_transport = cx_fi_ep_transport,
+    .prepare = cx_fi_prepare,
 };

@@ -193,6 +193,9 @@ static int open_backends(cx_engine_t *e)
     if (!want || !*want) want = "auto";
     int is_auto = !strcmp(want, "auto");
     int known = is_auto;
+    for (int i = 0; cx_backends_builtin[i]; i++)
+        if (cx_backends_builtin[i]->prepare && (is_auto || !strcmp(cx_backends_builtin[i]->name, want)))
+            cx_backends_builtin[i]->prepare();
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
     int n = cx_select_order(want, order, choice, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);

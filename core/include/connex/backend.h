@@ -111,6 +111,11 @@ struct cx_backend_ops {
      * libfabric: the provider). Never derived from the configuration or from what the selection
      * expected. Writes a NUL-terminated string ("" when unknown). */
     void (*ep_transport)(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t n);
+    /* Optional: called at every engine create, before the selection probe (which may be the
+     * library's first use in the process). For settings that the library reads only from the
+     * environment, once, at its first call: set only where the user left them unset, each
+     * logged at info, never at load time. */
+    void (*prepare)(void);
 };
 
 /* ---- what the core offers a backend (all on the progress thread) ---- */
