@@ -523,6 +523,8 @@ int cx_fi_progress(cx_backend_t *b)
     cx_fi_maybe_sweep(b);
     cx_fi_report_dead(b);
     cx_fi_shm_progress(b, 0);
+    if (b->n_av_later)
+        cx_fi_av_later_run(b, 0);
     if (read(b->evfd, &v, sizeof v) < 0) {
         /* EAGAIN: nobody asked for another round */
     }

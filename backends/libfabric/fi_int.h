@@ -141,6 +141,8 @@ typedef struct cx_fi_moved {
 
 /* fi_shm.c: a closed endpoint's peer whose region is unlinked once the process is gone. */
 #define CX_FI_SHM_WAITS 32
+#define CX_FI_AV_LATER 64                 /* shm peers' addresses waiting for their removal */
+#define CX_FI_AV_LATER_NS 1000000000ull   /* how long a dropped shm peer stays in the AV */
 typedef struct cx_fi_shm_wait {
     int pidfd;
     uint64_t until_ns;
@@ -202,6 +204,9 @@ struct cx_backend {
     uint64_t next_sweep_ns;
     cx_fi_shm_wait_t shm_wait[CX_FI_SHM_WAITS];   /* fi_shm.c */
     int shm_nwait;
+    fi_addr_t av_later[CX_FI_AV_LATER];           /* shm addresses to remove (fi_shm.c) */
+    uint64_t av_later_ns[CX_FI_AV_LATER];
+    int n_av_later;
     uint64_t shm_next_ns;
     char shm_self[64];          /* our region's name, when fi_setname took it (fi_shm.c) */
     struct cx_fi_guard *guard;  /* fi_guard.c, NULL when off */
@@ -311,6 +316,11 @@ int cx_fi_shm_direct(cx_backend_t *b);
 void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
 void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);
+/* shm: remove a dropped peer's address from the AV only after a grace (see fi_shm.c); a later
+ * insert that gets the same address back cancels it. */
+void cx_fi_av_remove_later(cx_backend_t *b, fi_addr_t fa);
+void cx_fi_av_later_cancel(cx_backend_t *b, fi_addr_t fa);
+void cx_fi_av_later_run(cx_backend_t *b, int closing);
 /* fi_guard.c: spinlocks of shm regions left held by a killed process, released once it exited. */
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name);
 /* Our own region is `name` from now on (a rotation): its lock word, or NULL (guard unchanged). */

@@ -236,9 +236,8 @@ static void cx_fi_rot_move(cx_backend_t *b, cx_bep_t *ep, const char *name, uint
                 "time out", name, n);
         return;
     }
-    int r = fi_av_remove(b->av, &ep->fa, 1, 0);   /* takes no region lock (measured) */
-    if (r)
-        cx_info("libfabric: shm: fi_av_remove of a peer's old region: %s", cx_fi_strerror(-r));
+    cx_fi_av_later_cancel(b, fa);
+    cx_fi_av_remove_later(b, ep->fa);   /* its old region: what it queued there drains first */
     ep->fa = fa;
     ep->peer_gen = gen;
     cx_fi_guard_del(b, ep);

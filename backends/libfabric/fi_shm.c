@@ -150,6 +150,62 @@ void cx_fi_shm_progress(cx_backend_t *b, int closing)
     }
 }
 
+/* libfabric 1.17 shm unmaps a peer's region in fi_av_remove, and its progress reads the region
+ * of every peer that has a command or an answer in our queues (the peer table's region pointer,
+ * inside fi_cq_read). A peer killed with something of it still queued at us, removed at once,
+ * made our next fi_cq_read touch its unmapped region: a SIGSEGV of the survivor in about one
+ * kill in a few hundred under `connex-bench soak` (4 threads of ops to the peer). So a dropped
+ * shm peer stays in the address vector (its region mapped) for CX_FI_AV_LATER_NS, while
+ * progress drains what it had queued; nothing is posted to it meanwhile (its endpoint is gone),
+ * and its mapping keeps only memory that is ours to read. */
+void cx_fi_av_remove_later(cx_backend_t *b, fi_addr_t fa)
+{
+    if (b->n_av_later == CX_FI_AV_LATER) {   /* full: the oldest goes now */
+        fi_av_remove(b->av, &b->av_later[0], 1, 0);
+        memmove(&b->av_later[0], &b->av_later[1], (CX_FI_AV_LATER - 1) * sizeof b->av_later[0]);
+        memmove(&b->av_later_ns[0], &b->av_later_ns[1], (CX_FI_AV_LATER - 1) * sizeof b->av_later_ns[0]);
+        b->n_av_later--;
+    }
+    b->av_later[b->n_av_later] = fa;
+    b->av_later_ns[b->n_av_later] = cx_fi_now_ns() + CX_FI_AV_LATER_NS;
+    b->n_av_later++;
+}
+
+void cx_fi_av_later_cancel(cx_backend_t *b, fi_addr_t fa)
+{
+    for (int i = 0; i < b->n_av_later; i++) {
+        if (b->av_later[i] != fa)
+            continue;
+        memmove(&b->av_later[i], &b->av_later[i + 1], (size_t)(b->n_av_later - i - 1) * sizeof b->av_later[0]);
+        memmove(&b->av_later_ns[i], &b->av_later_ns[i + 1], (size_t)(b->n_av_later - i - 1) * sizeof b->av_later_ns[0]);
+        b->n_av_later--;
+        return;
+    }
+}
+
+/* From progress, after the CQ was drained: the addresses whose grace passed. Closing: nothing
+ * is removed (the endpoint and the AV close next, and progress no longer runs). */
+void cx_fi_av_later_run(cx_backend_t *b, int closing)
+{
+    if (closing) {
+        b->n_av_later = 0;
+        return;
+    }
+    uint64_t now = cx_fi_now_ns();
+    int k = 0;
+    while (k < b->n_av_later && b->av_later_ns[k] <= now) {
+        int r = fi_av_remove(b->av, &b->av_later[k], 1, 0);
+        if (r)
+            cx_info("libfabric: shm: fi_av_remove of a dropped peer: %s", cx_fi_strerror(-r));
+        k++;
+    }
+    if (k) {
+        memmove(&b->av_later[0], &b->av_later[k], (size_t)(b->n_av_later - k) * sizeof b->av_later[0]);
+        memmove(&b->av_later_ns[0], &b->av_later_ns[k], (size_t)(b->n_av_later - k) * sizeof b->av_later_ns[0]);
+        b->n_av_later -= k;
+    }
+}
+
 /* Direct mode (libfabric 1.17 shm, "fast RMA"): with FI_MR_VIRT_ADDR, no RMA ordering asked of
  * the transmit side and CMA between the processes, the provider copies an fi_read or a plain
  * fi_write with process_vm_readv/writev inside the post itself and completes it there.

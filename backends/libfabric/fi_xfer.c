@@ -575,6 +575,7 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         free(ep);
         return CX_EPEER;
     }
+    cx_fi_av_later_cancel(b, ep->fa);   /* the same address back: it stays */
     ep->b = b;
     ep->peer = peer;
     ep->pidfd = -1;
@@ -623,10 +624,15 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
     if (!ep)
         return;
     /* Removing the address tears down the provider's connection to it (rxm closes its tcp
-     * connection), so posted transfers stop moving bytes. */
-    int r = fi_av_remove(b->av, &ep->fa, 1, 0);
-    if (r)
-        cx_info("libfabric: %s: fi_av_remove: %s", b->prov, cx_fi_strerror(-r));
+     * connection), so posted transfers stop moving bytes. shm: after a grace, while progress
+     * drains what the peer had queued at us (fi_shm.c, cx_fi_av_remove_later). */
+    if (!strcmp(b->prov, "shm") && !b->closing) {
+        cx_fi_av_remove_later(b, ep->fa);
+    } else {
+        int r = fi_av_remove(b->av, &ep->fa, 1, 0);
+        if (r)
+            cx_info("libfabric: %s: fi_av_remove: %s", b->prov, cx_fi_strerror(-r));
+    }
     while (ep->ops) {
         cx_fi_op_t *op = ep->ops;
         cx_fi_op_finish(b, op, CX_EPEER);      /* unlinks op from ep */
