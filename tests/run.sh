@@ -8,7 +8,9 @@
 #   CRASH   ctest saw a signal or an exception (SegFault, Subprocess aborted, Bus error ...), or
 #           the test's output holds a sanitizer report, a failed C assertion, a glibc heap or
 #           stack check, a cmocka "Test failed with exception", or the harness's
-#           "cxt: peer ... crashed" (tests/cxt.c: a peer process died on a signal);
+#           "cxt: peer ... crashed" (tests/cxt.c: a peer process died on a signal), or a
+#           process's own fault handler's line ("terminated with signal N", UCX's "Caught
+#           signal N (", connex-bench soak's "FAIL: CRASH": a survivor died);
 #   TIMING  anything else: a cmocka assertion, a timeout, a watchdog.
 # A CRASH fails the run at once, without a retry. When every failure is TIMING, the failed tests
 # run once more (ctest --rerun-failed) and the run passes only if they all pass then. ctest's
@@ -19,7 +21,7 @@
 set -uo pipefail
 
 # Lines of a test's output that make its failure a CRASH (extended regular expressions).
-crash_re='ERROR: (Address|Leak|Thread|Memory)Sanitizer|WARNING: (Thread|Address)Sanitizer|runtime error:|SUMMARY: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|Assertion `.*failed|double free or corruption|free\(\): |malloc\(\): |realloc\(\): |malloc_consolidate\(\)|corrupted size vs|munmap_chunk\(\)|\*\*\* stack smashing|Test failed with exception|cxt: peer .* crashed'
+crash_re='ERROR: (Address|Leak|Thread|Memory)Sanitizer|WARNING: (Thread|Address)Sanitizer|runtime error:|SUMMARY: (Address|Leak|Thread|UndefinedBehavior)Sanitizer|Assertion `.*failed|double free or corruption|free\(\): |malloc\(\): |realloc\(\): |malloc_consolidate\(\)|corrupted size vs|munmap_chunk\(\)|\*\*\* stack smashing|Test failed with exception|cxt: peer .* crashed|terminated with signal [0-9]+|Caught signal [0-9]+ \\(|FAIL: CRASH'
 # Lines worth showing for a TIMING failure.
 why_re='\[  ERROR|\[  FAILED|FAIL|[Ff]ailure|error:|ERROR: |did not|no [A-Z]+ within|WATCHDOG|cxt: peer .* (exited|crashed)|Traceback|^E  '
 

@@ -30,6 +30,9 @@ once(lsan_once "echo '==42==ERROR: LeakSanitizer: detected memory leaks'; exit 2
 once(assert_once "echo 'prog: x.c:9: f: Assertion `p != NULL'\"'\"' failed.'; exit 1")
 once(cmocka_sig_once "echo '[  ERROR   ] t: Test failed with exception: Segmentation fault(11)'; exit 1")
 once(peer_once "echo 'cxt: peer peer|0|0|1 pid 77 crashed with signal 6'; echo '[  FAILED  ] 1 test(s)'; exit 1")
+once(handler_once "echo 'prog:25130 terminated with signal 11 at PC=7fc6a11af1f7 SP=7fc69f087000.  Backtrace:'; exit 1")
+once(ucxsig_once "echo '[vm:1:0:2] Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)'; exit 1")
+once(soak_once "echo 'libfabric_shm 0/20 FAIL: CRASH: the survivor exited (status 1) without a result'; exit 1")
 add_test(NAME skip COMMAND sh -c "echo 'cxt: SKIPPED: needs root'; exit 77")
 set_tests_properties(skip PROPERTIES SKIP_RETURN_CODE 77)
 add_test(NAME fine COMMAND true)
@@ -44,7 +47,7 @@ run() {
   rc=$?
 }
 
-for t in segv abort asan ubsan lsan assert cmocka_sig peer; do
+for t in segv abort asan ubsan lsan assert cmocka_sig peer handler ucxsig soak; do
   run "^(${t}_once|fine)\$"
   [ $rc != 0 ] || bad "$t: a crash on the first try passed the run"
   grep -q "CRASH in ${t}_once, not retried" "$work/out" || bad "$t: not reported as a CRASH"
