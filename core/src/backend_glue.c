@@ -2,19 +2,12 @@
 #include "gpu_hook.h"
 
 #include "cx_gpu.h"
-#include "staging.h"
 
 int cx_gpu_hook_mem_kind(const void *addr, size_t len)
 {
     return cx_gpu_mem_kind(addr, len);
 }
 
-int cx_gpu_hook_gdr(void) { return 0; }
-
-void cx_gpu_hook_stats(cx_stats_t *st)
-{
-    (void)st;   /* staging counters are added by cx_staging_stats (staging.c) */
-}
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -204,8 +204,9 @@ static int open_backends(cx_engine_t *e)
         const struct cx_backend_ops *ops = order[i];
         if (!is_auto && strcmp(ops->name, want)) continue;
         known = 1;
+        /* GPUDirect stays off until the selection's plan says otherwise. */
         cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip,
-                                  .incarnation = e->incarnation, .gpu_direct = cx_gpu_hook_gdr() };
+                                  .incarnation = e->incarnation, .gpu_direct = 0 };
         cx_bslot_t *s = &e->be[e->nb];
         int rc = ops->open(&p, &s->b);
         if (rc) {
@@ -465,10 +466,8 @@ int cx_connect(cx_engine_t *e, const char *peer_url, int timeout_ms)
         cx_op_t op;
         cx_op_init(&op, e, CX_OPK_CONNECT);
         int rc = parse_peer(e, peer_url, &op);
-        if (rc == CX_OK && !op.by_url) {
-            /* A bare LID can be "connected" only if known: the op resolves it. */
-        }
         if (rc) { op_destroy(&op); return rc; }
+        /* A bare LID can be "connected" only if known: the op resolves it. */
         op.deadline_ns = deadline;
         rc = run_sync(e, &op);
         /* Nobody listening yet: try again until the deadline (a peer may still be starting). */
@@ -824,7 +823,6 @@ static void stats_fn(cx_engine_t *e, void *arg)
     pthread_mutex_lock(&e->evq.mu);
     st->events_dropped = e->evq.dropped;
     pthread_mutex_unlock(&e->evq.mu);
-    cx_gpu_hook_stats(st);
     cx_staging_stats(e, st);
     cx_sched_stats(e, st);
 }

@@ -179,13 +179,6 @@ void cx_evq_fini(cx_evq_t *q)
     pthread_cond_destroy(&q->cv);
 }
 
-void cx_evq_push(cx_evq_t *q, const cx_event_t *ev)
-{
-    pthread_mutex_lock(&q->mu);
-    cx_evq_push_locked(q, ev);
-    pthread_mutex_unlock(&q->mu);
-}
-
 void cx_evq_push_locked(cx_evq_t *q, const cx_event_t *ev)
 {
     if (q->n == CX_EVQ_CAP) {
