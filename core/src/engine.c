@@ -194,7 +194,8 @@ static int open_backends(cx_engine_t *e)
     int is_auto = !strcmp(want, "auto");
     int known = is_auto;
     for (int i = 0; cx_backends_builtin[i]; i++)
-        if (cx_backends_builtin[i]->prepare && (is_auto || !strcmp(cx_backends_builtin[i]->name, want)))
+        if (cx_backends_builtin[i]->version == CX_BACKEND_API_VERSION && cx_backends_builtin[i]->prepare &&
+            (is_auto || !strcmp(cx_backends_builtin[i]->name, want)))
             cx_backends_builtin[i]->prepare();
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
@@ -204,6 +205,10 @@ static int open_backends(cx_engine_t *e)
         const struct cx_backend_ops *ops = order[i];
         if (!is_auto && strcmp(ops->name, want)) continue;
         known = 1;
+        if (cx_backend_check(ops)) {   /* built against another backend interface: logged */
+            if (is_auto) continue;
+            return CX_EUNSUPPORTED;
+        }
         /* GPUDirect stays off until the selection's plan says otherwise. */
         cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip,
                                   .incarnation = e->incarnation, .gpu_direct = 0 };
