@@ -87,8 +87,6 @@ int cx_stage_create(int kind, int device, const cx_stage_cfg_t *cfg, cx_stage_t 
 void cx_stage_destroy(cx_stage_t *st);
 int cx_stage_fd(const cx_stage_t *st);
 void cx_stage_ring(const cx_stage_t *st, void **base, size_t *len);
-int cx_stage_kind(const cx_stage_t *st);
-int cx_stage_device(const cx_stage_t *st);
 void cx_stage_get_stats(const cx_stage_t *st, cx_stage_stats_t *out);  /* any thread */
 
 /* Stage len bytes at device address dev (inside one allocation of this stage's kind and device)

@@ -203,8 +203,6 @@ void cx_stage_destroy(cx_stage_t *st)
 }
 
 int cx_stage_fd(const cx_stage_t *st) { return cx_ce_fd(st->ce); }
-int cx_stage_kind(const cx_stage_t *st) { return st->kind; }
-int cx_stage_device(const cx_stage_t *st) { return st->device; }
 
 void cx_stage_ring(const cx_stage_t *st, void **base, size_t *len)
 {

@@ -422,6 +422,7 @@ static void cx_fi_ep_transport(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t 
 }
 
 const struct cx_backend_ops cx_libfabric_ops = {
+    .version = CX_BACKEND_API_VERSION,
     .name = "libfabric",
     .open = cx_fi_open,
     .close = cx_fi_close,

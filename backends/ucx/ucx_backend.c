@@ -368,6 +368,7 @@ static int cx_ucx_progress(cx_backend_t *bb)
 }
 
 const struct cx_backend_ops cx_ucx_ops = {
+    .version = CX_BACKEND_API_VERSION,
     .name = "ucx",
     .open = cx_ucx_open,
     .close = cx_ucx_close,

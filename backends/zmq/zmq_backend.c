@@ -287,6 +287,7 @@ static void zmq_be_ep_transport(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t
 }
 
 const struct cx_backend_ops cx_zmq_ops = {
+    .version = CX_BACKEND_API_VERSION,
     .name = "zmq",
     .open = zmq_be_open,
     .close = zmq_be_close,

@@ -42,7 +42,7 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
         return;
     }
     if (n != 2) {
-        /* A connex before session 11 sent header, data and message as separate frames. */
+        /* Older versions of connex sent header, data and message as separate frames. */
         cx_warn("zmq: request kind %u in %d frames (one expected; a peer of an older version?): refused", r.kind,
                 n - 1);
         cx_core_count_served(b->core, r.kind, 0, 0);
@@ -119,7 +119,8 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
         st = cx_core_deliver_msg(b->core, peer, msg, msg_len);
         break;
     }
-    cx_core_count_served(b->core, r.kind, r.kind == CX_XFER_MSG ? msg_len : r.len, 1);
+    /* Served only when the copy and the delivery succeeded; otherwise a rejection. */
+    cx_core_count_served(b->core, r.kind, r.kind == CX_XFER_MSG ? msg_len : r.len, st == CX_OK);
     reply(b, &parts[0], r.id, st, NULL);
 }
 

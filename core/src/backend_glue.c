@@ -1,20 +1,23 @@
-/* Backend ordering and GPU hooks (see gpu_hook.h). */
+/* Backend ordering, the backend version check and GPU hooks (see gpu_hook.h). */
 #include "gpu_hook.h"
 
+#include "connex/log.h"
 #include "cx_gpu.h"
-#include "staging.h"
 
 int cx_gpu_hook_mem_kind(const void *addr, size_t len)
 {
     return cx_gpu_mem_kind(addr, len);
 }
 
-int cx_gpu_hook_gdr(void) { return 0; }
-
-void cx_gpu_hook_stats(cx_stats_t *st)
+int cx_backend_check(const struct cx_backend_ops *ops)
 {
-    (void)st;   /* staging counters are added by cx_staging_stats (staging.c) */
+    if (!ops) return CX_EINVAL;
+    if (ops->version == CX_BACKEND_API_VERSION) return CX_OK;
+    cx_error("backend %s: built for backend interface version %u, this core implements version %u: refused",
+             ops->name ? ops->name : "(unnamed)", (unsigned)ops->version, (unsigned)CX_BACKEND_API_VERSION);
+    return CX_EUNSUPPORTED;
 }
+
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -78,7 +78,12 @@ static int rearm(cx_engine_t *e)
     return more;
 }
 
-#define TICK_NS (CX_DRIVE_TICK_US * 1000ull)
+#define TICK_NS cx_us_to_ns(CX_DRIVE_TICK_US)
+/* A driving caller reads the clock (and looks at other callers' commands and the progress
+ * thread's wish to poll) every CX_DRIVE_CLOCK_EVERY polls; one waiting for the transports' lock
+ * every CX_DRIVE_WAIT_CLOCK_EVERY tries, then yields. A poll is cheaper than a vDSO call. */
+#define CX_DRIVE_CLOCK_EVERY 8u
+#define CX_DRIVE_WAIT_CLOCK_EVERY 64u
 
 /* Under plock: the drive timer due no sooner than a tick after `from_ns`. Set two ticks ahead, so
  * a caller that keeps driving moves it once a tick at most. */
@@ -86,7 +91,7 @@ static void push_timer(cx_engine_t *e, uint64_t from_ns)
 {
     if (e->dtimer_due_ns >= from_ns + TICK_NS) return;
     uint64_t due = from_ns + 2 * TICK_NS;
-    struct itimerspec its = { .it_value = { (time_t)(due / 1000000000ull), (long)(due % 1000000000ull) } };
+    struct itimerspec its = { .it_value = cx_ns_timespec(due) };
     if (timerfd_settime(e->dtimerfd, TFD_TIMER_ABSTIME, &its, NULL)) {
         cx_error("drive timer: %s", strerror(errno));
         return;
@@ -151,7 +156,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
         polled = 1;
         for (unsigned i = 1; !cx_op_is_done(op); i++) {
             cx_progress_turn(e, 1);
-            if (!(i & 7)) {
+            if (!(i % CX_DRIVE_CLOCK_EVERY)) {
                 seen = cx_now_ns();
                 if (!end) end = seen + spin;   /* the window starts a few polls late */
                 else if (seen >= end) break;
@@ -178,7 +183,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
         wake = e->sched_wake_ns != 0;
         /* What backends do only in progress() (timers, UCX worker rotation, libfabric's
          * dead-peer reports), for callers that never stop driving: the progress thread sleeps. */
-        if (now - e->full_turn_ns >= CX_DRIVE_FULL_MS * 1000000ull) {
+        if (now - e->full_turn_ns >= cx_ms_to_ns(CX_DRIVE_FULL_MS)) {
             e->full_turn_ns = now;
             wake |= cx_progress_turn(e, 0);
         }
@@ -238,7 +243,7 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
  * ops driven, in 4 runs of 8, against 1.8-2.6 us and 87-99% in the others. The iteration that
  * holds the lock is usually about to end (a caller in a synchronous op keeps it from polling):
  * wait for it a little, without waking anybody. */
-#define CX_DRIVE_SOON_NS 10000ull
+#define CX_DRIVE_SOON_NS (10 * CX_NS_PER_US)
 
 int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
 {
@@ -247,7 +252,7 @@ int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
         if (cx_drive(e, op, 1)) return 1;
         if (op->kind == CX_OPK_EXEC || !e->drive || atomic_load(&e->stop)) return 0;
         if (!end) end = cx_now_ns() + (op->spin_ns < CX_DRIVE_SOON_NS ? op->spin_ns : CX_DRIVE_SOON_NS);
-        if (!(i & 7)) {
+        if (!(i % CX_DRIVE_CLOCK_EVERY)) {
             if (cx_now_ns() >= end) return 0;
             sched_yield();
         }
@@ -278,7 +283,7 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns)
             drive_locked(e, op, left || !pollable(op) ? 0 : end, left, mine, 0);
             break;
         }
-        if (!(i & 63)) {
+        if (!(i % CX_DRIVE_WAIT_CLOCK_EVERY)) {
             if (cx_now_ns() >= end) break;
             sched_yield();
         }

@@ -55,7 +55,7 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op);
 /* Under plock: callers drove within the last tick (the transports are theirs between ops). */
 static inline int cx_drive_recent(const cx_engine_t *e, uint64_t now_ns)
 {
-    return e->unarmed && now_ns - e->drove_ns < CX_DRIVE_TICK_US * 1000ull;
+    return e->unarmed && now_ns - e->drove_ns < cx_us_to_ns(CX_DRIVE_TICK_US);
 }
 
 /* Progress thread, under plock, before it sleeps for `timeout_ms` (> 0): while callers drive,

@@ -23,11 +23,23 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The engine's tick (a quarter of the heartbeat) is kept within these: below, a timer wake-up
+ * every few ms costs more than it finds; above, op timeouts and reconnects would lag. */
+#define CX_TICK_MIN_MS 5
+#define CX_TICK_MAX_MS 100
+
+/* cx_connect against a peer that is not listening yet (still starting): tried again this often
+ * until the connect deadline. */
+#define CX_CONNECT_RETRY_NS (20 * CX_NS_PER_MS)
+/* cx_unregister waiting for a region's pins to drop: a sleep, not a spin, as it may take up to
+ * the op timeout; short enough that the usual wait (a send on the wire) costs little more. */
+#define CX_UNREG_PIN_POLL_NS (200 * CX_NS_PER_US)
+
 uint64_t cx_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    return cx_timespec_ns(&ts);
 }
 
 static uint64_t coarse_tick_ns(void)
@@ -37,18 +49,18 @@ static uint64_t coarse_tick_ns(void)
     if (t) return t;
     struct timespec r;
     /* no coarse clock: the tick stays UINT64_MAX, and deadlines take the precise one */
-    t = clock_getres(CLOCK_MONOTONIC_COARSE, &r) ? UINT64_MAX : (uint64_t)r.tv_sec * 1000000000ull + (uint64_t)r.tv_nsec;
-    if (!t || t > 100000000ull) t = UINT64_MAX;   /* a tick over 100 ms is no use for op deadlines */
+    t = clock_getres(CLOCK_MONOTONIC_COARSE, &r) ? UINT64_MAX : cx_timespec_ns(&r);
+    if (!t || t > cx_ms_to_ns(100)) t = UINT64_MAX;   /* a tick over 100 ms is no use for op deadlines */
     atomic_store_explicit(&tick, t, memory_order_relaxed);
     return t;
 }
 
 uint64_t cx_deadline_ns(uint32_t ms)
 {
-    uint64_t tick = coarse_tick_ns(), span = (uint64_t)ms * 1000000ull;
+    uint64_t tick = coarse_tick_ns(), span = cx_ms_to_ns(ms);
     struct timespec ts;
     if (tick == UINT64_MAX || clock_gettime(CLOCK_MONOTONIC_COARSE, &ts)) return cx_now_ns() + span;
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + tick + span;
+    return cx_timespec_ns(&ts) + tick + span;
 }
 
 void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
@@ -194,7 +206,8 @@ static int open_backends(cx_engine_t *e)
     int is_auto = !strcmp(want, "auto");
     int known = is_auto;
     for (int i = 0; cx_backends_builtin[i]; i++)
-        if (cx_backends_builtin[i]->prepare && (is_auto || !strcmp(cx_backends_builtin[i]->name, want)))
+        if (cx_backends_builtin[i]->version == CX_BACKEND_API_VERSION && cx_backends_builtin[i]->prepare &&
+            (is_auto || !strcmp(cx_backends_builtin[i]->name, want)))
             cx_backends_builtin[i]->prepare();
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
@@ -204,8 +217,13 @@ static int open_backends(cx_engine_t *e)
         const struct cx_backend_ops *ops = order[i];
         if (!is_auto && strcmp(ops->name, want)) continue;
         known = 1;
+        if (cx_backend_check(ops)) {   /* built against another backend interface: logged */
+            if (is_auto) continue;
+            return CX_EUNSUPPORTED;
+        }
+        /* GPUDirect stays off until the selection's plan says otherwise. */
         cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip,
-                                  .incarnation = e->incarnation, .gpu_direct = cx_gpu_hook_gdr() };
+                                  .incarnation = e->incarnation, .gpu_direct = 0 };
         cx_bslot_t *s = &e->be[e->nb];
         int rc = ops->open(&p, &s->b);
         if (rc) {
@@ -315,10 +333,10 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     /* Timers: a tick a quarter of the heartbeat, so SUSPECT/FAILED land within 25% of their
      * thresholds; bounded so that op timeouts and reconnects stay responsive. */
     uint64_t tick_ms = e->cfg.heartbeat_ms / 4;
-    if (tick_ms < 5) tick_ms = 5;
-    if (tick_ms > 100) tick_ms = 100;
-    e->tick_ns = tick_ms * 1000000ull;
-    struct itimerspec its = { .it_interval = { 0, (long)(tick_ms * 1000000) }, .it_value = { 0, (long)(tick_ms * 1000000) } };
+    if (tick_ms < CX_TICK_MIN_MS) tick_ms = CX_TICK_MIN_MS;
+    if (tick_ms > CX_TICK_MAX_MS) tick_ms = CX_TICK_MAX_MS;
+    e->tick_ns = cx_ms_to_ns(tick_ms);
+    struct itimerspec its = { .it_interval = cx_ns_timespec(e->tick_ns), .it_value = cx_ns_timespec(e->tick_ns) };
     timerfd_settime(e->timerfd, 0, &its, NULL);
 
     e->lw = (cx_watch_t){ CX_W_LISTEN, e, 0 };
@@ -400,8 +418,8 @@ uint64_t cx_engine_incarnation(const cx_engine_t *e) { return e ? e->incarnation
  * after op parses it once (cx_url_parse was 0.1 us of a 3.3 us libfabric shm read). With it, the
  * peer that name resolved to in engine `inc` (the hint: a peer lives as long as its engine, and
  * an engine's incarnation is never another's), so that cx_op_start need not look it up again:
- * hashing and comparing the LID was about 260 of a 4 KiB ucx_shm read's instructions (callgrind,
- * session 16). */
+ * hashing and comparing the LID was about 260 of a 4 KiB ucx_shm read's instructions
+ * (callgrind). */
 static _Thread_local struct {
     char s[CX_URL_MAX];
     int by_url;
@@ -460,20 +478,18 @@ static void remember_peer(cx_engine_t *e, const cx_op_t *op)
 int cx_connect(cx_engine_t *e, const char *peer_url, int timeout_ms)
 {
     if (!e) return CX_EINVAL;
-    uint64_t deadline = cx_now_ns() + (uint64_t)(timeout_ms < 0 ? e->cfg.connect_timeout_ms : (uint32_t)timeout_ms) * 1000000ull;
+    uint64_t deadline = cx_now_ns() + cx_ms_to_ns(timeout_ms < 0 ? e->cfg.connect_timeout_ms : (uint32_t)timeout_ms);
     for (int attempt = 0;; attempt++) {
         cx_op_t op;
         cx_op_init(&op, e, CX_OPK_CONNECT);
         int rc = parse_peer(e, peer_url, &op);
-        if (rc == CX_OK && !op.by_url) {
-            /* A bare LID can be "connected" only if known: the op resolves it. */
-        }
         if (rc) { op_destroy(&op); return rc; }
+        /* A bare LID can be "connected" only if known: the op resolves it. */
         op.deadline_ns = deadline;
         rc = run_sync(e, &op);
         /* Nobody listening yet: try again until the deadline (a peer may still be starting). */
-        if (rc != CX_EPEER || cx_now_ns() + 20000000ull > deadline) return rc;
-        struct timespec ts = { 0, 20000000 };
+        if (rc != CX_EPEER || cx_now_ns() + CX_CONNECT_RETRY_NS > deadline) return rc;
+        struct timespec ts = cx_ns_timespec(CX_CONNECT_RETRY_NS);
         nanosleep(&ts, NULL);
     }
 }
@@ -621,9 +637,9 @@ int cx_unregister_memory(cx_engine_t *e, void *addr)
      * check keys, a peer with the old view still reaches it): wait for both (bounded by the op
      * timeout; a peer that fails or leaves meanwhile owes nothing) before the caller is told it
      * may free the memory. */
-    uint64_t deadline = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    uint64_t deadline = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
     while (atomic_load(&a.reg->pins) > 0 && cx_now_ns() < deadline) {
-        struct timespec ts = { 0, 200000 };
+        struct timespec ts = cx_ns_timespec(CX_UNREG_PIN_POLL_NS);
         nanosleep(&ts, NULL);
     }
     if (atomic_load(&a.reg->pins) > 0) {
@@ -746,7 +762,7 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
      * caller's timeout; a waiter that cannot take the transports spins for the window instead. */
     cx_engine_t *e = op->e;
     uint64_t win = op->spin_ns;
-    if (timeout_ms > 0 && win > (uint64_t)timeout_ms * 1000000ull) win = (uint64_t)timeout_ms * 1000000ull;
+    if (timeout_ms > 0 && win > cx_ms_to_ns((uint64_t)timeout_ms)) win = cx_ms_to_ns((uint64_t)timeout_ms);
     if (timeout_ms && win && e && e->drive && op->kind != CX_OPK_EXEC && !cx_op_is_done(op)) {
         atomic_fetch_add(&e->drivers, 1);
         cx_drive_wait(e, op, win);
@@ -824,7 +840,6 @@ static void stats_fn(cx_engine_t *e, void *arg)
     pthread_mutex_lock(&e->evq.mu);
     st->events_dropped = e->evq.dropped;
     pthread_mutex_unlock(&e->evq.mu);
-    cx_gpu_hook_stats(st);
     cx_staging_stats(e, st);
     cx_sched_stats(e, st);
 }

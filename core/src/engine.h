@@ -10,6 +10,7 @@
 #include "ctl_wire.h"
 #include "queue.h"
 #include "region.h"
+#include "units.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -1,6 +1,5 @@
-/* Where the core meets gpu/ and select/: memory kinds, GPUDirect, staging counters, and the
- * order in which backends are opened. Kept in one place so the rest of the core stays unaware
- * of CUDA and of probing. */
+/* Where the core meets gpu/, select/ and the backends: memory kinds, the order in which
+ * backends are opened, and the check of a backend's interface version. Kept in one place so the rest of the core stays unaware of CUDA and of probing. */
 #ifndef CX_GPU_HOOK_H
 #define CX_GPU_HOOK_H
 
@@ -8,8 +7,9 @@
 #include "connex/connex.h"
 
 int cx_gpu_hook_mem_kind(const void *addr, size_t len);   /* CX_MEM_* */
-int cx_gpu_hook_gdr(void);                                /* 1: GPUDirect in use */
-void cx_gpu_hook_stats(cx_stats_t *st);
+/* CX_OK when the backend implements this core's interface (CX_BACKEND_API_VERSION); otherwise
+ * CX_EUNSUPPORTED, logged with the backend's name and both versions. */
+int cx_backend_check(const struct cx_backend_ops *ops);
 #define CX_CHOICE_MAX 64
 /* The compiled-in backends to open, best first, for CONNEX_BACKEND/config value `want`; for each,
  * what to advertise about it (choice[i], "backend/variant/caps"), and this host's id. */

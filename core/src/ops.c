@@ -59,7 +59,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
  * request in software. One-sided reads and writes over RDMA or cma complete while the target
  * process is stopped or hung (its NIC, or its memory, still answers): counting them kept a
  * SIGSTOPped libfabric shm peer UP 170 ms past its heartbeat timeout, for as long as reads of its
- * memory went on completing (connex-bench failover, session 12). */
+ * memory went on completing (connex-bench failover). */
 static int proves_alive(const cx_engine_t *e, const cx_op_t *op)
 {
     if (op->x.kind == CX_XFER_MSG || op->x.kind == CX_XFER_PUT_SIGNAL) return 1;
@@ -270,7 +270,7 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
     case CX_PEER_CONNECTING:
         if (p->state != CX_PEER_CONNECTING) {
             p->state = CX_PEER_CONNECTING;
-            p->connect_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.connect_timeout_ms * 1000000ull;
+            p->connect_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.connect_timeout_ms);
         }
         op->stage = OPS_WAIT_PEER;
         cx_peer_dial(e, p);

@@ -18,6 +18,25 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* Reconnecting to a failed peer: a restart takes milliseconds, so the first try comes soon; the
+ * wait doubles after each miss, up to one try a second. */
+#define CX_RECONNECT_FIRST_MS 20
+#define CX_RECONNECT_MAX_MS 1000
+/* At engine close, how long a BYE may take to leave: tries of a flush, a pause between them
+ * (about 100 ms in all, so a peer that does not read cannot hold the close up). */
+#define CX_BYE_FLUSH_TRIES 100
+#define CX_BYE_FLUSH_WAIT_NS CX_NS_PER_MS
+/* Connections accepted per wake-up of the listening socket: the rest wait for the next turn, so
+ * that a burst of dials does not hold up the ops in flight. */
+#define CX_ACCEPT_BUDGET 64
+/* Reads per wake-up of one control connection, so that one chatty peer cannot starve the others. */
+#define CX_CONN_READ_ROUNDS 16
+
+static uint32_t next_backoff_ms(uint32_t ms)
+{
+    return ms < CX_RECONNECT_MAX_MS / 2 ? ms * 2 : CX_RECONNECT_MAX_MS;
+}
+
 /* ---------------------------------------------------------------- table */
 
 /* FNV-1a over the LID's fields: peers of one deployment share the model name and differ in
@@ -486,9 +505,9 @@ void cx_peer_send_bye_all(cx_engine_t *e)
         if (!p->conn) continue;
         cx_conn_send(e, p->conn, CX_CTL_BYE, NULL, 0);
         /* BYE must reach the peer before our sockets close, or it would see a failure. */
-        for (int i = 0; i < 100 && p->conn->tx_len > p->conn->tx_off; i++) {
+        for (int i = 0; i < CX_BYE_FLUSH_TRIES && p->conn->tx_len > p->conn->tx_off; i++) {
             if (cx_conn_flush(e, p->conn)) break;
-            usleep(1000);
+            usleep((useconds_t)(CX_BYE_FLUSH_WAIT_NS / CX_NS_PER_US));
         }
         shutdown(p->conn->fd, SHUT_WR);
     }
@@ -586,8 +605,8 @@ void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason)
         /* Keep knocking: a process restarted on the same port rejoins even if it does not know
          * us. Start fast (a restart takes milliseconds), back off to one attempt a second. */
         p->reconnect = 1;
-        p->backoff_ms = 20;
-        p->next_reconnect_ns = cx_now_ns() + 20000000ull;
+        p->backoff_ms = CX_RECONNECT_FIRST_MS;
+        p->next_reconnect_ns = cx_now_ns() + cx_ms_to_ns(CX_RECONNECT_FIRST_MS);
     }
 }
 
@@ -756,8 +775,8 @@ static void dial_failed(cx_engine_t *e, cx_peer_t *p, const char *reason, int fa
         }
     }
     if (p->reconnect) {
-        p->backoff_ms = p->backoff_ms < 500 ? p->backoff_ms * 2 : 1000;
-        p->next_reconnect_ns = cx_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+        p->backoff_ms = next_backoff_ms(p->backoff_ms);
+        p->next_reconnect_ns = cx_now_ns() + cx_ms_to_ns(p->backoff_ms);
     }
 }
 
@@ -792,7 +811,7 @@ void cx_conn_writable(cx_engine_t *e, cx_conn_t *c)
 
 void cx_accept_all(cx_engine_t *e)
 {
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < CX_ACCEPT_BUDGET; i++) {
         int fd = accept4(e->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
@@ -1075,8 +1094,7 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
 
 void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
 {
-    /* Bounded per wake-up so one chatty peer cannot starve the others. */
-    for (int round = 0; round < 16; round++) {
+    for (int round = 0; round < CX_CONN_READ_ROUNDS; round++) {
         if (c->tx_len - c->tx_off > CX_CONN_TX_BACKLOG && c->want_out) {
             /* EPOLLIN comes back when cx_conn_flush empties the backlog. */
             cx_watch_mod(e, c->fd, EPOLLRDHUP | EPOLLOUT, &c->w);
@@ -1135,8 +1153,8 @@ void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
 
 void cx_peers_tick(cx_engine_t *e, uint64_t now)
 {
-    uint64_t hb = (uint64_t)e->cfg.heartbeat_ms * 1000000ull;
-    uint64_t hbt = (uint64_t)e->cfg.heartbeat_timeout_ms * 1000000ull;
+    uint64_t hb = cx_ms_to_ns(e->cfg.heartbeat_ms);
+    uint64_t hbt = cx_ms_to_ns(e->cfg.heartbeat_timeout_ms);
     /* SUSPECT one heartbeat interval before FAILED, but not before half the timeout. */
     uint64_t suspect = hbt - hb > hbt / 2 ? hbt - hb : hbt / 2;
     for (cx_peer_t *p = e->peers; p; p = p->next) {
@@ -1153,13 +1171,13 @@ void cx_peers_tick(cx_engine_t *e, uint64_t now)
             }
             if (quiet >= hbt) {
                 char why[96];
-                snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)(quiet / 1000000));
+                snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)cx_ns_to_ms(quiet));
                 cx_peer_fail(e, p, why);
                 continue;
             }
             if (quiet >= suspect && p->state == CX_PEER_UP) {
                 char why[96];
-                snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)(quiet / 1000000));
+                snprintf(why, sizeof why, "no heartbeat for %llu ms", (unsigned long long)cx_ns_to_ms(quiet));
                 p->state = CX_PEER_SUSPECT;
                 cx_event_emit(e, p, CX_EVENT_SUSPECT, why);
             }
@@ -1171,8 +1189,8 @@ void cx_peers_tick(cx_engine_t *e, uint64_t now)
         }
         if (!p->conn && !p->pending) {
             if (p->state == CX_PEER_FAILED && p->reconnect && now >= p->next_reconnect_ns) {
-                p->backoff_ms = p->backoff_ms < 500 ? p->backoff_ms * 2 : 1000;
-                p->next_reconnect_ns = now + (uint64_t)p->backoff_ms * 1000000ull;
+                p->backoff_ms = next_backoff_ms(p->backoff_ms);
+                p->next_reconnect_ns = now + cx_ms_to_ns(p->backoff_ms);
                 cx_peer_dial(e, p);
             } else if (p->state == CX_PEER_CONNECTING) {
                 cx_peer_dial(e, p);   /* a handshake that was cut: try again */

@@ -101,7 +101,12 @@ int cx_progress_drain_commands(cx_engine_t *e)
  * a caller that waits for each reply lands: 4 KiB ucx_shm reads locked into 2.0-2.3 us for
  * thousands of ops, against 1.0-1.1 in runs where they did not. The raw loop looks at its pipe
  * after 1000 turns. */
-#define CX_POLL_SLICE_NS 20000ull
+#define CX_POLL_SLICE_NS (20 * CX_NS_PER_US)
+/* Within a slice: queued commands started every CX_POLL_DRAIN_EVERY turns (as a driving caller
+ * does), the clock read every CX_POLL_CLOCK_EVERY (a turn is cheaper than a vDSO call). Powers of
+ * two. */
+#define CX_POLL_DRAIN_EVERY 4u
+#define CX_POLL_CLOCK_EVERY 16u
 
 static int progress_backends(cx_engine_t *e)
 {
@@ -338,7 +343,7 @@ void *cx_progress_main(void *arg)
          * dead-peer reports), for a peer that never stops polling or callers that never stop
          * driving. */
         int poll = polled || e->unarmed;
-        if (poll && now - e->full_turn_ns >= CX_DRIVE_FULL_MS * 1000000ull) poll = 0;
+        if (poll && now - e->full_turn_ns >= cx_ms_to_ns(CX_DRIVE_FULL_MS)) poll = 0;
         if (!poll) e->full_turn_ns = now;
         more = cx_progress_turn(e, poll);
         if (polled && n == 0) {
@@ -351,8 +356,8 @@ void *cx_progress_main(void *arg)
                     more = 1;
                     e->last_work_ns = cx_now_ns();
                 }
-                if (!(k & 3)) cx_progress_drain(e);
-                if (!(k & 15) && cx_now_ns() >= end) break;
+                if (!(k % CX_POLL_DRAIN_EVERY)) cx_progress_drain(e);
+                if (!(k % CX_POLL_CLOCK_EVERY) && cx_now_ns() >= end) break;
             }
         }
         if (n > 0 || more) e->last_work_ns = now;   /* poll a while before sleeping (spin.h) */

@@ -1,4 +1,5 @@
 #include "queue.h"
+#include "units.h"
 
 #include "connex/log.h"
 
@@ -28,9 +29,9 @@ void cx_cond_init_mono(pthread_cond_t *cv)
 void cx_deadline_ms(struct timespec *ts, int timeout_ms)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += timeout_ms / 1000;
-    ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) { ts->tv_sec++; ts->tv_nsec -= 1000000000L; }
+    ts->tv_sec += timeout_ms / CX_MS_PER_S;
+    ts->tv_nsec += (long)((uint64_t)(timeout_ms % CX_MS_PER_S) * CX_NS_PER_MS);
+    if (ts->tv_nsec >= (long)CX_NS_PER_S) { ts->tv_sec++; ts->tv_nsec -= (long)CX_NS_PER_S; }
 }
 
 /* deadline NULL: wait forever. Returns 0 or ETIMEDOUT. */
@@ -177,13 +178,6 @@ void cx_evq_fini(cx_evq_t *q)
     free(q->ring);
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
-}
-
-void cx_evq_push(cx_evq_t *q, const cx_event_t *ev)
-{
-    pthread_mutex_lock(&q->mu);
-    cx_evq_push_locked(q, ev);
-    pthread_mutex_unlock(&q->mu);
 }
 
 void cx_evq_push_locked(cx_evq_t *q, const cx_event_t *ev)

@@ -56,8 +56,8 @@ typedef struct cx_evq {
 
 int cx_evq_init(cx_evq_t *q);
 void cx_evq_fini(cx_evq_t *q);
-void cx_evq_push(cx_evq_t *q, const cx_event_t *ev);   /* full: drops the oldest, counted, logged */
-/* The same with q->mu already held: a decision and its push in one critical section. */
+/* Pushes with q->mu already held, so that a decision and its push are one critical section.
+ * Full: drops the oldest, counted, logged. */
 void cx_evq_push_locked(cx_evq_t *q, const cx_event_t *ev);
 int cx_evq_pop(cx_evq_t *q, cx_event_t *out, int timeout_ms);
 void cx_evq_close(cx_evq_t *q);

@@ -14,7 +14,7 @@ enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
 /* Critical ops that follow each other (a decode loop's reads) leave gaps of microseconds between
  * them; for this long after one completed, background keeps to one chunk in flight as if it were
  * still running, so the next critical op finds one chunk ahead of it, not credits_background. */
-#define CRIT_RECENT_NS 2000000ull
+#define CRIT_RECENT_NS (2 * CX_NS_PER_MS)
 /* While critical ops are active, background waits: one chunk of it in flight delays every
  * critical op that finds it there (by the chunk's time on the wire and on both CPUs, several
  * times a small read's latency). It is not starved, though: one chunk starts at least every
@@ -22,7 +22,7 @@ enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
  * steady stream of critical ops (16 KiB reads, 5000 a second) fewer than one in two hundred
  * meets a chunk: p99 stays within 2x of idle (50 ms was one in a hundred: 2.0x). */
 #define CHUNK_SHRINK 16u
-#define BG_FLOOR_NS 100000000ull
+#define BG_FLOOR_NS (100 * CX_NS_PER_MS)
 
 void cx_sched_config(cx_config_t *cfg)
 {
@@ -109,7 +109,7 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
         op->bg_off = 0;
         op->bg_out = 0;
         op->bg_status = CX_OK;
-        op->bg_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+        op->bg_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
         q_push(&p->bg_head, &p->bg_tail, op);
         cx_peer_activate(e, p);
         mark(e, p);
@@ -166,7 +166,7 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
         cx_debug("peer %s: background transfer of %zu bytes failed at a chunk (%s)", p->url, par->x.len,
                  cx_strerror(status));
     } else if (status == CX_OK) {
-        par->bg_deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+        par->bg_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
     }
     parent_maybe_done(e, par);
     return 1;
@@ -197,7 +197,7 @@ static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par, int crit_act
     c->x.len = n;
     c->x.remote = par->x.remote + par->bg_off;
     c->x.local_mem = par->x.local_mem;
-    c->deadline_ns = cx_now_ns() + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    c->deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
     par->bg_off += n;
     par->bg_out++;
     par->bg_deadline_ns = c->deadline_ns;
@@ -264,7 +264,7 @@ int cx_sched_timeout_ms(cx_engine_t *e, int max_ms)
     if (!e->sched_wake_ns) return max_ms;
     uint64_t now = cx_now_ns();
     if (now >= e->sched_wake_ns) return 0;
-    uint64_t ms = (e->sched_wake_ns - now + 999999) / 1000000;
+    uint64_t ms = cx_ns_to_ms_ceil(e->sched_wake_ns - now);
     return ms < (uint64_t)max_ms ? (int)ms : max_ms;
 }
 

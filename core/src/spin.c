@@ -38,7 +38,7 @@ uint64_t cx_spin_for_len(uint64_t window_ns, uint64_t len)
 {
     if (!window_ns || window_ns >= CX_POLL_MAX_NS) return window_ns;
     uint64_t us = len / CX_POLL_BYTES_PER_US, room = CX_POLL_MAX_NS - window_ns;
-    return us >= room / 1000 ? CX_POLL_MAX_NS : window_ns + us * 1000;
+    return us >= room / CX_NS_PER_US ? CX_POLL_MAX_NS : window_ns + cx_us_to_ns(us);
 }
 
 int cx_op_is_done(const struct cx_op *op)
@@ -51,14 +51,16 @@ void cx_op_set_done(struct cx_op *op)
     __atomic_store_n(&op->done, 1, __ATOMIC_RELEASE);
 }
 
+/* Check the clock every CX_SPIN_CLOCK_EVERY polls: the flag is one load, the clock a vDSO call. */
+#define CX_SPIN_CLOCK_EVERY 64u
+
 int cx_op_spin(const struct cx_op *op, uint64_t window_ns)
 {
     if (!window_ns) return cx_op_is_done(op);
     uint64_t end = cx_now_ns() + window_ns;
-    /* Check the clock every 64 polls: the flag is one load, the clock a vDSO call. */
     for (unsigned i = 1;; i++) {
         if (cx_op_is_done(op)) return 1;
-        if (!(i & 63)) {
+        if (!(i % CX_SPIN_CLOCK_EVERY)) {
             if (cx_now_ns() >= end) return 0;
             sched_yield();   /* 2 vCPUs and three busy threads: let the one with work run */
         }

@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "units.h"
+
 struct cx_op;
 struct cx_engine;
 
@@ -29,7 +31,7 @@ uint64_t cx_spin_window_ns(void);
  * writes 3.9 ms against 95 us. 1 GB/s is slower than every transport measured here but UCX over
  * TCP (1.1 GB/s): a window covers the op, and one that ends sooner costs nothing. */
 #define CX_POLL_BYTES_PER_US 1000
-#define CX_POLL_MAX_NS 100000000ull
+#define CX_POLL_MAX_NS (100 * CX_NS_PER_MS)
 uint64_t cx_spin_for_len(uint64_t window_ns, uint64_t len);
 
 /* The op's done flag, read and written atomically: a caller polls it without the op's mutex. */

@@ -145,10 +145,18 @@ static void test_ops_through_the_backend(void **state)
     assert_int_equal(cb.msg_len[2], sizeof big);
     assert_memory_equal(cb.msg[2], big, sizeof big);
 
-    /* the target's queue is full: the sender hears CX_EAGAIN */
+    /* the target's queue is full: the sender hears CX_EAGAIN, the target counts a rejection */
+    int ok0 = cb.served_ok, bad0 = cb.served_bad;
     cb.refuse = 1;
     xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, "x", 1);
     assert_int_equal(run1(&f), CX_EAGAIN);
+    assert_int_equal(cb.served_ok, ok0);
+    assert_int_equal(cb.served_bad, bad0 + 1);
+    /* the same for a put_signal whose data landed but whose message was refused */
+    xfer_init(&f, CX_XFER_PUT_SIGNAL, abuf, 300, (uint64_t)(uintptr_t)bbuf + 100, "y", 1);
+    assert_int_equal(run1(&f), CX_EAGAIN);
+    assert_int_equal(cb.served_ok, ok0);
+    assert_int_equal(cb.served_bad, bad0 + 2);
 }
 
 /* Well-formed raw frames work as the backend's own do. */

@@ -54,10 +54,18 @@ typedef struct cx_backend_params {
     const char *listen_ip;     /* the engine's listen address (numeric) */
     uint64_t incarnation;      /* this engine's incarnation: put it on the wire so the target can
                                   tell the core who sent a request (cx_core_peer_by_incarnation) */
-    int gpu_direct;            /* 1: GPU memory will be registered directly (GPU issue) */
+    int gpu_direct;            /* 1: GPU memory will be registered directly (docs/gpu.md) */
 } cx_backend_params_t;
 
+/* The version of this interface. A backend sets .version = CX_BACKEND_API_VERSION; the core
+ * refuses one built against another version (cx_backend_check). Bump it on any change of the
+ * layout of struct cx_backend_ops or of the contract of a call (an op's or a cx_core_* one). */
+#define CX_BACKEND_API_VERSION 1
+
 struct cx_backend_ops {
+    /* version and name lead the struct in every version of it, so that the core can read them
+     * and name a backend it refuses. */
+    uint32_t version;          /* the CX_BACKEND_API_VERSION it was built against */
     const char *name;          /* "ucx", "libfabric", "zmq" */
     /* Open the backend. CX_EUNSUPPORTED when it cannot run here (say why in the log). */
     int (*open)(const cx_backend_params_t *p, cx_backend_t **out);

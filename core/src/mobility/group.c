@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A member not yet reached is dialled again at most this often. */
+#define CX_GROUP_REDIAL_NS CX_NS_PER_S
+
 #define CX_GROUP_MAX_HANDOVERS 16
 
 typedef struct cx_gmember {
@@ -115,9 +118,9 @@ static void member_dial(cx_group_t *g, cx_gmember_t *m, uint64_t now, int left_t
     cx_peer_t *p = cx_peer_get_url(e, &m->url);
     if (!p) return;
     if (p->state != CX_PEER_UNKNOWN && (p->state != CX_PEER_LEFT || !left_too)) return;
-    m->next_dial_ns = now + 1000000000ull;
+    m->next_dial_ns = now + CX_GROUP_REDIAL_NS;
     p->state = CX_PEER_CONNECTING;
-    p->connect_deadline_ns = now + (uint64_t)e->cfg.connect_timeout_ms * 1000000ull;
+    p->connect_deadline_ns = now + cx_ms_to_ns(e->cfg.connect_timeout_ms);
     cx_peer_dial(e, p);
 }
 
@@ -252,7 +255,7 @@ static int step_issue(cx_group_t *g, cx_gstep_t *s, cx_gmember_t *m, uint64_t no
     c->op.x.msg = env;
     c->op.x.msg_len = CX_STEP_HDR + s->msg_len;
     c->op.lid = m->lid;
-    c->op.deadline_ns = now + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    c->op.deadline_ns = now + cx_ms_to_ns(e->cfg.op_timeout_ms);
     if (s->is_put) {
         cx_rregion_t *r = first_region(p);
         c->op.x.kind = CX_XFER_PUT_SIGNAL;
@@ -296,7 +299,7 @@ static void step_drive(cx_group_t *g, cx_gstep_t *s, uint64_t now)
         return;
     }
     if (!s->wait_deadline) {
-        s->wait_deadline = now + (uint64_t)g->e->cfg.connect_timeout_ms * 1000000ull;
+        s->wait_deadline = now + cx_ms_to_ns(g->e->cfg.connect_timeout_ms);
         for (cx_gmember_t *k = g->members; k; k = k->next) member_dial(g, k, now, 0);
     }
     if (now >= s->wait_deadline) {
@@ -416,7 +419,7 @@ void cx_group_op_start(cx_engine_t *e, cx_op_t *op)
     uint64_t now = cx_now_ns();
     s->parent = op;
     s->id = ++e->last_step;
-    s->deadline = now + (uint64_t)e->cfg.op_timeout_ms * 1000000ull;
+    s->deadline = now + cx_ms_to_ns(e->cfg.op_timeout_ms);
     s->prev = g->steps.prev;
     s->next = &g->steps;
     g->steps.prev->next = s;
