@@ -23,6 +23,7 @@
  * mode (FI_HMEM, no CMA) ops wait on the peer's answer in our region, and there is no rotation.
  */
 #include "fi_int.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 #include "connex/wire.h"
@@ -42,14 +43,9 @@ void cx_fi_rot_init(cx_backend_t *b)
     b->rot_ns = 0;
     if (strcmp(b->prov, "shm") || !b->self_lockw)
         return;   /* the guard (fi_guard.c) tells us the lock is held: without it, never */
-    const char *s = getenv("CONNEX_FI_SHM_ROTATE_MS");
-    char *end = NULL;
-    long ms = s && *s ? strtol(s, &end, 10) : CX_FI_ROT_DEFAULT_MS;
-    if (s && *s && (*end || ms < 0 || ms > 600000)) {
-        cx_warn("libfabric: CONNEX_FI_SHM_ROTATE_MS=%s not understood (0..600000), using %d", s,
-                CX_FI_ROT_DEFAULT_MS);
-        ms = CX_FI_ROT_DEFAULT_MS;
-    }
+    unsigned long long rms;
+    (void)cx_opt_get_num("CONNEX_FI_SHM_ROTATE_MS", &rms);   /* default CX_FI_ROT_DEFAULT_MS */
+    long ms = (long)rms;
     if (ms && (!b->shm_direct || (b->mr_mode & FI_MR_ENDPOINT))) {
         cx_info("libfabric: shm: no new region when ours is held (%s)",
                 !b->shm_direct ? "direct mode off: ops wait in our region" : "FI_MR_ENDPOINT");

@@ -222,7 +222,7 @@ struct cx_ucx {
 /* ucx_env.c */
 int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip);
 int cx_ucx_rdma_usable(void);
-long cx_ucx_env_long(const char *name, long dflt, long max);   /* a number in [0, max], else dflt */
+unsigned long long cx_ucx_opt(const char *name);   /* a CONNEX_UCX_* number (connex/options.h) */
 
 /* ucx_backend.c */
 cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen);

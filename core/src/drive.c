@@ -1,5 +1,6 @@
 /* Caller-driven progress (drive.h). */
 #include "drive.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 #include "live.h"
@@ -34,11 +35,9 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op)
 
 int cx_drive_enabled(void)
 {
-    const char *s = getenv("CONNEX_DRIVE");
-    if (!s || !*s || !strcmp(s, "1")) return 1;
-    if (!strcmp(s, "0")) return 0;
-    cx_warn("CONNEX_DRIVE=%s: neither 0 nor 1; caller-driven progress stays on", s);
-    return 1;
+    unsigned long long on;
+    (void)cx_opt_get_num("CONNEX_DRIVE", &on);   /* default 1; a bad value is logged */
+    return on != 0;
 }
 
 /* The progress thread sleeps with a timeout it chose before this caller ran: wake it when the

@@ -1,6 +1,7 @@
 /* Engine lifecycle and the public API entry points. Callers validate what they can locally,
  * then hand an op to the progress thread and wait for its completion. */
 #include "engine.h"
+#include "connex/options.h"
 #include "live.h"
 
 #include "connex/log.h"
@@ -188,7 +189,8 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
 /* Which backends to open: CONNEX_BACKEND wins over the config; "auto" opens every one built. */
 static int open_backends(cx_engine_t *e)
 {
-    const char *want = getenv("CONNEX_BACKEND");
+    const char *want;
+    (void)cx_opt_get_str("CONNEX_BACKEND", &want);
     if (!want || !*want) want = e->cfg.backend;
     if (!want || !*want) want = "auto";
     int is_auto = !strcmp(want, "auto");
@@ -267,6 +269,12 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     cx_log_init();
     if (!out) { cx_error("engine: NULL out pointer"); return CX_EINVAL; }
     *out = NULL;
+    /* Every CONNEX_* variable, checked before anything starts (connex/options.h). */
+    cx_opts_t opts;
+    if (cx_opts_load(&opts)) {
+        cx_error("engine: %u CONNEX_* variable(s) with a bad value (see above); not created", opts.bad);
+        return CX_EINVAL;
+    }
     cx_engine_t *e = calloc(1, sizeof *e);
     if (!e) return CX_ENOMEM;
     e->epfd = e->lfd = e->cmdfd = e->timerfd = e->dtimerfd = -1;

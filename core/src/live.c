@@ -1,5 +1,6 @@
 /* Same-host death watch through a robust futex: why and how in live.h. */
 #include "live.h"
+#include "connex/options.h"
 
 #include "engine.h"
 #include "connex/log.h"
@@ -79,8 +80,9 @@ static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
 
 static int enabled(void)
 {
-    const char *v = getenv("CONNEX_SAME_HOST_WATCH");
-    return LIVE_SUPPORTED && !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no")));
+    unsigned long long on;
+    (void)cx_opt_get_num("CONNEX_SAME_HOST_WATCH", &on);   /* default 1; a bad value is logged */
+    return LIVE_SUPPORTED && on;
 }
 
 void cx_live_open(cx_engine_t *e)
