@@ -1,6 +1,5 @@
 /* Caller-driven progress (drive.h). */
 #include "drive.h"
-#include "connex/options.h"
 
 #include "connex/log.h"
 #include "live.h"
@@ -31,13 +30,6 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op)
             op->hnext = NULL;
             return;
         }
-}
-
-int cx_drive_enabled(void)
-{
-    unsigned long long on;
-    (void)cx_opt_get_num("CONNEX_DRIVE", &on);   /* default 1; a bad value is logged */
-    return on != 0;
 }
 
 /* The progress thread sleeps with a timeout it chose before this caller ran: wake it when the

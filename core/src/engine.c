@@ -189,8 +189,7 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
 /* Which backends to open: CONNEX_BACKEND wins over the config; "auto" opens every one built. */
 static int open_backends(cx_engine_t *e)
 {
-    const char *want;
-    (void)cx_opt_get_str("CONNEX_BACKEND", &want);
+    const char *want = cx_opts_str(&e->opts, "CONNEX_BACKEND");
     if (!want || !*want) want = e->cfg.backend;
     if (!want || !*want) want = "auto";
     int is_auto = !strcmp(want, "auto");
@@ -269,18 +268,19 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     cx_log_init();
     if (!out) { cx_error("engine: NULL out pointer"); return CX_EINVAL; }
     *out = NULL;
-    /* Every CONNEX_* variable, checked before anything starts (connex/options.h). */
-    cx_opts_t opts;
-    if (cx_opts_load(&opts)) {
-        cx_error("engine: %u CONNEX_* variable(s) with a bad value (see above); not created", opts.bad);
-        return CX_EINVAL;
-    }
     cx_engine_t *e = calloc(1, sizeof *e);
     if (!e) return CX_ENOMEM;
+    /* Every CONNEX_* variable, checked before anything starts (connex/options.h). */
+    if (cx_opts_load(&e->opts)) {
+        cx_error("engine: %u CONNEX_* variable(s) with a bad value (see above); not created", e->opts.bad);
+        free(e);
+        return CX_EINVAL;
+    }
     e->epfd = e->lfd = e->cmdfd = e->timerfd = e->dtimerfd = -1;
     pthread_mutex_init(&e->qmu, NULL);
     pthread_mutex_init(&e->plock, NULL);
-    e->drive = cx_drive_enabled();
+    /* CONNEX_DRIVE=0 turns caller-driven progress off (every op goes through the progress thread). */
+    e->drive = cx_opts_num(&e->opts, "CONNEX_DRIVE", NULL) != 0;
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
     if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);

@@ -78,17 +78,15 @@ static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
     return syscall(SYS_futex, w, op, val, ts, NULL, 0);
 }
 
-static int enabled(void)
+static int enabled(const cx_engine_t *e)
 {
-    unsigned long long on;
-    (void)cx_opt_get_num("CONNEX_SAME_HOST_WATCH", &on);   /* default 1; a bad value is logged */
-    return LIVE_SUPPORTED && on;
+    return LIVE_SUPPORTED && cx_opts_num(&e->opts, "CONNEX_SAME_HOST_WATCH", NULL);   /* default 1 */
 }
 
 void cx_live_open(cx_engine_t *e)
 {
     e->live = NULL;
-    if (!enabled()) return;
+    if (!enabled(e)) return;
     cx_live_t *l = calloc(1, sizeof *l);
     if (!l) return;
     l->memfd = l->efd = -1;

@@ -239,16 +239,40 @@ int cx_opt_get_num(const char *name, unsigned long long *out) { return get(name,
 int cx_opt_get_float(const char *name, double *out) { return get(name, NULL, out, NULL); }
 int cx_opt_get_str(const char *name, const char **out) { return get(name, NULL, NULL, out); }
 
+_Static_assert(N_OPTS <= CX_OPT_MAX, "raise CX_OPT_MAX");
+
 int cx_opts_load(cx_opts_t *o)
 {
-    o->bad = 0;
+    memset(o, 0, sizeof *o);
     for (size_t i = 0; i < N_OPTS; i++) {
-        unsigned long long v;
-        double f;
-        const char *s;
-        if (get(g_opts[i].name, &v, &f, &s) == CX_EINVAL) o->bad++;
+        int rc = get(g_opts[i].name, &o->num[i], &o->fnum[i], &o->str[i]);
+        if (rc == CX_EINVAL) o->bad++;
+        o->set[i] = rc == 1;
     }
     return o->bad ? CX_EINVAL : CX_OK;
+}
+
+static size_t index_of(const char *name)
+{
+    const cx_opt_def_t *d = cx_opt_find(name);
+    if (!d) {
+        cx_error("options: %s is not in the options table", name);
+        return N_OPTS;
+    }
+    return (size_t)(d - g_opts);
+}
+
+unsigned long long cx_opts_num(const cx_opts_t *o, const char *name, int *set)
+{
+    size_t i = index_of(name);
+    if (set) *set = i < N_OPTS && o->set[i];
+    return i < N_OPTS ? o->num[i] : 0;
+}
+
+const char *cx_opts_str(const cx_opts_t *o, const char *name)
+{
+    size_t i = index_of(name);
+    return i < N_OPTS ? o->str[i] : NULL;
 }
 
 size_t cx_options_report(char *buf, size_t len)

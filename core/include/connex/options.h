@@ -52,10 +52,19 @@ int cx_opt_get_str(const char *name, const char **out);
 int cx_opt_parse(const cx_opt_def_t *d, const char *s, unsigned long long *num, double *fnum,
                  char *err, size_t errlen);
 
-/* The whole table, as cx_engine_create checks it. */
+/* The whole table parsed at once: cx_engine_create loads it into the engine (engine.h) and
+ * fails on a bad value; the engine's own reads take their values from there. */
+#define CX_OPT_MAX 64   /* entries the table may hold */
 typedef struct {
-    unsigned bad;           /* variables with a bad value (each logged) */
+    unsigned bad;                       /* variables with a bad value (each logged) */
+    unsigned long long num[CX_OPT_MAX]; /* BOOL, ENUM, UINT, MS, US, BYTES: the value or default */
+    double fnum[CX_OPT_MAX];            /* FLOAT */
+    const char *str[CX_OPT_MAX];        /* the text (the environment's or the default), or NULL */
+    unsigned char set[CX_OPT_MAX];      /* 1: the environment set it */
 } cx_opts_t;
 int cx_opts_load(cx_opts_t *o);   /* CX_OK, or CX_EINVAL when any value is bad */
+/* A loaded value by name; *set (may be NULL) says whether the environment set it. */
+unsigned long long cx_opts_num(const cx_opts_t *o, const char *name, int *set);
+const char *cx_opts_str(const cx_opts_t *o, const char *name);
 
 #endif

@@ -93,7 +93,7 @@ int cx_dir_start(cx_engine_t *e)
 {
     const char *spec = e->cfg.directory;
     const char *from = "config.directory";
-    if (!spec || !*spec) { (void)cx_opt_get_str("CONNEX_DIRECTORY", &spec); from = "CONNEX_DIRECTORY"; }
+    if (!spec || !*spec) { spec = cx_opts_str(&e->opts, "CONNEX_DIRECTORY"); from = "CONNEX_DIRECTORY"; }
     if (!spec || !*spec) { spec = "static"; from = "default"; }
     const cx_dir_ops_t *ops;
     const char *arg = NULL;
@@ -113,13 +113,11 @@ int cx_dir_start(cx_engine_t *e)
     d->lease_ms = e->cfg.lease_ms;
     if (!d->lease_ms) {
         /* For processes whose config the launcher does not write (tests, scripts). */
-        unsigned long long lm;
-        (void)cx_opt_get_num("CONNEX_LEASE_MS", &lm);
-        d->lease_ms = (uint32_t)lm;
+        d->lease_ms = (uint32_t)cx_opts_num(&e->opts, "CONNEX_LEASE_MS", NULL);
     }
     if (!d->lease_ms) d->lease_ms = 3000;
     d->peers = e->cfg.peers;
-    if (!d->peers) (void)cx_opt_get_str("CONNEX_PEERS", &d->peers);
+    if (!d->peers) d->peers = cx_opts_str(&e->opts, "CONNEX_PEERS");
     int rc = ops->open(d, arg);
     if (rc) { dir_free(d); return rc; }
     e->dir = d;
