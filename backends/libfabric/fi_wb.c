@@ -61,10 +61,11 @@ int cx_fi_wb_choose(cx_backend_t *b)
     b->rd_inline = 0;
     if (strncmp(b->prov, "tcp", 3) || (b->mr_mode & FI_MR_LOCAL))
         return 0;
-    b->rd_inline = CX_FM_RD_INLINE_DEFAULT;
+    /* The options table holds CX_FM_RD_INLINE_DEFAULT as the default, CX_FM_RD_INLINE_MAX as the
+     * largest value (unit_options does not see backend headers: keep them in step). */
     unsigned long long v;
-    if (cx_opt_get_num("CONNEX_FI_READ_INLINE", &v) == 1)   /* 0..CX_FM_RD_INLINE_MAX */
-        b->rd_inline = (size_t)v;
+    (void)cx_opt_get_num("CONNEX_FI_READ_INLINE", &v);
+    b->rd_inline = v > CX_FM_RD_INLINE_MAX ? CX_FM_RD_INLINE_MAX : (size_t)v;
     (void)cx_opt_get_num("CONNEX_FI_TCP_READ", &v);   /* auto|rma|writeback */
     if (v == 2)
         return 1;
