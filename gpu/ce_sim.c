@@ -1,6 +1,7 @@
 /* The simulated copy engine: one worker thread per direction stands in for a CUDA stream, so
  * copies are asynchronous and complete in order per direction, like the real thing. */
 #include "ce_impl.h"
+#include "connex/options.h"
 #include "connex/log.h"
 
 #include <stdlib.h>
@@ -84,13 +85,9 @@ static int sim_start(cx_ce_t *ce)
 {
     struct sim_ce *s = calloc(1, sizeof *s);
     if (!s) return CX_ENOMEM;
-    const char *g = getenv("CONNEX_GPU_SIM_GBPS");
-    if (g && *g) {
-        char *end;
-        double v = strtod(g, &end);
-        if (*end || v < 0) cx_warn("CONNEX_GPU_SIM_GBPS=%.32s not a number of GB/s: unlimited", g);
-        else s->bytes_per_ns = v;   /* GB/s == bytes/ns */
-    }
+    double v;
+    (void)cx_opt_get_float("CONNEX_GPU_SIM_GBPS", &v);   /* default 0: unlimited */
+    s->bytes_per_ns = v;   /* GB/s == bytes/ns */
     ce->impl = s;
     for (int d = 0; d < 2; d++) {
         pthread_mutex_init(&s->q[d].mu, NULL);

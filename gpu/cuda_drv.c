@@ -1,5 +1,6 @@
 /* Loading the CUDA driver with dlopen, once, and saying plainly why it is unusable. */
 #include "cuda_drv.h"
+#include "connex/options.h"
 #include "cx_gpu.h"
 #include "connex/log.h"
 
@@ -62,7 +63,8 @@ static int resolve(void)
 
 static void load(void)
 {
-    const char *path = getenv("CONNEX_LIBCUDA");
+    const char *path;
+    (void)cx_opt_get_str("CONNEX_LIBCUDA", &path);
     if (!path || !*path) path = "libcuda.so.1";
     g_cu.lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!g_cu.lib) {

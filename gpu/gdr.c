@@ -1,5 +1,6 @@
 /* GPUDirect RDMA: can the NIC reach GPU memory directly, and does CONNEX_GDR allow or demand it. */
 #include "cuda_drv.h"
+#include "connex/options.h"
 #include "cx_gpu.h"
 #include "connex/log.h"
 
@@ -11,20 +12,19 @@
 
 int cx_gdr_mode(int *mode)
 {
-    const char *s = getenv("CONNEX_GDR");
+    unsigned long long v;   /* auto|0|1 (also off|on, no|yes) */
     *mode = CX_GDR_AUTO;
-    if (!s || !*s || !strcasecmp(s, "auto")) return CX_OK;
-    if (!strcmp(s, "0") || !strcasecmp(s, "off") || !strcasecmp(s, "no")) { *mode = CX_GDR_OFF; return CX_OK; }
-    if (!strcmp(s, "1") || !strcasecmp(s, "on") || !strcasecmp(s, "yes")) { *mode = CX_GDR_ON; return CX_OK; }
-    cx_error("CONNEX_GDR=%.32s not understood (auto|0|1)", s);
-    return CX_EINVAL;
+    if (cx_opt_get_num("CONNEX_GDR", &v) == CX_EINVAL) return CX_EINVAL;   /* logged */
+    if (v == 1) *mode = CX_GDR_OFF;
+    else if (v == 2) *mode = CX_GDR_ON;
+    return CX_OK;
 }
 
 static int peermem_loaded(void)
 {
     /* nv_peer_mem is the out-of-tree predecessor of nvidia_peermem; both serve ibv_reg_mr. */
-    const char *root = getenv("CONNEX_SYSFS_MODULE");   /* tests point this elsewhere */
-    if (!root || !*root) root = "/sys/module";
+    const char *root;   /* tests point this elsewhere; default /sys/module */
+    (void)cx_opt_get_str("CONNEX_SYSFS_MODULE", &root);
     char path[512];
     static const char *mods[] = { "nvidia_peermem", "nv_peer_mem" };
     for (int i = 0; i < 2; i++) {

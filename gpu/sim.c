@@ -1,6 +1,7 @@
 /* The simulated device's memory: host allocations remembered in a table so that cx_gpu_mem_kind
  * can tell them from ordinary host memory. */
 #include "sim.h"
+#include "connex/options.h"
 #include "cx_gpu.h"
 #include "connex/log.h"
 
@@ -20,8 +21,9 @@ int cx_gpu_sim_enabled(void)
 {
     int on = atomic_load(&g_enabled);
     if (on < 0) {
-        const char *s = getenv("CONNEX_GPU_SIM");
-        int want = s && (!strcmp(s, "1") || !strcmp(s, "on") || !strcmp(s, "yes"));
+        unsigned long long on;
+        (void)cx_opt_get_num("CONNEX_GPU_SIM", &on);   /* default 0; a bad value is logged */
+        int want = on != 0;
         int expect = -1;
         atomic_compare_exchange_strong(&g_enabled, &expect, want);
         on = atomic_load(&g_enabled);

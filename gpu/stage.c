@@ -1,6 +1,7 @@
 /* The staging pipeline (see cx_stage.h for the contract). All state is touched by the driving
  * thread only; the copy engine's threads talk back through its completion list and eventfd. */
 #include "cx_stage.h"
+#include "connex/options.h"
 #include "connex/log.h"
 
 #include <errno.h>
@@ -58,22 +59,14 @@ struct cx_stage {
 
 /* ---- configuration ---- */
 
-static int env_size(const char *name, size_t def, size_t min, size_t max, size_t *out)
+/* A CONNEX_STAGE_* variable (connex/options.h: range and default there); def where its default
+ * is unset. CX_EINVAL (logged) for a bad value. */
+static int env_size(const char *name, size_t def, size_t *out)
 {
-    const char *s = getenv(name);
-    *out = def;
-    if (!s || !*s) return CX_OK;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*end == 'k' || *end == 'K') { v <<= 10; end++; }
-    else if (*end == 'm' || *end == 'M') { v <<= 20; end++; }
-    else if (*end == 'g' || *end == 'G') { v <<= 30; end++; }
-    if (errno || end == s || *end || v < min || v > max) {
-        cx_error("%s=%.32s: expected a number in [%zu, %zu] (K/M/G suffix allowed)", name, s, min, max);
-        return CX_EINVAL;
-    }
-    *out = (size_t)v;
+    unsigned long long v;
+    int rc = cx_opt_get_num(name, &v);
+    if (rc == CX_EINVAL) return CX_EINVAL;
+    *out = rc == 1 || cx_opt_find(name)->dflt ? (size_t)v : def;
     return CX_OK;
 }
 
@@ -86,16 +79,16 @@ static int resolve_cfg(const cx_stage_cfg_t *in, size_t *chunk, uint32_t *slots,
     cx_stage_cfg_t c = in ? *in : (cx_stage_cfg_t){ 0 };
     size_t v;
     if (!c.chunk) {
-        if (env_size("CONNEX_STAGE_CHUNK", (size_t)4 << 20, 1, CHUNK_MAX, &v)) return CX_EINVAL;
+        if (env_size("CONNEX_STAGE_CHUNK", (size_t)4 << 20, &v)) return CX_EINVAL;
         c.chunk = v;
     }
     if (!c.slots) {
-        if (env_size("CONNEX_STAGE_SLOTS", 8, 1, SLOTS_MAX, &v)) return CX_EINVAL;
+        if (env_size("CONNEX_STAGE_SLOTS", 8, &v)) return CX_EINVAL;
         c.slots = (uint32_t)v;
     }
     if (!c.per_job) {
         size_t def = c.slots / 2 < 2 ? 2 : c.slots / 2;
-        if (env_size("CONNEX_STAGE_PER_JOB", def, 1, SLOTS_MAX, &v)) return CX_EINVAL;
+        if (env_size("CONNEX_STAGE_PER_JOB", def, &v)) return CX_EINVAL;
         c.per_job = (uint32_t)v;
     }
     if (c.chunk > CHUNK_MAX || c.slots > SLOTS_MAX) {

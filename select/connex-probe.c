@@ -17,7 +17,23 @@ static void usage(FILE *f)
         "  --backend, --net-devices, --gdr default to CONNEX_BACKEND, CONNEX_NET_DEVICES and\n"
         "  CONNEX_GDR. --sysfs reads a synthetic sysfs tree instead of /sys.\n"
         "  --pair ADV,...: also show which backend this host would use with a peer that\n"
-        "  advertised ADV (backend/variant/0xcaps, as printed under 'advertised'); text mode only.\n");
+        "  advertised ADV (backend/variant/0xcaps, as printed under 'advertised'); text mode only.\n"
+        "usage: connex-probe --config\n"
+        "  Prints every CONNEX_* variable: its effective value, where it came from (default,\n"
+        "  environment, or BAD: a value cx_engine_create refuses), the component that reads it,\n"
+        "  what it does and the values allowed. Exit status 1 when a value is bad.\n");
+}
+
+static int config(void)
+{
+    size_t need = cx_options_report(NULL, 0);
+    char *out = malloc(need + 1);
+    if (!out) { fprintf(stderr, "connex-probe: out of memory\n"); return 1; }
+    cx_options_report(out, need + 1);
+    fputs(out, stdout);
+    int bad = strstr(out, " BAD ") != NULL;
+    free(out);
+    return bad;
 }
 
 int main(int argc, char **argv)
@@ -29,6 +45,7 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--config")) return config();
         if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (v && !strcmp(a, "--backend")) { o.backend = v; i++; }

@@ -1,6 +1,7 @@
 /* The one call cx_engine_create needs: probe, decide, log, and the compiled-in backend ops in the
  * decided order. Kept here so the core does not learn about probes or policies. */
 #include "cx_select.h"
+#include "connex/options.h"
 #include "probe_int.h"
 #include "connex/backend.h"
 #include "connex/connex.h"
@@ -23,7 +24,8 @@ static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Under probe_mu. */
 static cx_probe_t *probe_get(unsigned libs)
 {
-    const char *root = getenv("CONNEX_SYSFS_ROOT");   /* tests: a synthetic tree */
+    const char *root;   /* tests: a synthetic tree */
+    (void)cx_opt_get_str("CONNEX_SYSFS_ROOT", &root);
     if (root && !*root) root = NULL;
     if (!probe_cached) {
         cx_probe_t *p = calloc(1, sizeof *p);

@@ -1,6 +1,7 @@
 /* The policy: probe -> backends to open (best first), GPUDirect, NIC per GPU, with reasons.
  * Pure: reads nothing but its arguments (cx_select_opts_from_env is the one env reader). */
 #include "cx_select.h"
+#include "connex/options.h"
 #include "probe_int.h"
 #include "rates.h"
 #include "connex/connex.h"
@@ -28,11 +29,17 @@ int cx_sel_fail(cx_decision_t *d, int rc, const char *fmt, ...)
 void cx_select_opts_from_env(cx_select_opts_t *o, const char *cfg_backend)
 {
     memset(o, 0, sizeof *o);
-    const char *e = getenv("CONNEX_BACKEND");
+    const char *e;
+    (void)cx_opt_get_str("CONNEX_BACKEND", &e);
     o->backend = (e && *e) ? e : cfg_backend;
-    o->net_devices = getenv("CONNEX_NET_DEVICES");
-    o->gdr = getenv("CONNEX_GDR");
-    o->fi_provider = getenv("CONNEX_FI_PROVIDER");
+    (void)cx_opt_get_str("CONNEX_NET_DEVICES", &o->net_devices);
+    /* auto|0|1 (aliases off|on, no|yes); a bad value (logged by the parser) stays as it is, for
+     * decide_gdr to refuse with its reason. */
+    unsigned long long gdr;
+    static const char *const gdr_words[] = { "auto", "0", "1" };
+    if (cx_opt_get_num("CONNEX_GDR", &gdr) == CX_EINVAL) o->gdr = getenv("CONNEX_GDR");
+    else o->gdr = gdr_words[gdr < 3 ? gdr : 0];
+    (void)cx_opt_get_str("CONNEX_FI_PROVIDER", &o->fi_provider);
 }
 
 static int built(const cx_probe_t *p, const char *name)

@@ -1,5 +1,6 @@
 /* cx_probe_host: everything the policy needs, gathered once at engine start. */
 #include "cx_select.h"
+#include "connex/options.h"
 #include "probe_int.h"
 #include "connex/backend.h"
 #include "connex/connex.h"
@@ -48,7 +49,8 @@ static void probe_built(cx_probe_t *p)
  * two hosts on one machine. */
 static void probe_host_id(cx_probe_t *p)
 {
-    const char *env = getenv("CONNEX_HOST_ID");
+    const char *env;
+    (void)cx_opt_get_str("CONNEX_HOST_ID", &env);
     if (env && *env) {
         snprintf(p->host_id, sizeof p->host_id, "%s", env);
         return;

@@ -21,6 +21,7 @@
  * so it stays valid whatever the provider unmaps; the lock is taken and released with the
  * values glibc's own pthread_spin_* use (learned from a spinlock of ours at start). */
 #include "fi_int.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 
@@ -281,8 +282,9 @@ void cx_fi_guard_start(cx_backend_t *b, const char *self_name)
 {
     if (strcmp(b->prov, "shm") || !self_name)
         return;
-    const char *env = getenv("CONNEX_FI_SHM_GUARD");
-    if (env && !strcmp(env, "0"))
+    unsigned long long on;
+    (void)cx_opt_get_num("CONNEX_FI_SHM_GUARD", &on);
+    if (!on)
         return;
     struct cx_fi_guard *g = calloc(1, sizeof *g);
     if (!g)

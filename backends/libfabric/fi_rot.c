@@ -7,7 +7,7 @@
  * (conformance_hol caught it, backends/libfabric/README.md). Taking the lock from it is not
  * safe: continued, it would finish writing into a queue we read.
  *
- * So once our lock has been held CX_FI_ROT_DEFAULT_MS while a peer process is stopped (or ten
+ * So once our lock has been held CONNEX_FI_SHM_ROTATE_MS (200 ms) while a peer process is stopped (or ten
  * times that, whoever holds it: a live holder preempted that long is as good as stopped), we
  * open a second endpoint on the same
  * CQ and address vector (a fresh region under a new name, "-<generation>" appended), close the
@@ -23,6 +23,7 @@
  * mode (FI_HMEM, no CMA) ops wait on the peer's answer in our region, and there is no rotation.
  */
 #include "fi_int.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 #include "connex/wire.h"
@@ -32,7 +33,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define CX_FI_ROT_DEFAULT_MS 200    /* a live holder keeps the lock for microseconds */
+/* CONNEX_FI_SHM_ROTATE_MS defaults to 200 (core/src/options.c): a live holder keeps the lock for
+ * microseconds. */
 #define CX_FI_ROT_ANY 10            /* rot_any_ns = this x rot_ns */
 #define CX_FI_ROT_LOOK_NS 50000000ull   /* peers' process states looked at every 50 ms */
 #define CX_FI_ROT_RETRY_NS 1000000000ull
@@ -42,14 +44,9 @@ void cx_fi_rot_init(cx_backend_t *b)
     b->rot_ns = 0;
     if (strcmp(b->prov, "shm") || !b->self_lockw)
         return;   /* the guard (fi_guard.c) tells us the lock is held: without it, never */
-    const char *s = getenv("CONNEX_FI_SHM_ROTATE_MS");
-    char *end = NULL;
-    long ms = s && *s ? strtol(s, &end, 10) : CX_FI_ROT_DEFAULT_MS;
-    if (s && *s && (*end || ms < 0 || ms > 600000)) {
-        cx_warn("libfabric: CONNEX_FI_SHM_ROTATE_MS=%s not understood (0..600000), using %d", s,
-                CX_FI_ROT_DEFAULT_MS);
-        ms = CX_FI_ROT_DEFAULT_MS;
-    }
+    unsigned long long rms;
+    (void)cx_opt_get_num("CONNEX_FI_SHM_ROTATE_MS", &rms);   /* 0..600000, default 200 */
+    long ms = (long)rms;
     if (ms && (!b->shm_direct || (b->mr_mode & FI_MR_ENDPOINT))) {
         cx_info("libfabric: shm: no new region when ours is held (%s)",
                 !b->shm_direct ? "direct mode off: ops wait in our region" : "FI_MR_ENDPOINT");

@@ -1,5 +1,6 @@
 /* Opening the libfabric backend: provider choice, domain, RDM endpoint, CQ wait object. */
 #include "fi_int.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 #include "connex/wire.h"
@@ -241,13 +242,9 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
          * delivery-complete acks, messages) are only seen when we look. Look every
          * CONNEX_FI_POLL_US (default 100; 0: busy-poll, a core, the raw baseline's way), and
          * continuously while an op of ours is in flight or for 100 ms after visible traffic. */
-        const char *s = getenv("CONNEX_FI_POLL_US");
-        char *end = NULL;
-        long us = s && *s ? strtol(s, &end, 10) : 100;
-        if (s && *s && (*end || us < 0 || us > 1000000)) {
-            cx_warn("libfabric: CONNEX_FI_POLL_US=%s not understood (0..1000000), using 100", s);
-            us = 100;
-        }
+        unsigned long long pu;
+        (void)cx_opt_get_num("CONNEX_FI_POLL_US", &pu);   /* default 100; a bad value is logged */
+        long us = (long)pu;
         b->busy_poll = us == 0;
         if (us == 0)
             us = 1000;   /* the timer still runs: the kick chain restarts from it */
@@ -314,7 +311,8 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     if (cx_fi_lib_load())
         return CX_EUNSUPPORTED;   /* logged by the loader */
 
-    const char *want = getenv("CONNEX_FI_PROVIDER");
+    const char *want;
+    (void)cx_opt_get_str("CONNEX_FI_PROVIDER", &want);
     const char *order1[2] = { want, NULL };
     const char *const *order = cx_fi_default_order;
     const char *const any[2] = { NULL, NULL };

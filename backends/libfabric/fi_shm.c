@@ -8,6 +8,7 @@
  * peer's region when it closes the endpoint to it, and at open removes connex regions whose
  * process is gone. */
 #include "fi_int.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 
@@ -222,9 +223,9 @@ int cx_fi_shm_direct(cx_backend_t *b)
 {
     if (strcmp(b->prov, "shm"))
         return 0;
-    const char *env = getenv("CONNEX_FI_SHM_DIRECT");
-    if (env && *env)
-        return strcmp(env, "0") != 0;
+    unsigned long long mode;   /* auto|0|1 */
+    if (cx_opt_get_num("CONNEX_FI_SHM_DIRECT", &mode) == 1 && mode)
+        return mode == 2;
     const uint64_t rma_order = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
                                FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW;
     const char *nocma = getenv("FI_SHM_DISABLE_CMA");

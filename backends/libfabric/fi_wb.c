@@ -26,6 +26,7 @@
  * session 11). Nothing can
  * land late: the reader's copy is the only write into the caller's buffer. */
 #include "fi_int.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 
@@ -60,27 +61,16 @@ int cx_fi_wb_choose(cx_backend_t *b)
     b->rd_inline = 0;
     if (strncmp(b->prov, "tcp", 3) || (b->mr_mode & FI_MR_LOCAL))
         return 0;
-    b->rd_inline = CX_FM_RD_INLINE_DEFAULT;
-    const char *in = getenv("CONNEX_FI_READ_INLINE");
-    if (in && *in) {
-        char *end;
-        unsigned long long v = strtoull(in, &end, 10);
-        if (*in < '0' || *in > '9' || *end)
-            cx_warn("libfabric: CONNEX_FI_READ_INLINE=%s is not a byte count; using %u", in,
-                    (unsigned)CX_FM_RD_INLINE_DEFAULT);
-        else if (v > CX_FM_RD_INLINE_MAX)
-            cx_warn("libfabric: CONNEX_FI_READ_INLINE=%s is above %u; using %u", in,
-                    (unsigned)CX_FM_RD_INLINE_MAX, (unsigned)CX_FM_RD_INLINE_MAX);
-        else
-            b->rd_inline = (size_t)v;
-    }
-    const char *s = getenv("CONNEX_FI_TCP_READ");
-    if (s && !strcmp(s, "writeback"))
+    /* The options table holds CX_FM_RD_INLINE_DEFAULT as the default, CX_FM_RD_INLINE_MAX as the
+     * largest value (unit_options does not see backend headers: keep them in step). */
+    unsigned long long v;
+    (void)cx_opt_get_num("CONNEX_FI_READ_INLINE", &v);
+    b->rd_inline = v > CX_FM_RD_INLINE_MAX ? CX_FM_RD_INLINE_MAX : (size_t)v;
+    (void)cx_opt_get_num("CONNEX_FI_TCP_READ", &v);   /* auto|rma|writeback */
+    if (v == 2)
         return 1;
-    if (s && !strcmp(s, "rma"))
+    if (v == 1)
         return 0;
-    if (s && *s && strcmp(s, "auto"))
-        cx_warn("libfabric: CONNEX_FI_TCP_READ=%s not understood (auto|rma|writeback), using auto", s);
     int fixed = cx_fi_tcp_read_fixed(b->prov_version);
     cx_debug("libfabric: %s provider version %u.%u: reads by %s", b->prov,
              (unsigned)FI_MAJOR(b->prov_version), (unsigned)FI_MINOR(b->prov_version),

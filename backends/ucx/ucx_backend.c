@@ -246,11 +246,8 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     }
     cx_ucx_probe_peer_mode(b);
     cx_ucx_rot_init(b);
-    const char *rb = getenv("CONNEX_UCX_READ_BOUNCE");
-    if (rb && *rb && strcmp(rb, "auto") && strcmp(rb, "1"))
-        cx_warn("ucx: CONNEX_UCX_READ_BOUNCE=%s is neither auto nor 1; using auto", rb);
-    b->bounce_all = rb && !strcmp(rb, "1");
-    b->answer_min = (size_t)cx_ucx_env_long("CONNEX_UCX_READ_ANSWER_MIN", CX_UCX_ANSWER_MIN, 1l << 40);
+    b->bounce_all = cx_ucx_opt("CONNEX_UCX_READ_BOUNCE") == 1;   /* auto|1 */
+    b->answer_min = (size_t)cx_ucx_opt("CONNEX_UCX_READ_ANSWER_MIN");
     cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(),
             b->cur->addr_len);
     *out = (cx_backend_t *)b;

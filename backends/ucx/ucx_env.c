@@ -1,6 +1,7 @@
 /* UCX configuration: the user's UCX_* variables always win (ucp_config_read reads them); we only
  * fill in what the user left unset. */
 #include "ucx_int.h"
+#include "connex/options.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -129,7 +130,8 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
  * ::) keeps UCX's default. CONNEX_NET_DEVICES or UCX_NET_DEVICES override this. */
 static int cx_ucx_net_devices(ucp_config_t *cfg, const char *listen_ip)
 {
-    const char *dev = getenv("CONNEX_NET_DEVICES");
+    const char *dev;
+    (void)cx_opt_get_str("CONNEX_NET_DEVICES", &dev);
     if (getenv("UCX_NET_DEVICES")) return CX_OK;
     if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
     if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::"))
@@ -185,15 +187,9 @@ int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip)
     return CX_OK;
 }
 
-long cx_ucx_env_long(const char *name, long dflt, long max)
+unsigned long long cx_ucx_opt(const char *name)
 {
-    const char *s = getenv(name);
-    if (!s || !*s) return dflt;
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*end || v < 0 || v > max) {
-        cx_warn("ucx: %s=%s is not a number in [0, %ld]; using %ld", name, s, max, dflt);
-        return dflt;
-    }
+    unsigned long long v;
+    (void)cx_opt_get_num(name, &v);   /* the table's default when unset; a bad value is logged */
     return v;
 }

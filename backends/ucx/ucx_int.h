@@ -43,8 +43,8 @@ typedef struct cx_ucx_rk {   /* a peer region's unpacked rkey, per endpoint */
 
 enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
 
-#define CX_UCX_ROTATE_ZOMBIES 16         /* default CONNEX_UCX_ROTATE_ZOMBIES (0: not for zombies) */
-#define CX_UCX_ROTATE_GRACE_MS 5000      /* default CONNEX_UCX_ROTATE_GRACE_MS */
+/* CONNEX_UCX_ROTATE_ZOMBIES (16), CONNEX_UCX_ROTATE_GRACE_MS (5000) and
+ * CONNEX_UCX_READ_ANSWER_MIN (1 MiB): defaults and ranges in the options table (core/src/options.c). */
 #define CX_UCX_DOUBT_GAP_MS 50           /* rotations for a dead writer's FIFO: at most one per */
 /* Retired workers alive at once, at most: as many as dead writers' rotations (one per
  * CX_UCX_DOUBT_GAP_MS) can leave within their grace (CX_UCX_DOUBT_GRACE_MS), so that the cap
@@ -54,7 +54,6 @@ enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
  * peer processes started in tens of ms: ucx_rot.c). */
 #define CX_UCX_MAX_OLD_WORKERS 20
 enum { CX_UCX_DOUBT_GONE = 1 };
-#define CX_UCX_ANSWER_MIN (1u << 20)  /* default CONNEX_UCX_READ_ANSWER_MIN */
 #define CX_UCX_HUNG_MAX 16               /* timed-out shared-memory peers remembered (ucx_rot.c) */
 
 /* A shared-memory peer whose op timed out on the current worker (ucx_rot.c, cx_ucx_rx_doubt) */
@@ -222,7 +221,7 @@ struct cx_ucx {
 /* ucx_env.c */
 int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip);
 int cx_ucx_rdma_usable(void);
-long cx_ucx_env_long(const char *name, long dflt, long max);   /* a number in [0, max], else dflt */
+unsigned long long cx_ucx_opt(const char *name);   /* a CONNEX_UCX_* number (connex/options.h) */
 
 /* ucx_backend.c */
 cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen);

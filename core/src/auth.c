@@ -2,6 +2,7 @@
  * libcrypto, loaded when an engine first has a token (dl_libs.c): no cryptography is written
  * here. Secrets are wiped with explicit_bzero; proofs are compared in constant time. */
 #include "auth.h"
+#include "connex/options.h"
 
 #include "engine.h"
 
@@ -68,8 +69,9 @@ static int read_token_file(const char *path, cx_auth_t *a)
 int cx_auth_load(const char *cfg_token, cx_auth_t **out)
 {
     *out = NULL;
-    const char *env = getenv("CONNEX_AUTH_TOKEN");
-    const char *file = getenv("CONNEX_AUTH_TOKEN_FILE");
+    const char *env, *file;
+    (void)cx_opt_get_str("CONNEX_AUTH_TOKEN", &env);
+    (void)cx_opt_get_str("CONNEX_AUTH_TOKEN_FILE", &file);
     const char *tok = NULL, *src = NULL;
     if (cfg_token) { tok = cfg_token; src = "config"; }
     else if (env && *env) { tok = env; src = "CONNEX_AUTH_TOKEN"; }

@@ -32,15 +32,6 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op)
         }
 }
 
-int cx_drive_enabled(void)
-{
-    const char *s = getenv("CONNEX_DRIVE");
-    if (!s || !*s || !strcmp(s, "1")) return 1;
-    if (!strcmp(s, "0")) return 0;
-    cx_warn("CONNEX_DRIVE=%s: neither 0 nor 1; caller-driven progress stays on", s);
-    return 1;
-}
-
 /* The progress thread sleeps with a timeout it chose before this caller ran: wake it when the
  * transports said there is more to do at once, or traffic held back is due before it would look. */
 static void wake_progress(cx_engine_t *e)

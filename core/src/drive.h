@@ -71,7 +71,4 @@ void cx_drive_unwatch(cx_engine_t *e);
 /* Progress thread, with or without plock: the drive timer fired (reads its timerfd). */
 void cx_drive_timer_fired(cx_engine_t *e);
 
-/* CONNEX_DRIVE=0 turns caller-driven progress off (every op goes through the progress thread). */
-int cx_drive_enabled(void);
-
 #endif

@@ -1,6 +1,7 @@
 /* Engine lifecycle and the public API entry points. Callers validate what they can locally,
  * then hand an op to the progress thread and wait for its completion. */
 #include "engine.h"
+#include "connex/options.h"
 #include "live.h"
 
 #include "connex/log.h"
@@ -200,7 +201,7 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
 /* Which backends to open: CONNEX_BACKEND wins over the config; "auto" opens every one built. */
 static int open_backends(cx_engine_t *e)
 {
-    const char *want = getenv("CONNEX_BACKEND");
+    const char *want = cx_opts_str(&e->opts, "CONNEX_BACKEND");
     if (!want || !*want) want = e->cfg.backend;
     if (!want || !*want) want = "auto";
     int is_auto = !strcmp(want, "auto");
@@ -287,10 +288,17 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     *out = NULL;
     cx_engine_t *e = calloc(1, sizeof *e);
     if (!e) return CX_ENOMEM;
+    /* Every CONNEX_* variable, checked before anything starts (connex/options.h). */
+    if (cx_opts_load(&e->opts)) {
+        cx_error("engine: %u CONNEX_* variable(s) with a bad value (see above); not created", e->opts.bad);
+        free(e);
+        return CX_EINVAL;
+    }
     e->epfd = e->lfd = e->cmdfd = e->timerfd = e->dtimerfd = -1;
     pthread_mutex_init(&e->qmu, NULL);
     pthread_mutex_init(&e->plock, NULL);
-    e->drive = cx_drive_enabled();
+    /* CONNEX_DRIVE=0 turns caller-driven progress off (every op goes through the progress thread). */
+    e->drive = cx_opts_num(&e->opts, "CONNEX_DRIVE", NULL) != 0;
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
     if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);

@@ -5,6 +5,7 @@
 #define CX_ENGINE_H
 
 #include "connex/backend.h"
+#include "connex/options.h"
 #include "auth.h"
 #include "connex/connex.h"
 #include "ctl_wire.h"
@@ -189,6 +190,7 @@ typedef struct cx_bslot {     /* an opened backend */
 
 struct cx_engine {
     cx_config_t cfg;
+    cx_opts_t opts;              /* the CONNEX_* variables, parsed at create (connex/options.h) */
     char model[CX_MODEL_MAX];
     char listen_ip[48];
     cx_lid_t lid;

@@ -1,5 +1,6 @@
 /* Same-host death watch through a robust futex: why and how in live.h. */
 #include "live.h"
+#include "connex/options.h"
 
 #include "engine.h"
 #include "connex/log.h"
@@ -77,16 +78,15 @@ static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
     return syscall(SYS_futex, w, op, val, ts, NULL, 0);
 }
 
-static int enabled(void)
+static int enabled(const cx_engine_t *e)
 {
-    const char *v = getenv("CONNEX_SAME_HOST_WATCH");
-    return LIVE_SUPPORTED && !(v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no")));
+    return LIVE_SUPPORTED && cx_opts_num(&e->opts, "CONNEX_SAME_HOST_WATCH", NULL);   /* default 1 */
 }
 
 void cx_live_open(cx_engine_t *e)
 {
     e->live = NULL;
-    if (!enabled()) return;
+    if (!enabled(e)) return;
     cx_live_t *l = calloc(1, sizeof *l);
     if (!l) return;
     l->memfd = l->efd = -1;

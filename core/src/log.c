@@ -1,4 +1,5 @@
 #include "connex/log.h"
+#include "connex/options.h"
 #include "connex/connex.h"
 
 #include <stdarg.h>
@@ -13,13 +14,9 @@ int cx_log_level = CX_LOG_WARN;
 
 void cx_log_init(void)
 {
-    const char *s = getenv("CONNEX_LOG");
-    if (!s || !*s) return;
-    static const char *names[] = { "error", "warn", "info", "debug" };
-    for (int i = 0; i < 4; i++)
-        if (!strcasecmp(s, names[i])) { cx_log_level = i; return; }
-    if (s[0] >= '0' && s[0] <= '3' && !s[1]) { cx_log_level = s[0] - '0'; return; }
-    fprintf(stderr, "connex: CONNEX_LOG=%s not understood (error|warn|info|debug), using warn\n", s);
+    /* error|warn|info|debug (or 0..3): the word's index is the level; a bad value is logged. */
+    unsigned long long v;
+    if (cx_opt_get_num("CONNEX_LOG", &v) == 1) cx_log_level = (int)v;
 }
 
 void cx_log_set_level(int level)

@@ -1,6 +1,7 @@
 /* Traffic classes: credits per peer and class, chunked background transfers (see cx_sched.h for
  * the contract with ops.c, docs/semantics.md for what callers are promised). */
 #include "cx_sched.h"
+#include "connex/options.h"
 
 #include "connex/log.h"
 
@@ -36,12 +37,8 @@ void cx_sched_config(cx_config_t *cfg)
         cx_info("background_chunk %u rounded to %llu bytes (whole 4 KiB pages)", cfg->background_chunk,
                 (unsigned long long)c);
     cfg->background_chunk = (uint32_t)c;
-    const char *env = getenv("CONNEX_CLASSES");
-    if (env && *env) {
-        if (!strcasecmp(env, "off") || !strcmp(env, "0")) cfg->classes_off = 1;
-        else if (!strcasecmp(env, "on") || !strcmp(env, "1")) cfg->classes_off = 0;
-        else cx_warn("CONNEX_CLASSES=%.32s: expected on or off; ignored", env);
-    }
+    unsigned long long on;
+    if (cx_opt_get_num("CONNEX_CLASSES", &on) == 1) cfg->classes_off = !on;
 }
 
 static int peer_live(const cx_peer_t *p)

@@ -1,5 +1,6 @@
 /* Poll-then-sleep for callers and the progress thread (spin.h). */
 #include "spin.h"
+#include "connex/options.h"
 #include "engine.h"
 #include "drive.h"
 
@@ -21,16 +22,8 @@ static uint64_t default_window_ns(void)
 
 uint64_t cx_spin_window_ns(void)
 {
-    const char *s = getenv("CONNEX_POLL_US");
-    if (!s || !*s) return default_window_ns();
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end || v > 100000) {   /* digits only: no sign, no blanks */
-        uint64_t d = default_window_ns();
-        cx_warn("CONNEX_POLL_US=%s: not an integer in 0..100000 (microseconds); using %llu", s,
-                (unsigned long long)(d / 1000));
-        return d;
-    }
+    unsigned long long v;
+    if (cx_opt_get_num("CONNEX_POLL_US", &v) != 1) return default_window_ns();   /* unset or bad (logged) */
     return (uint64_t)v * 1000ull;
 }
 

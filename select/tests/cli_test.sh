@@ -1,5 +1,6 @@
 #!/bin/sh
-# connex-probe end to end: text, --json (valid JSON), exit codes, a synthetic DGX sysfs tree.
+# connex-probe end to end: text, --json (valid JSON), --config, exit codes, a synthetic DGX sysfs
+# tree.
 # usage: cli_test.sh CONNEX_PROBE CX_MKFIXTURE FIXTURES_DIR
 set -u
 probe=$1 mk=$2 fx=$3
@@ -31,6 +32,15 @@ check "unknown backend says so" "echo \"\$out\" | grep -q 'CONNEX_BACKEND=bogus 
 out=$(CONNEX_GDR=1 timeout 20 "$probe" --sysfs /nonexistent 2>&1); rc=$?
 check "CONNEX_GDR=1 without a GPU exits 1" "[ $rc -eq 1 ]"
 check "CONNEX_GDR=1 says why" "echo \"\$out\" | grep -q 'CONNEX_GDR=1 but GPUDirect cannot work: no GPU'"
+
+out=$(CONNEX_FI_POLL_US=250 timeout 20 "$probe" --config); rc=$?
+check "--config exits 0 with good values" "[ $rc -eq 0 ]"
+check "--config lists every variable, CONNEX_LOG first" "echo \"\$out\" | head -1 | grep -q '^CONNEX_LOG  *warn  *default '"
+check "--config says a value came from the environment" "echo \"\$out\" | grep -q '^CONNEX_FI_POLL_US  *250  *environment '"
+out=$(CONNEX_STAGE_SLOTS=0 CONNEX_AUTH_TOKEN=hush timeout 20 "$probe" --config); rc=$?
+check "--config exits 1 with a bad value" "[ $rc -eq 1 ]"
+check "--config marks the bad value" "echo \"\$out\" | grep -q '^CONNEX_STAGE_SLOTS  *0  *BAD '"
+check "--config never shows the token" "! echo \"\$out\" | grep -q hush"
 
 timeout 20 "$probe" --frobnicate >/dev/null 2>&1; rc=$?
 check "unknown argument exits 2" "[ $rc -eq 2 ]"

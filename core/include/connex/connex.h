@@ -272,6 +272,13 @@ int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *ste
 /* Logging: CONNEX_LOG=error|warn|info|debug (default warn), to stderr. */
 void cx_log_set_level(int level);       /* 0 error .. 3 debug */
 
+/* The CONNEX_* environment variables (README.md, "Configuration"): one line each, in the options
+ * table's order, with the effective value, where it came from (default, environment, or BAD for a
+ * value cx_engine_create refuses), the component that reads it, a line of doc and the allowed
+ * values. Writes at most len bytes (NUL-terminated) and returns the length the whole report
+ * needs, like snprintf. */
+size_t cx_options_report(char *buf, size_t len);
+
 #pragma GCC visibility pop
 
 #ifdef __cplusplus

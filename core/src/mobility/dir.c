@@ -2,6 +2,7 @@
  * CONNEX_DIRECTORY, else "static"), the shared table of entries, and what a change means for the
  * peers this engine knows (MOVED, LEFT, a dial to the new address). docs/mobility.md. */
 #include "dir_impl.h"
+#include "connex/options.h"
 
 #include "../engine.h"
 #include "connex/log.h"
@@ -92,7 +93,7 @@ int cx_dir_start(cx_engine_t *e)
 {
     const char *spec = e->cfg.directory;
     const char *from = "config.directory";
-    if (!spec || !*spec) { spec = getenv("CONNEX_DIRECTORY"); from = "CONNEX_DIRECTORY"; }
+    if (!spec || !*spec) { spec = cx_opts_str(&e->opts, "CONNEX_DIRECTORY"); from = "CONNEX_DIRECTORY"; }
     if (!spec || !*spec) { spec = "static"; from = "default"; }
     const cx_dir_ops_t *ops;
     const char *arg = NULL;
@@ -112,12 +113,11 @@ int cx_dir_start(cx_engine_t *e)
     d->lease_ms = e->cfg.lease_ms;
     if (!d->lease_ms) {
         /* For processes whose config the launcher does not write (tests, scripts). */
-        const char *lm = getenv("CONNEX_LEASE_MS");
-        d->lease_ms = lm && *lm ? (uint32_t)strtoul(lm, NULL, 10) : 0;
+        d->lease_ms = (uint32_t)cx_opts_num(&e->opts, "CONNEX_LEASE_MS", NULL);
     }
     if (!d->lease_ms) d->lease_ms = 3000;
     d->peers = e->cfg.peers;
-    if (!d->peers) d->peers = getenv("CONNEX_PEERS");
+    if (!d->peers) d->peers = cx_opts_str(&e->opts, "CONNEX_PEERS");
     int rc = ops->open(d, arg);
     if (rc) { dir_free(d); return rc; }
     e->dir = d;
