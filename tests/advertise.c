@@ -3,6 +3,7 @@
  * both sides, a write and a read in each direction with the bytes checked. Run once per backend
  * variant (tests/CMakeLists.txt), so that each backend's address blob is the advertised one too.
  *   test_loopback_advertised: CONNEX_ADVERTISE_IP=127.0.0.1, the peer on 127.0.0.1.
+ *   test_ipv6_loopback_advertised: the same on ::, advertising ::1.
  *   test_default_advertised: without it, the URL carries an interface address, not 0.0.0.0.
  *   test_netns_advertised: the peer in a network namespace of its own, joined to ours by a veth
  *     pair (both created here, removed at the end); CONNEX_ADVERTISE_IP is our veth end's
@@ -96,14 +97,14 @@ static void teardown_net(void)
     g_have_ns = 0;
 }
 
-/* An engine listening on 0.0.0.0, with CONNEX_ADVERTISE_IP=adv (NULL: unset) for its create
- * only: the peers started later must not inherit it. */
-static cx_engine_t *wildcard_engine(const char *model, const char *adv)
+/* An engine listening on `listen` (0.0.0.0 or ::), with CONNEX_ADVERTISE_IP=adv (NULL: unset)
+ * for its create only: the peers started later must not inherit it. */
+static cx_engine_t *wildcard_engine_on(const char *listen, const char *model, const char *adv)
 {
     cx_config_t c;
     memset(&c, 0, sizeof c);
     c.model = model;
-    c.listen_ip = "0.0.0.0";
+    c.listen_ip = listen;
     c.heartbeat_ms = 200;
     c.heartbeat_timeout_ms = 2000;
     c.op_timeout_ms = 10000;
@@ -112,8 +113,13 @@ static cx_engine_t *wildcard_engine(const char *model, const char *adv)
     cx_engine_t *e = NULL;
     int rc = cx_engine_create(&c, &e);
     unsetenv("CONNEX_ADVERTISE_IP");
-    if (rc) fail_msg("engine on 0.0.0.0 (advertising %s): %s", adv ? adv : "the default", cx_strerror(rc));
+    if (rc) fail_msg("engine on %s (advertising %s): %s", listen, adv ? adv : "the default", cx_strerror(rc));
     return e;
+}
+
+static cx_engine_t *wildcard_engine(const char *model, const char *adv)
+{
+    return wildcard_engine_on("0.0.0.0", model, adv);
 }
 
 /* The URL's host is `host`: "host:port#..." (IPv4 only here). */
@@ -178,6 +184,18 @@ static void test_loopback_advertised(void **state)
     cx_engine_destroy(e);
 }
 
+/* The IPv6 wildcard: URL "[::1]:port#...", a peer on ::1 connects by it. */
+static void test_ipv6_loopback_advertised(void **state)
+{
+    (void)state;
+    cx_engine_t *e = wildcard_engine_on("::", "adv-lo6", "::1");
+    const char *url = cx_engine_local_url(e);
+    if (strncmp(url, "[::1]:", 6)) fail_msg("URL %s does not advertise [::1]", url);
+    cxt_peer_opts_t o = { .model = "adv-lo6-peer", .replica = 3, .listen_ip = "::1" };
+    pair_through_url(e, &o);
+    cx_engine_destroy(e);
+}
+
 static void test_default_advertised(void **state)
 {
     (void)state;
@@ -215,6 +233,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_loopback_advertised, cxt_watchdog_setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ipv6_loopback_advertised, cxt_watchdog_setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_advertised, cxt_watchdog_setup, teardown),
         cmocka_unit_test_setup_teardown(test_netns_advertised, cxt_watchdog_setup, teardown),
     };
