@@ -25,6 +25,16 @@ static int cx_fi_is_wildcard(const char *ip)
     return !ip || !*ip || !strcmp(ip, "0.0.0.0") || !strcmp(ip, "::");
 }
 
+/* The address the tcp provider binds: the listen address, or where that is a wildcard the
+ * advertised one, which peers are told and reach (without a node it would take an address of
+ * its own choice, maybe one peers cannot reach). */
+static const char *cx_fi_bind_ip(const cx_backend_params_t *p)
+{
+    if (cx_fi_is_wildcard(p->listen_ip) && p->advertise_ip && !cx_fi_is_wildcard(p->advertise_ip))
+        return p->advertise_ip;
+    return p->listen_ip;
+}
+
 static struct fi_info *cx_fi_hints(const char *prov, int gpu)
 {
     struct fi_info *h = cx_fi_dupinfo(NULL);
@@ -57,8 +67,9 @@ static int cx_fi_query(const char *prov, const char *ip, int gpu, struct fi_info
     struct fi_info *h = cx_fi_hints(prov, gpu);
     if (!h)
         return -FI_ENOMEM;
-    /* tcp binds to the engine's address; RDMA providers pick their device themselves (the
-     * engine's address is the control network, often not the RDMA one). */
+    /* tcp binds to the engine's address (its advertised one when it listens on every
+     * interface: cx_fi_bind_ip); RDMA providers pick their device themselves (the engine's
+     * address is the control network, often not the RDMA one). */
     const char *node = NULL;
     if (prov && !strncmp(prov, "tcp", 3) && !cx_fi_is_wildcard(ip))
         node = ip;
@@ -327,7 +338,7 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     int r = -FI_ENODATA;
     int n = (order == any) ? 1 : 0;
     for (int i = 0; n || order[i]; i++) {
-        r = cx_fi_query(order[i], p->listen_ip, p->gpu_direct, &info);
+        r = cx_fi_query(order[i], cx_fi_bind_ip(p), p->gpu_direct, &info);
         if (r == 0)
             break;
         cx_info("libfabric: provider %s: %s", order[i] ? order[i] : "(FI_PROVIDER)",

@@ -218,7 +218,12 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         free(b);
         return CX_EUNSUPPORTED;
     }
-    int rc = cx_ucx_config(cfg, prm->listen_ip);
+    /* tcp over the interface peers reach: the listen address's, or where that is a wildcard
+     * (0.0.0.0, ::), the advertised address's (ucx_env.c, cx_ucx_net_devices). */
+    const char *ip = prm->listen_ip;
+    if ((!ip || !*ip || !strcmp(ip, "0.0.0.0") || !strcmp(ip, "::")) && prm->advertise_ip && *prm->advertise_ip)
+        ip = prm->advertise_ip;
+    int rc = cx_ucx_config(cfg, ip);
     if (rc != CX_OK) {
         ucp_config_release(cfg);
         free(b);

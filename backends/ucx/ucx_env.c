@@ -126,8 +126,9 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
  * gets endpoints whose connect is refused, and the pair's first op after a rejoin hung until
  * its timeout (the restarted peer's lanes went over a veth pair that had been removed). So tcp
  * goes over the interface of the engine's own control address, which peers demonstrably
- * reach; RDMA ports stay (they are what UCX is for). Listening on every interface (0.0.0.0,
- * ::) keeps UCX's default. CONNEX_NET_DEVICES or UCX_NET_DEVICES override this. */
+ * reach; RDMA ports stay (they are what UCX is for). An engine listening on every interface
+ * (0.0.0.0, ::) passes its advertised address here instead; a wildcard that still arrives
+ * keeps UCX's default. CONNEX_NET_DEVICES or UCX_NET_DEVICES override this. */
 static int cx_ucx_net_devices(ucp_config_t *cfg, const char *listen_ip)
 {
     const char *dev;

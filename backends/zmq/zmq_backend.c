@@ -86,8 +86,18 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
         zmq_be_close(b);
         return CX_ERR;
     }
-    size_t sz = sizeof b->endpoint;
-    zmq_getsockopt(b->router, ZMQ_LAST_ENDPOINT, b->endpoint, &sz);
+    /* The endpoint peers connect to: the bound port at the advertised address (a router bound
+     * to 0.0.0.0 reports tcp://0.0.0.0:port, which no peer can use). */
+    char last[128];
+    size_t sz = sizeof last;
+    const char *adv = p->advertise_ip && *p->advertise_ip ? p->advertise_ip : p->listen_ip;
+    const char *port = zmq_getsockopt(b->router, ZMQ_LAST_ENDPOINT, last, &sz) ? NULL : strrchr(last, ':');
+    if (!port) {
+        cx_error("zmq: no bound endpoint for %s: %s", ep, zmq_strerror(zmq_errno()));
+        zmq_be_close(b);
+        return CX_ERR;
+    }
+    snprintf(b->endpoint, sizeof b->endpoint, strchr(adv, ':') ? "tcp://[%s]%s" : "tcp://%s%s", adv, port);
     if (watch(b, b->router, &b->router_fd)) { zmq_be_close(b); return CX_ERR; }
     *out = b;
     return CX_OK;

@@ -3,6 +3,7 @@
 #include "engine.h"
 #include "connex/options.h"
 #include "live.h"
+#include "advertise.h"
 
 #include "connex/log.h"
 #include "gpu_hook.h"
@@ -195,6 +196,8 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     e->cfg.model = e->model;
     snprintf(e->model, sizeof e->model, "%s", cfg->model);
     e->cfg.listen_ip = e->listen_ip;
+    if (cx_advertise_resolve(e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
+    e->cfg.advertise_ip = e->adv_ip;
     return CX_OK;
 }
 
@@ -223,7 +226,7 @@ static int open_backends(cx_engine_t *e)
             return CX_EUNSUPPORTED;
         }
         /* GPUDirect stays off until the selection's plan says otherwise. */
-        cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip,
+        cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip, .advertise_ip = e->adv_ip,
                                   .incarnation = e->incarnation, .gpu_direct = 0 };
         cx_bslot_t *s = &e->be[e->nb];
         int rc = ops->open(&p, &s->b);
@@ -328,8 +331,8 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->lfd = fd;
     cx_url_t u;
     memset(&u, 0, sizeof u);
-    snprintf(u.host, sizeof u.host, "%s", e->listen_ip);
-    u.is_ipv6 = strchr(e->listen_ip, ':') != NULL;
+    snprintf(u.host, sizeof u.host, "%s", e->adv_ip);   /* what peers connect to */
+    u.is_ipv6 = strchr(e->adv_ip, ':') != NULL;
     u.port = port;
     u.lid = e->lid;
     cx_url_format(&u, e->url, sizeof e->url);

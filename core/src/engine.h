@@ -193,6 +193,7 @@ struct cx_engine {
     cx_opts_t opts;              /* the CONNEX_* variables, parsed at create (connex/options.h) */
     char model[CX_MODEL_MAX];
     char listen_ip[48];
+    char adv_ip[48];          /* the address advertised (advertise.h): the URL's host */
     cx_lid_t lid;
     char url[CX_URL_MAX];
     uint64_t incarnation;

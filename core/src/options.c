@@ -39,6 +39,9 @@ static const cx_opt_def_t g_opts[] = {
       "identity directory: static or etcd://host:port (unset: config.directory, else static)", 0 },
     { "CONNEX_PEERS", S, NULL, 0, 0, NULL, "core",
       "the static directory's members: comma-separated URLs", 0 },
+    { "CONNEX_ADVERTISE_IP", S, NULL, 0, 0, NULL, "core",
+      "the address peers are told to connect to (unless config.advertise_ip; unset: listen_ip, "
+      "or for 0.0.0.0 / :: the default-route interface's address)", 0 },
     { "CONNEX_LEASE_MS", MS, NULL, 0, 86400000, NULL, "core",
       "directory lease (unset or 0: config.lease_ms, else 3000)", 0 },
     { "CONNEX_AUTH_TOKEN", S, NULL, 0, 0, NULL, "core",

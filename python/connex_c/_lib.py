@@ -72,7 +72,8 @@ class cx_config_t(ctypes.Structure):
                 ("credits_critical", ctypes.c_uint32),
                 ("credits_background", ctypes.c_uint32),
                 ("background_chunk", ctypes.c_uint32),
-                ("classes_off", ctypes.c_int)]
+                ("classes_off", ctypes.c_int),
+                ("advertise_ip", ctypes.c_char_p)]
 
 
 class cx_msg_t(ctypes.Structure):

@@ -124,7 +124,7 @@ class Engine(Closable):
                  heartbeat_ms=0, heartbeat_timeout_ms=0, backend=None, op_timeout_ms=0,
                  connect_timeout_ms=0, recv_queue_max=0, recv_queue_bytes=0, auth_token=None,
                  credits_critical=0, credits_background=0, background_chunk=0, classes_off=False,
-                 directory=None, peers=None, lease_ms=0):
+                 directory=None, peers=None, lease_ms=0, advertise_ip=None):
         if not isinstance(model, str):
             raise TypeError("model must be str, not %s" % type(model).__name__)
         if not _MODEL_RE.fullmatch(model):
@@ -141,6 +141,14 @@ class Engine(Closable):
             except ValueError:
                 raise ValueError("listen_ip %r is not a numeric IPv4/IPv6 address"
                                  % listen_ip) from None
+        # None: CONNEX_ADVERTISE_IP, else listen_ip, else (0.0.0.0, ::) the default-route address
+        cfg.advertise_ip = _args.text(advertise_ip, "advertise_ip")
+        if advertise_ip is not None:
+            try:
+                ipaddress.ip_address(advertise_ip)
+            except ValueError:
+                raise ValueError("advertise_ip %r is not a numeric IPv4/IPv6 address"
+                                 % advertise_ip) from None
         cfg.port = _args.check_int(port, "port", 0, 65535)
         cfg.backend = _args.text(backend, "backend")
         cfg.heartbeat_ms = _u32(heartbeat_ms, "heartbeat_ms")

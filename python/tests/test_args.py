@@ -22,6 +22,8 @@ from connex_c import CX_EINVAL, Engine, EngineClosed
     (dict(model="m", stage=True), TypeError),
     (dict(model="m", listen_ip=5), TypeError),
     (dict(model="m", listen_ip="not-an-ip"), ValueError),      # refused by the core: EINVAL
+    (dict(model="m", advertise_ip="not-an-ip"), ValueError),
+    (dict(model="m", listen_ip="0.0.0.0", advertise_ip="::1"), ValueError),   # EINVAL: IPv6 for IPv4
     (dict(model="m", backend="no-such-backend"), Exception),
 ])
 def test_engine_constructor(kw, exc, monkeypatch):

@@ -224,3 +224,15 @@ def test_two_engines_in_one_process():
         assert b.register_memory(buf) == 0 and a.register_memory(dst) == 0
         assert a.transfer_sync_read(b.local_url, dst, _addr(buf), 4096) == 0
         assert dst == buf
+
+
+def test_wildcard_listen_advertises_given_address():
+    """Listening on every interface, the URL carries advertise_ip, and another engine reaches it."""
+    with Engine("wild", listen_ip="0.0.0.0", advertise_ip="127.0.0.1", heartbeat_ms=100) as a, \
+            Engine("dial", heartbeat_ms=100) as b:
+        assert a.local_url.startswith("127.0.0.1:")
+        buf = bytearray(pattern(4096, 8))
+        dst = bytearray(4096)
+        assert a.register_memory(buf) == 0 and b.register_memory(dst) == 0
+        assert b.transfer_sync_read(a.local_url, dst, _addr(buf), 4096) == 0
+        assert dst == buf

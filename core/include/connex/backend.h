@@ -51,7 +51,9 @@ typedef struct cx_backend_gpu_caps {
 
 typedef struct cx_backend_params {
     cx_core_t *core;
-    const char *listen_ip;     /* the engine's listen address (numeric) */
+    const char *listen_ip;     /* the engine's listen address (numeric; may be 0.0.0.0 or ::) */
+    const char *advertise_ip;  /* the address peers are told (numeric, never a wildcard): bind
+                                  or advertise it where listen_ip is a wildcard. NULL: listen_ip */
     uint64_t incarnation;      /* this engine's incarnation: put it on the wire so the target can
                                   tell the core who sent a request (cx_core_peer_by_incarnation) */
     int gpu_direct;            /* 1: GPU memory will be registered directly (docs/gpu.md) */

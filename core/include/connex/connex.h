@@ -65,7 +65,8 @@ int cx_lid_cmp(const cx_lid_t *a, const cx_lid_t *b);               /* total ord
 typedef struct cx_config {        /* zero-initialised = defaults */
     const char *model;            /* required: [A-Za-z0-9._:/-]{1,63} */
     uint32_t stage, shard, replica;
-    const char *listen_ip;        /* default "127.0.0.1"; IPv6 accepted */
+    const char *listen_ip;        /* default "127.0.0.1"; IPv6 accepted; "0.0.0.0" or "::": every
+                                     interface (see advertise_ip) */
     uint16_t port;                /* control port; 0 = ephemeral */
     const char *backend;          /* NULL or "auto" (every usable backend, best per peer),
                                      or "ucx" | "libfabric" | "zmq"; env CONNEX_BACKEND wins */
@@ -89,6 +90,10 @@ typedef struct cx_config {        /* zero-initialised = defaults */
                                      default 1 MiB */
     int classes_off;              /* 1: no classes, every op is issued at once (benchmark baseline);
                                      env CONNEX_CLASSES=off */
+    const char *advertise_ip;     /* the address peers are told to connect to (URL, HELLO, directory
+                                     entry, backend addresses); NULL: env CONNEX_ADVERTISE_IP, else
+                                     listen_ip, else (listen_ip 0.0.0.0 or ::) the address of the
+                                     default-route interface (docs/semantics.md) */
 } cx_config_t;
 
 typedef struct cx_engine cx_engine_t;
