@@ -96,7 +96,7 @@ static int host_ifaddrs(cx_ifaddr_t *out, int max)
     return n;
 }
 
-/* CONNEX_ADVERTISE_IP: a plain getenv, kept in this one function (an options table may take it). */
+/* CONNEX_ADVERTISE_IP, through the options table (connex/options.h). */
 static const char *advertise_env(void)
 {
     const char *v = NULL;
