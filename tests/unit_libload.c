@@ -54,29 +54,6 @@ static char *env_snapshot(void)
     return out;
 }
 
-/* Every entry of `after` that is not in `before` sets one of the allowed names. */
-static void env_only_added(const char *before, const char *after, const char *const *allowed)
-{
-    const char *l = after;
-    while (*l) {
-        const char *e = strchr(l, '\n');
-        size_t n = (size_t)(e - l);
-        int known = 0;
-        for (const char *b = before; *b && !known;) {
-            const char *be = strchr(b, '\n');
-            known = (size_t)(be - b) == n && !memcmp(b, l, n);
-            b = be + 1;
-        }
-        if (!known) {
-            int ok = 0;
-            for (int i = 0; allowed[i] && !ok; i++)
-                ok = !strncmp(l, allowed[i], strlen(allowed[i])) && l[strlen(allowed[i])] == '=';
-            if (!ok) fail_msg("the engine changed the environment: %.*s", (int)n, l);
-        }
-        l = e + 1;
-    }
-}
-
 /* Loading libconnex (linked into this test) changed nothing: the environment is still the one
  * the process was started with (/proc/self/environ: the block exec gave it). Runs first. */
 static void test_load_leaves_environment(void **state)
@@ -156,6 +133,29 @@ static void test_auth_token_loads_libcrypto(void **state)
 }
 
 #ifdef CX_HAVE_LIBFABRIC
+/* Every entry of `after` that is not in `before` sets one of the allowed names. */
+static void env_only_added(const char *before, const char *after, const char *const *allowed)
+{
+    const char *l = after;
+    while (*l) {
+        const char *e = strchr(l, '\n');
+        size_t n = (size_t)(e - l);
+        int known = 0;
+        for (const char *b = before; *b && !known;) {
+            const char *be = strchr(b, '\n');
+            known = (size_t)(be - b) == n && !memcmp(b, l, n);
+            b = be + 1;
+        }
+        if (!known) {
+            int ok = 0;
+            for (int i = 0; allowed[i] && !ok; i++)
+                ok = !strncmp(l, allowed[i], strlen(allowed[i])) && l[strlen(allowed[i])] == '=';
+            if (!ok) fail_msg("the engine changed the environment: %.*s", (int)n, l);
+        }
+        l = e + 1;
+    }
+}
+
 /* The libfabric backend loads the library itself, then runs as before. */
 static void test_libfabric_engine_loads_it(void **state)
 {
