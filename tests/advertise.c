@@ -29,33 +29,6 @@
 static char g_ns[32], g_va[16], g_vb[16], g_ip_a[32], g_ip_b[32];
 static int g_have_ns;
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    if (rc) fprintf(stderr, "advertise: `%s` failed (%d)\n", cmd, rc);
-    return rc;
-}
-
-/* Why the namespace case cannot run here (NULL: it can), and the capability missing (*cap). */
-static const char *why_skip(const char **cap)
-{
-    *cap = "root";
-    if (geteuid() != 0) return "not root (creating network namespaces needs CAP_NET_ADMIN)";
-    *cap = "netns";
-    if (system("ip -V >/dev/null 2>&1")) return "no `ip` (iproute2) on PATH";
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "ip netns add cxt-probe-%d 2>/dev/null && ip netns del cxt-probe-%d", (int)getpid(),
-             (int)getpid());
-    if (system(cmd)) return "`ip netns add` fails here (a container without CAP_SYS_ADMIN?)";
-    return NULL;
-}
-
 /* A veth pair, our end 10.214.N.1, the namespace's 10.214.N.2, both running (LOWER_UP: UCX
  * lists only running interfaces). */
 static int setup_net(void)
@@ -71,12 +44,12 @@ static int setup_net(void)
     snprintf(g_vb, sizeof g_vb, "cxab%d", (int)getpid() % 100000);
     snprintf(g_ip_a, sizeof g_ip_a, "10.214.%d.1", id);
     snprintf(g_ip_b, sizeof g_ip_b, "10.214.%d.2", id);
-    if (sh("ip netns add %s", g_ns)) return -1;
+    if (cxt_sh("ip netns add %s", g_ns)) return -1;
     g_have_ns = 1;
-    if (sh("ip link add %s type veth peer name %s", g_va, g_vb) || sh("ip link set %s netns %s", g_vb, g_ns) ||
-        sh("ip addr add %s/24 dev %s", g_ip_a, g_va) || sh("ip link set %s up", g_va) ||
-        sh("ip -n %s addr add %s/24 dev %s", g_ns, g_ip_b, g_vb) || sh("ip -n %s link set %s up", g_ns, g_vb) ||
-        sh("ip -n %s link set lo up", g_ns))
+    if (cxt_sh("ip link add %s type veth peer name %s", g_va, g_vb) || cxt_sh("ip link set %s netns %s", g_vb, g_ns) ||
+        cxt_sh("ip addr add %s/24 dev %s", g_ip_a, g_va) || cxt_sh("ip link set %s up", g_va) ||
+        cxt_sh("ip -n %s addr add %s/24 dev %s", g_ns, g_ip_b, g_vb) || cxt_sh("ip -n %s link set %s up", g_ns, g_vb) ||
+        cxt_sh("ip -n %s link set lo up", g_ns))
         return -1;
     char cmd[256];
     snprintf(cmd, sizeof cmd, "ip -o link show dev %s | grep -q LOWER_UP && ip -n %s -o link show dev %s | grep -q LOWER_UP",
@@ -92,8 +65,8 @@ static int setup_net(void)
 static void teardown_net(void)
 {
     if (!g_have_ns) return;
-    sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
-    sh("ip netns del %s", g_ns);
+    cxt_sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
+    cxt_sh("ip netns del %s", g_ns);
     g_have_ns = 0;
 }
 
@@ -210,7 +183,7 @@ static void test_default_advertised(void **state)
 static void test_netns_advertised(void **state)
 {
     (void)state;
-    const char *cap, *skip_why = why_skip(&cap);
+    const char *cap, *skip_why = cxt_netns_why_skip(&cap);
     if (skip_why) cxt_skip(cap, "advertise: %s", skip_why);
     assert_int_equal(setup_net(), 0);
     cx_engine_t *e = wildcard_engine("adv-ns", g_ip_a);

@@ -770,3 +770,28 @@ int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb
     else fprintf(stderr, "cxt: engine %s backends %s\n", cx_engine_local_url(*e), cx_engine_backends(*e));
     return rc;
 }
+
+int cxt_sh(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    if (rc) fprintf(stderr, "cxt: `%s` failed (%d)\n", cmd, rc);
+    return rc;
+}
+
+const char *cxt_netns_why_skip(const char **cap)
+{
+    *cap = "root";
+    if (geteuid() != 0) return "not root (creating network namespaces needs CAP_NET_ADMIN)";
+    *cap = "netns";
+    if (system("ip -V >/dev/null 2>&1")) return "no `ip` (iproute2) on PATH";
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ip netns add cxt-probe-%d 2>/dev/null && ip netns del cxt-probe-%d", (int)getpid(),
+             (int)getpid());
+    if (system(cmd)) return "`ip netns add` fails here (a container without CAP_SYS_ADMIN?)";
+    return NULL;
+}

@@ -48,6 +48,14 @@ int cxt_sockets_without_cloexec(const uint16_t *ports, int nports, int *checked)
  * is merely free can be taken by a parallel test's listener, which accepts and then hangs up. */
 uint16_t cxt_refusing_port(int *hold);
 
+/* ---- network namespaces ---- */
+
+/* Runs a shell command line (printf-style); non-zero exit: printed with the command. */
+int cxt_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Why a test that creates network namespaces cannot run here (NULL: it can), and the capability
+ * missing in *cap ("root" or "netns", for cxt_skip). */
+const char *cxt_netns_why_skip(const char **cap);
+
 /* ---- events ---- */
 
 /* Waits up to timeout_ms for an event of `type` about `lid` (bare LID string; NULL: any peer).

@@ -31,33 +31,6 @@
 static char g_ns[32], g_va[16], g_vb[16], g_ip_a[32], g_ip_b[32];
 static int g_have_ns;
 
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    if (rc) fprintf(stderr, "partition: `%s` failed (%d)\n", cmd, rc);
-    return rc;
-}
-
-/* Why the test cannot run here (NULL: it can), and the capability missing (*cap). */
-static const char *why_skip(const char **cap)
-{
-    *cap = "root";
-    if (geteuid() != 0) return "not root (creating network namespaces needs CAP_NET_ADMIN)";
-    *cap = "netns";
-    if (system("ip -V >/dev/null 2>&1")) return "no `ip` (iproute2) on PATH";
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "ip netns add cxt-probe-%d 2>/dev/null && ip netns del cxt-probe-%d", (int)getpid(),
-             (int)getpid());
-    if (system(cmd)) return "`ip netns add` fails here (a container without CAP_SYS_ADMIN?)";
-    return NULL;
-}
-
 /* `ip link set up` returns before the veth has its carrier; UCX lists only interfaces that are
  * running, so a process started in that gap advertises no address on the veth and cannot be
  * reached over it. Wait (bounded) until both ends say LOWER_UP. */
@@ -88,12 +61,12 @@ static int setup_net(void)
     snprintf(g_vb, sizeof g_vb, "cxpb%d", (int)getpid() % 100000);
     snprintf(g_ip_a, sizeof g_ip_a, "10.213.%d.1", id);
     snprintf(g_ip_b, sizeof g_ip_b, "10.213.%d.2", id);
-    if (sh("ip netns add %s", g_ns)) return -1;
+    if (cxt_sh("ip netns add %s", g_ns)) return -1;
     g_have_ns = 1;
-    if (sh("ip link add %s type veth peer name %s", g_va, g_vb) || sh("ip link set %s netns %s", g_vb, g_ns) ||
-        sh("ip addr add %s/24 dev %s", g_ip_a, g_va) || sh("ip link set %s up", g_va) ||
-        sh("ip -n %s addr add %s/24 dev %s", g_ns, g_ip_b, g_vb) || sh("ip -n %s link set %s up", g_ns, g_vb) ||
-        sh("ip -n %s link set lo up", g_ns))
+    if (cxt_sh("ip link add %s type veth peer name %s", g_va, g_vb) || cxt_sh("ip link set %s netns %s", g_vb, g_ns) ||
+        cxt_sh("ip addr add %s/24 dev %s", g_ip_a, g_va) || cxt_sh("ip link set %s up", g_va) ||
+        cxt_sh("ip -n %s addr add %s/24 dev %s", g_ns, g_ip_b, g_vb) || cxt_sh("ip -n %s link set %s up", g_ns, g_vb) ||
+        cxt_sh("ip -n %s link set lo up", g_ns))
         return -1;
     return wait_link_running();
 }
@@ -101,8 +74,8 @@ static int setup_net(void)
 static void teardown_net(void)
 {
     if (!g_have_ns) return;
-    sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
-    sh("ip netns del %s", g_ns);
+    cxt_sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
+    cxt_sh("ip netns del %s", g_ns);
     g_have_ns = 0;
 }
 
@@ -146,7 +119,7 @@ static void *stream_main(void *arg)
  * case where namespaces cannot be made). */
 static void survivor_up_t(const char *model, uint32_t hb, uint32_t hbt, uint32_t opt, cx_engine_t **e, uint8_t **buf)
 {
-    const char *cap, *skip_why = why_skip(&cap);
+    const char *cap, *skip_why = cxt_netns_why_skip(&cap);
     if (skip_why) cxt_skip(cap, "partition: %s", skip_why);
     assert_int_equal(setup_net(), 0);
     cx_config_t c;
@@ -202,7 +175,7 @@ static void test_link_down_then_up(void **state)
 
     /* The peer's side of the cable goes dark: no RST, no FIN, just silence. */
     uint64_t t_down = cxt_now_ns();
-    assert_int_equal(sh("ip -n %s link set %s down", g_ns, g_vb), 0);
+    assert_int_equal(cxt_sh("ip -n %s link set %s down", g_ns, g_vb), 0);
     unsigned seen = 0;
     cx_event_t ev;
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, HBT_MS + 2000, &ev, &seen), 0);
@@ -219,7 +192,7 @@ static void test_link_down_then_up(void **state)
     /* Link back: the pair finds itself again. */
     cxt_drain_events(e);
     uint64_t t_up = cxt_now_ns();
-    assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+    assert_int_equal(cxt_sh("ip -n %s link set %s up", g_ns, g_vb), 0);
     assert_int_equal(wait_link_running(), 0);
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_JOINED, 10000, &ev, NULL), 0);
     printf("partition: JOINED %.0f ms after link up\n", cxt_ms_since(t_up));
@@ -280,7 +253,7 @@ static void test_link_down_kill_restart_cycles(void **state)
         /* Link down with reads in flight: FAILED (after SUSPECT) within the heartbeat timeout. */
         cxt_drain_events(e);
         uint64_t t_down = cxt_now_ns();
-        assert_int_equal(sh("ip -n %s link set %s down", g_ns, g_vb), 0);
+        assert_int_equal(cxt_sh("ip -n %s link set %s down", g_ns, g_vb), 0);
         unsigned seen = 0;
         cx_event_t ev;
         assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, HBT_MS + 2000, &ev, &seen), 0);
@@ -296,7 +269,7 @@ static void test_link_down_kill_restart_cycles(void **state)
         /* Killed while its link is down (its sockets die without a word), link back, restart
          * under the same identity and port: it dials us, we see JOINED. */
         cxt_peer_crash(&p);
-        assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+        assert_int_equal(cxt_sh("ip -n %s link set %s up", g_ns, g_vb), 0);
         assert_int_equal(wait_link_running(), 0);
     assert_int_equal(wait_link_running(), 0);
         cxt_drain_events(e);
@@ -357,14 +330,14 @@ static void test_op_timeout_below_heartbeat(void **state)
     assert_int_equal(cxt_check(buf, 65536, 61, 0), -1);
     cxt_drain_events(e);
 
-    int slow = sh("ip netns exec %s tc qdisc add dev %s root tbf rate 16mbit burst 64kb latency 2000ms", g_ns, g_vb) == 0;
+    int slow = cxt_sh("ip netns exec %s tc qdisc add dev %s root tbf rate 16mbit burst 64kb latency 2000ms", g_ns, g_vb) == 0;
     if (!slow) printf("partition: no tc tbf here: the read may end before the cut\n");
     memset(buf, 0x5c, RS);
     cx_op_t *op = NULL;
     uint64_t t0 = cxt_now_ns();
     assert_int_equal(cx_read_async(e, p.lid, buf, p.base, RS, CX_CLASS_CRITICAL, &op), 0);
     usleep(200000);
-    assert_int_equal(sh("ip -n %s link set %s down", g_ns, g_vb), 0);
+    assert_int_equal(cxt_sh("ip -n %s link set %s down", g_ns, g_vb), 0);
     uint64_t t_down = cxt_now_ns();
     int rc = cx_op_wait(op, PT_OPT_MS + 5000);
     size_t landed = 0;
@@ -402,8 +375,8 @@ static void test_op_timeout_below_heartbeat(void **state)
 
     /* Link back before the heartbeat timeout; whatever the peer still had queued may now
      * arrive: none of it may land in the buffers of the ops that timed out. */
-    if (slow) sh("ip netns exec %s tc qdisc del dev %s root", g_ns, g_vb);
-    assert_int_equal(sh("ip -n %s link set %s up", g_ns, g_vb), 0);
+    if (slow) cxt_sh("ip netns exec %s tc qdisc del dev %s root", g_ns, g_vb);
+    assert_int_equal(cxt_sh("ip -n %s link set %s up", g_ns, g_vb), 0);
     assert_int_equal(wait_link_running(), 0);
     usleep(2500000);
     size_t late = 0, first = 0;
