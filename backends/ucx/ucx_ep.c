@@ -29,7 +29,11 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     snprintf(ep->reason, sizeof ep->reason, "ucx: %s", ucs_status_string(st));
     /* A reset is the peer's kernel closing its connection: its process is gone. Anything else
      * (an endpoint timeout, unreachable) may be the network: the core probes the peer. */
-    ep->cause = st == UCS_ERR_CONNECTION_RESET ? CX_CAUSE_PEER_GONE : CX_CAUSE_TRANSPORT;
+    /* UCX 1.13's tcp transport reports a peer whose process died (its socket reset) as
+     * "Endpoint timeout" as often as "Connection reset": both mean the peer is gone, and so
+     * does an unreachable one. Anything else the core probes. */
+    ep->cause = st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE
+                    ? CX_CAUSE_PEER_GONE : CX_CAUSE_TRANSPORT;
     ep->err_queued = 1;
     ep->err_next = ep->b->errq;
     ep->b->errq = ep;
