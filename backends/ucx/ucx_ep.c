@@ -27,11 +27,10 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     if (ep->failed) return;
     ep->failed = 1;
     snprintf(ep->reason, sizeof ep->reason, "ucx: %s", ucs_status_string(st));
-    /* A reset is the peer's kernel closing its connection: its process is gone. Anything else
-     * (an endpoint timeout, unreachable) may be the network: the core probes the peer. */
-    /* UCX 1.13's tcp transport reports a peer whose process died (its socket reset) as
-     * "Endpoint timeout" as often as "Connection reset": both mean the peer is gone, and so
-     * does an unreachable one. Anything else the core probes. */
+    /* A reset is the peer's kernel closing its connection: its process is gone. UCX 1.13's tcp
+     * transport reports that as "Endpoint timeout" as often as "Connection reset", and an
+     * unreachable peer the same way: all three mean the peer is gone. Anything else the core
+     * probes. */
     ep->cause = st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE
                     ? CX_CAUSE_PEER_GONE : CX_CAUSE_TRANSPORT;
     ep->err_queued = 1;
