@@ -332,9 +332,20 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
 
 /* One data file per (op, backend) in a private temporary directory; memcpy ("copy") is drawn
  * in every panel as the host's limit. */
+/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
+static const char *tmp_base(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : P_tmpdir;
+}
+
 int cx_bench_plot(const char *png)
 {
-    char dir[] = "/tmp/connex-bench-plot.XXXXXX";
+    char dir[160];
+    if (snprintf(dir, sizeof dir, "%s/connex-bench-plot.XXXXXX", tmp_base()) >= (int)sizeof dir) {
+        fprintf(stderr, "connex-bench: TMPDIR too long for the plot's scratch directory\n");
+        return -1;
+    }
     if (!mkdtemp(dir)) { perror("connex-bench: mkdtemp"); return -1; }
     char script[256];
     snprintf(script, sizeof script, "%s/plot.gp", dir);

@@ -33,13 +33,20 @@
 #define SIG_MSG (256u << 10)   /* long messages: more of them in flight when the worker rotates */
 #define RSS_SLACK_KIB (8 * 1024)
 
+/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
+static const char *tmp_base(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : P_tmpdir;
+}
+
 static int g_logfd = -1, g_stderr = -1;
-static char g_logpath[64];
+static char g_logpath[512];
 
 /* Our stderr (the engine's log, and the peers' who inherit it) into a file we read at the end. */
 static void log_capture(void)
 {
-    snprintf(g_logpath, sizeof g_logpath, "/tmp/cx_ucx_rotation.%d.log", (int)getpid());
+    snprintf(g_logpath, sizeof g_logpath, "%s/cx_ucx_rotation.%d.log", tmp_base(), (int)getpid());
     g_logfd = open(g_logpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     assert_true(g_logfd >= 0);
     g_stderr = dup(2);
@@ -279,7 +286,7 @@ static int teardown(void **state)
         dup2(g_stderr, 2);
         close(g_stderr);
         g_stderr = -1;
-        char cmd[128];
+        char cmd[sizeof g_logpath + 32];
         snprintf(cmd, sizeof cmd, "tail -n 80 %s >&2", g_logpath);
         if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
         close(g_logfd);

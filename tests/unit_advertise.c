@@ -19,6 +19,13 @@
 #define IF4(n, a, up, lo, def) { n, a, AF_INET, up, lo, def }
 #define IF6(n, a, up, lo, def) { n, a, AF_INET6, up, lo, def }
 
+/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
+static const char *tmp_base(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : P_tmpdir;
+}
+
 static const char *choose(const cx_ifaddr_t *ifs, int n, const char *listen)
 {
     static char out[CX_IP_MAX];
@@ -124,7 +131,8 @@ static void test_resolve_refuses(void **state)
 static void test_engine_create_refuses(void **state)
 {
     (void)state;
-    char path[] = "/tmp/cx_unit_advertise_XXXXXX";
+    char path[512];
+    snprintf(path, sizeof path, "%s/cx_unit_advertise_XXXXXX", tmp_base());
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     unlink(path);

@@ -22,8 +22,7 @@
  * eager limit each: a larger message goes by rxm's segmentation, measured 2x slower), and the
  * reader copies them into the caller's buffer only while the op is still waiting for that
  * answer. One round trip and no per-op registration, where write-back takes the request, the
- * write, its delivery ack and the answer plus an fi_mr_reg / fi_close pair (docs/results.md,
- * session 11). Nothing can
+ * write, its delivery ack and the answer plus an fi_mr_reg / fi_close pair. Nothing can
  * land late: the reader's copy is the only write into the caller's buffer. */
 #include "fi_int.h"
 #include "connex/options.h"

@@ -4,7 +4,7 @@
 # usage: cli_test.sh CONNEX_PROBE CX_MKFIXTURE FIXTURES_DIR
 set -u
 probe=$1 mk=$2 fx=$3
-dir=$(mktemp -d /tmp/cx-sysfs-cli-XXXXXX) || exit 1
+dir=$(mktemp -d -t cx-sysfs-cli-XXXXXX) || exit 1
 trap 'rm -rf "$dir"' EXIT INT TERM
 export CONNEX_PROBE_CUDA=0
 unset CONNEX_BACKEND CONNEX_NET_DEVICES CONNEX_GDR CONNEX_FI_PROVIDER

@@ -134,9 +134,17 @@ int cx_fixture_build(const char *layout, const char *dir)
     return rc ? -1 : 0;
 }
 
+/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
+static const char *tmp_base(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : P_tmpdir;
+}
+
 int cx_fixture_make(const char *layout, char *out, size_t len)
 {
-    char tmpl[] = "/tmp/cx-sysfs-XXXXXX";
+    char tmpl[512];
+    snprintf(tmpl, sizeof tmpl, "%s/cx-sysfs-XXXXXX", tmp_base());
     if (!mkdtemp(tmpl)) return -1;
     snprintf(out, len, "%s", tmpl);
     if (cx_fixture_build(layout, tmpl)) { cx_fixture_remove(tmpl); return -1; }
@@ -151,6 +159,8 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 
 int cx_fixture_remove(const char *dir)
 {
-    if (strncmp(dir, "/tmp/cx-sysfs-", 14)) return -1;   /* never anything but our own */
+    char own[512];   /* never anything but our own */
+    int n = snprintf(own, sizeof own, "%s/cx-sysfs-", tmp_base());
+    if (n <= 0 || strncmp(dir, own, (size_t)n)) return -1;
     return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }

@@ -213,8 +213,8 @@ static void test_link_down_then_up(void **state)
     teardown_net();
 }
 
-/* What the failover bench does, several times over (issues 4 and 7: libfabric 1.17 crashed in
- * fi_av_remove at the second cycle's FAILED): a stream of reads, the peer's link goes down,
+/* What the failover bench does, several times over (libfabric 1.17 crashed in fi_av_remove at
+ * the second cycle's FAILED): a stream of reads, the peer's link goes down,
  * heartbeat timeout (FAILED), the peer is killed while the link is still down, the link comes
  * back, the peer restarts under the same identity and port and dials us again (JOINED), data is
  * correct again, and the next cycle repeats on the rejoined peer. Every op must return and this

@@ -28,6 +28,13 @@
 #define RS 65536
 
 /* The backend under test: CONNEX_BACKEND (which the engine reads itself), else ZeroMQ. */
+/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
+static const char *tmp_base(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : P_tmpdir;
+}
+
 static const char *backend(void)
 {
     const char *b = getenv("CONNEX_BACKEND");
@@ -334,7 +341,8 @@ static void test_replayed_hello(void **state)
 static void test_token_file(void **state)
 {
     (void)state;
-    char path[] = "/tmp/cx-token-XXXXXX";
+    char path[512];
+    snprintf(path, sizeof path, "%s/cx-token-XXXXXX", tmp_base());
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, TOKEN_A "\n", strlen(TOKEN_A) + 1), (ssize_t)strlen(TOKEN_A) + 1);

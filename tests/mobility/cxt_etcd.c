@@ -16,6 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
+static const char *tmp_base(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && *t ? t : P_tmpdir;
+}
+
 static uint64_t ms_now(void)
 {
     struct timespec ts;
@@ -123,7 +130,7 @@ int cxt_etcd_start(cxt_etcd_t *x, int timeout_ms)
     memset(x, 0, sizeof *x);
     x->pid = -1;
     if (access(CXT_ETCD_BIN, X_OK)) return 1;
-    snprintf(x->dir, sizeof x->dir, "/tmp/cxt-etcd-XXXXXX");
+    snprintf(x->dir, sizeof x->dir, "%s/cxt-etcd-XXXXXX", tmp_base());
     if (!mkdtemp(x->dir)) { x->dir[0] = 0; return -1; }
     for (int attempt = 0; attempt < 3; attempt++) {
         char cmd[200];
