@@ -97,7 +97,10 @@ static char *run_case(const plan_case_t *c)
 
 static void expect(const char *text, const char *line)
 {
-    if (!strstr(text, line)) fail_msg("'%s' not in:\n%s", line, text);
+    if (strstr(text, line)) return;
+    fprintf(stderr, "'%s' not in:\n", line);
+    fputs(text, stderr);
+    fail();
 }
 
 /* The first fi_getinfo of the backend's open: what the plan asked libfabric for. */
@@ -106,8 +109,10 @@ static void expect_first_open(const char *text, const char *line)
     const char *o = strstr(text, "open ");
     assert_non_null(o);
     size_t n = strcspn(o, "\n");
-    if (strlen(line) != n || strncmp(o, line, n))
-        fail_msg("first open is '%.*s', expected '%s'", (int)n, o, line);
+    if (strlen(line) != n || strncmp(o, line, n)) {
+        print_error("first open is '%.*s', expected '%s'\n", (int)n, o, line);
+        fail();
+    }
 }
 
 /* p4d: efa on GPU 0's EFA, FI_HMEM asked (nvidia_peermem, efa grants FI_HMEM); UCX gets no EFA

@@ -60,7 +60,8 @@ static const cx_plan_be_t *plan_of(const char *backend)
 {
     for (int i = 0; i < D.n; i++)
         if (!strcmp(D.be[i].backend, backend)) return &D.plan[i];
-    fail_msg("no %s in the plan", backend);
+    print_error("no %s in the plan\n", backend);
+    fail();
     return NULL;
 }
 
