@@ -215,7 +215,8 @@ static int open_backends(cx_engine_t *e)
             cx_backends_builtin[i]->prepare();
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
-    int n = cx_select_order(want, order, choice, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
+    cx_open_plan_t plan[CX_MAX_BACKENDS];
+    int n = cx_select_order(want, order, choice, plan, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
     if (n < 0) return n;
     for (int i = 0; i < n; i++) {
         const struct cx_backend_ops *ops = order[i];
@@ -225,9 +226,11 @@ static int open_backends(cx_engine_t *e)
             if (is_auto) continue;
             return CX_EUNSUPPORTED;
         }
-        /* GPUDirect stays off until the selection's plan says otherwise. */
+        /* The backend opens what the selection planned (provider, NICs, GPUDirect): what HELLO
+         * advertises for it (choice[i]) is then what runs. */
         cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip, .advertise_ip = e->adv_ip,
-                                  .incarnation = e->incarnation, .gpu_direct = 0 };
+                                  .incarnation = e->incarnation };
+        cx_open_plan_params(&plan[i], &p);
         cx_bslot_t *s = &e->be[e->nb];
         int rc = ops->open(&p, &s->b);
         if (rc) {
