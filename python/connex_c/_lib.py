@@ -35,6 +35,10 @@ CX_CLASS_CRITICAL = 0     # traffic classes (cx_class_t)
 CX_CLASS_BACKGROUND = 1
 CX_PICK_ROUND_ROBIN = 0   # group pick policies (cx_pick_t)
 CX_PICK_LEAST_INFLIGHT = 1
+CX_MEM_HOST = 0           # memory kinds (cx_mem_kind)
+CX_MEM_CUDA = 1
+CX_MEM_SIM = 2
+MEM_KIND_NAMES = ("host", "cuda", "sim")
 
 
 class LibraryNotFound(ImportError):
@@ -173,6 +177,11 @@ _PROTOTYPES = {
     "cx_peer_state": (_I, [_P, _S]),
     "cx_peer_list": (_I, [_P, ctypes.POINTER(cx_peer_info_t), _I]),
     "cx_register_memory": (_I, [_P, _P, _Z]),
+    "cx_mem_kind": (_I, [_P, _Z]),
+    "cx_mem_alloc": (_I, [_I, _I, _Z, ctypes.POINTER(_P)]),
+    "cx_mem_free": (None, [_P]),
+    "cx_mem_copy": (_I, [_P, _P, _Z]),
+    "cx_peer_first_region": (_I, [_P, _S, ctypes.POINTER(_U64), ctypes.POINTER(_U64)]),
     "cx_unregister_memory": (_I, [_P, _P]),
     "cx_read": (_I, [_P, _S, _P, _U64, _Z]),
     "cx_write": (_I, [_P, _S, _P, _U64, _Z]),
