@@ -29,7 +29,7 @@ import socket
 import threading
 
 from . import _args
-from ._lib import (CX_EINVAL, CX_ENOMEM, CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MEM_CUDA, CX_MEM_SIM,
+from ._lib import (CX_EINVAL, CX_ENOMEM, CX_EPEER, CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MEM_CUDA, CX_MEM_SIM,
                    CX_OK, MEM_KIND_NAMES, lib, strerror)
 from ._pool import ManagedPool, _DeviceArena
 from .engine import ConnexError, Engine
@@ -524,6 +524,10 @@ class TransferEngine:
         if t is None:
             return CX_EINVAL
         e = self._e()
+        if "#" not in t and e.peer_state(t) == "unknown":
+            # A bare LID this engine never met cannot be reached (Mooncake: no such segment).
+            _log.error("connex_c: %s(%r): unknown peer", what, target_hostname)
+            return CX_EPEER
         fn = e.read_async if opcode == TransferOpcode.READ else e.write_async
         hs = []
         for b, a, n in zip(buffers, peer_buffer_addresses, lengths):
