@@ -221,6 +221,19 @@ def _candidates():
         return [("CONNEX_LIB", env)], True
     found = []
     here = os.path.dirname(os.path.abspath(__file__))
+    _searched[:] = ["CONNEX_LIB (unset)"]
+    # Next to the package: a wheel or a copy that carries its own library.
+    beside = sorted(glob.glob(os.path.join(here, "libconnex.so*")), key=len)
+    found += [("next to the package", b) for b in beside[:1]]
+    _searched.append("%s/libconnex.so* (%d found)" % (here, len(beside)))
+    # Installed by `cmake --install` with the library: _install.LIBDIR is relative to here.
+    try:
+        from . import _install
+        lib = os.path.normpath(os.path.join(here, _install.LIBDIR, "libconnex.so"))
+        found.append(("installed with cmake --install", lib))
+        _searched.append(lib)
+    except ImportError:
+        pass
     # python/connex_c -> repository root; build/ and build-*/ there, newest library first.
     root = os.path.dirname(os.path.dirname(here))
     builds = []
@@ -230,12 +243,14 @@ def _candidates():
             builds.append((os.path.getmtime(lib), lib))
     builds.sort(reverse=True)
     found += [("build tree", b[1]) for b in builds]
-    _searched[:] = ["CONNEX_LIB (unset)", "%s/build*/libconnex.so (%d found)" % (root, len(builds))]
+    _searched.append("%s/build*/libconnex.so (%d found)" % (root, len(builds)))
     sys_lib = ctypes.util.find_library("connex")
     if sys_lib:
         found.append(("system linker path", sys_lib))
     else:
-        _searched.append("the system linker path (no libconnex)")
+        # ldconfig may not list it (LD_LIBRARY_PATH, a fresh install): dlopen searches those.
+        found.append(("system linker path", "libconnex.so.0"))
+        _searched.append("the system linker path")
     return found, False
 
 
