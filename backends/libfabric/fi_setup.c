@@ -105,11 +105,7 @@ static void cx_fi_free(cx_backend_t *b)
         close(b->tfd);
     if (b->qfd >= 0)
         close(b->qfd);
-    while (b->op_cache) {
-        cx_fi_op_t *op = b->op_cache;
-        b->op_cache = op->qnext;
-        free(op);
-    }
+    cx_objcache_drain(&b->op_cache);
     free(b->rxmem);
     free(b->txmem);
     free(b);
@@ -366,6 +362,7 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->warm_txi = -1;
     b->next_key = 1;
     b->next_seq = 1;
+    cx_objcache_init(&b->op_cache, sizeof(cx_fi_op_t), CX_FI_OP_CACHE);
     r = cx_fi_setup(b, p);
     /* Everything libfabric opened meanwhile (listener, socketpairs, epoll sets): close-on-exec. */
     cx_fi_fd_cloexec_new(fd0, nfd0);

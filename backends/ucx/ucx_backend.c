@@ -203,6 +203,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     if (!b) return CX_ENOMEM;
     b->core = prm->core;
     b->inc = prm->incarnation;
+    cx_objcache_init(&b->free_ops, sizeof(cx_ucx_op_t), CX_UCX_FREE_OPS_MAX);
     b->epfd = b->sigfd = b->tfd = -1;
     b->eps.next = b->eps.prev = &b->eps;
     b->ctl.next = b->ctl.prev = &b->ctl;

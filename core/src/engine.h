@@ -68,33 +68,37 @@ struct cx_op {
     void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
     int async;                /* put_signal: freed by cx_op_wait */
     int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
-    uint64_t spin_ns;         /* the engine's poll window, copied: an async op outlives its engine */
-    int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
-    int owned;                /* a synchronous call's op: `owner` waits for it (run_sync) */
-    int done_by_owner;        /* completed on `owner`'s own thread, which drove it: no wake-up */
-    pthread_t owner;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cx_op_t *next, *prev;
     /* Set: cx_op_complete calls it instead of waking a caller (a group step's child, group.c). */
     void (*on_done)(cx_op_t *op, int status);
-    /* traffic classes (cx_sched.h) */
-    int cls;                  /* CX_CLASS_* the caller asked for */
-    int credit;               /* 1 + the class whose credit the op holds; 0 none */
-    cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
-                                 the peer's list of background transfers */
-    cx_op_t *parent;          /* CX_OPK_CHUNK: the background transfer it is a piece of */
     cx_op_t *hnext;           /* OPS_HANDOFF: the engine's handoff list (drive.h) */
-    size_t bg_off;            /* background transfer: bytes handed to chunks so far */
-    uint32_t bg_out;          /* background transfer: chunks not yet completed */
-    int bg_status;            /* background transfer: first error of a chunk */
-    uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
-    /* served by the target's core over the control connection (rstage.h) */
-    size_t rs_off;            /* bytes asked for so far */
-    uint32_t rs_out;          /* chunks asked for, not yet answered */
-    uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
-    int rs_status;            /* first error of a chunk */
-    int rs_signalled;         /* put_signal: the message went out */
+    struct cx_op_wait {       /* the caller that waits for it (engine.c run_sync, cx_op_wait) */
+        uint64_t spin_ns;     /* the engine's poll window, copied: an async op outlives its engine */
+        int waiters_gone;     /* async op whose caller waits no more (engine destroyed) */
+        int owned;            /* a synchronous call's op: `owner` waits for it (run_sync) */
+        int done_by_owner;    /* completed on `owner`'s own thread, which drove it: no wake-up */
+        pthread_t owner;
+    } w;
+    struct cx_op_sched {      /* traffic classes (cx_sched.h) */
+        int cls;              /* CX_CLASS_* the caller asked for */
+        int credit;           /* 1 + the class whose credit the op holds; 0 none */
+        cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
+                                     the peer's list of background transfers */
+        cx_op_t *parent;      /* CX_OPK_CHUNK: the background transfer it is a piece of */
+        size_t bg_off;        /* background transfer: bytes handed to chunks so far */
+        uint32_t bg_out;      /* background transfer: chunks not yet completed */
+        int bg_status;        /* background transfer: first error of a chunk */
+        uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
+    } sc;
+    struct cx_op_rstage {     /* served by the target's core over the control connection (rstage.h) */
+        size_t off;           /* bytes asked for so far */
+        uint32_t out;         /* chunks asked for, not yet answered */
+        uint32_t nids;        /* ids taken from query_id on: one per chunk, + 1 for a signal */
+        int status;           /* first error of a chunk */
+        int signalled;        /* put_signal: the message went out */
+    } rs;
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101

@@ -22,7 +22,7 @@ void cx_event_fill(cx_event_t *ev, const cx_lid_t *lid, const char *url, uint64_
 
 /* The same-host watcher reports a death from its own thread, at once: handing it to the progress
  * thread first cost a second wake-up, 2-5 ms of the SIGKILL -> FAILED tail on a busy 2-CPU host
- * (docs/results.md). The progress thread learns of it later, so the order is kept here: one
+ * (connex-bench failover, sigkill). The progress thread learns of it later, so the order is kept here: one
  * FAILED per incarnation, and nothing about a dead incarnation after its FAILED. */
 int cx_event_gate(cx_peer_t *p, cx_event_type_t t, uint64_t inc, int watcher)
 {
