@@ -13,8 +13,8 @@ import weakref
 from . import _args
 from ._closable import Closable
 from ._lib import (CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK,
-                   CX_OPK_NAMES, EVENT_NAMES, MEM_KIND_NAMES, cx_config_t, cx_dir_entry_t, cx_event_t, cx_msg_t,
-                   cx_peer_info_t, cx_stats_t, lib, strerror)
+                   CX_OPK_NAMES, EVENT_NAMES, MEM_KIND_NAMES, cx_config_t, cx_dir_entry_t,
+                   cx_event_t, cx_msg_t, cx_peer_info_t, cx_stats_t, lib, strerror)
 
 # Blocking waits are cut into slices this long so that close() from another thread is noticed:
 # the engine is never destroyed under a thread still inside a C call.

@@ -29,8 +29,8 @@ import socket
 import threading
 
 from . import _args
-from ._lib import (CX_EINVAL, CX_ENOMEM, CX_EPEER, CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MEM_CUDA, CX_MEM_SIM,
-                   CX_OK, MEM_KIND_NAMES, lib, strerror)
+from ._lib import (CX_EINVAL, CX_ENOMEM, CX_EPEER, CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MEM_CUDA,
+                   CX_MEM_SIM, CX_OK, MEM_KIND_NAMES, lib, strerror)
 from ._pool import ManagedPool, _DeviceArena
 from .engine import ConnexError, Engine
 
@@ -164,8 +164,9 @@ class TransferEngine:
         allocate_managed_buffer (default CONNEX_TE_POOL_BYTES, 64 MiB). engine_kwargs go to
         connex_c.Engine (heartbeat_ms, op_timeout_ms, connect_timeout_ms, ...)."""
         self._device = _buffer_device(buffer_device)
-        self._pool_bytes = _args.length(pool_bytes if pool_bytes is not None else DEFAULT_POOL_BYTES,
-                                        "pool_bytes")
+        if pool_bytes is None:
+            pool_bytes = DEFAULT_POOL_BYTES
+        self._pool_bytes = _args.length(pool_bytes, "pool_bytes")
         self._kw = engine_kwargs
         self._connect_ms = engine_kwargs.get("connect_timeout_ms") or 5000
         self.engine = None
@@ -532,8 +533,8 @@ class TransferEngine:
         hs = []
         for b, a, n in zip(buffers, peer_buffer_addresses, lengths):
             h = fn(t, b, a, n)
-            if h.done and h.wait(0) != CX_OK:
-                rc = h.wait(0)
+            rc = h.wait(0) if h.done else CX_OK     # done at once: refused at submission
+            if rc != CX_OK:
                 _log.error("connex_c: %s(%r): an entry was refused: %s", what, target_hostname,
                            rc)
                 for other in hs:
