@@ -29,8 +29,8 @@ def replica_main(idx, port, sender):
     stop = threading.Event()
     me = "AB"[idx]
     with connex_c.Engine("demo", stage=1, replica=idx, port=port, **HB) as e:
-        # After the engine is up: a transport library may set its own SIGTERM handler while
-        # it loads, and this one must be the one that runs (SIGTERM = leave cleanly).
+        # After the engine is up: libfabric sets a SIGTERM handler of its own when it opens
+        # (it calls exit), and this one must be the one that runs (SIGTERM = leave cleanly).
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         e.connect(sender, 5000)        # after a restart, that is how the sender hears of us
         print(e.local_url, flush=True)
