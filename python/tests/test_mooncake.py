@@ -76,6 +76,9 @@ def test_first_buffer_is_the_first_registered():
     a, b = _te(), connex_c.Engine("mc-plain", heartbeat_ms=HB_MS,
                                   heartbeat_timeout_ms=HB_TIMEOUT_MS)
     try:
+        with pytest.raises(connex_c.ConnexError) as ei:
+            a.get_engine().peer_first_region(b.local_url)         # not connected yet
+        assert ei.value.code == connex_c.CX_EPEER
         one, two_ = bytearray(4096), bytearray(8192)
         assert b.register_memory(one) == 0
         assert b.register_memory(two_) == 0
