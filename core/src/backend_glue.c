@@ -108,3 +108,47 @@ void cx_open_plan_params(const cx_open_plan_t *plan, cx_backend_params_t *p)
     p->net_devices = plan->planned ? plan->net_devices : NULL;   /* "": the plan has no RDMA device */
     p->net_devices_exact = plan->net_devices_exact;
 }
+
+/* ---- the public memory calls (connex.h): thin over gpu/ ---- */
+
+int cx_mem_kind(const void *addr, size_t len)
+{
+    return cx_gpu_mem_kind(addr, len);
+}
+
+int cx_mem_alloc(int kind, int device, size_t len, void **out)
+{
+    if (!out) {
+        cx_error("cx_mem_alloc: out is NULL");
+        return CX_EINVAL;
+    }
+    *out = NULL;
+    if ((kind != CX_MEM_CUDA && kind != CX_MEM_SIM) || len == 0 || device < 0) {
+        cx_error("cx_mem_alloc(kind %d, device %d, %zu bytes): want kind CX_MEM_CUDA or CX_MEM_SIM, "
+                 "device >= 0 and a length > 0", kind, device, len);
+        return CX_EINVAL;
+    }
+    if (kind == CX_MEM_SIM && !cx_gpu_sim_enabled()) {
+        cx_error("cx_mem_alloc: the simulated device is off (CONNEX_GPU_SIM=1)");
+        return CX_EUNSUPPORTED;
+    }
+    if (kind == CX_MEM_CUDA && (cx_gpu_init() != CX_OK || device >= cx_gpu_cuda_devices())) {
+        cx_error("cx_mem_alloc: no CUDA device %d (%s)", device, cx_gpu_status());
+        return CX_EUNSUPPORTED;
+    }
+    return cx_gpu_dev_alloc(kind, device, len, out);
+}
+
+void cx_mem_free(void *p)
+{
+    cx_gpu_dev_free(p);
+}
+
+int cx_mem_copy(void *dst, const void *src, size_t len)
+{
+    if ((!dst || !src) && len) {
+        cx_error("cx_mem_copy: NULL %s", !dst ? "destination" : "source");
+        return CX_EINVAL;
+    }
+    return cx_gpu_memcpy(dst, src, len);
+}

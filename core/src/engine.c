@@ -539,6 +539,43 @@ cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer)
     return peer_query(e, peer, &q) ? CX_PEER_UNKNOWN : q.state;
 }
 
+struct first_q { cx_lid_t lid; int rc; uint64_t addr, len; };
+static void first_region_fn(cx_engine_t *e, void *arg)
+{
+    struct first_q *q = arg;
+    cx_peer_t *p = cx_peer_find(e, &q->lid);
+    if (!p || (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT)) {
+        q->rc = CX_EPEER;
+        return;
+    }
+    const cx_rregion_t *best = NULL;
+    for (const cx_rregion_t *r = p->rregions; r; r = r->next)   /* ids grow with registration */
+        if (!best || r->id < best->id) best = r;
+    if (best) {
+        q->addr = best->addr;
+        q->len = best->len;
+    }
+}
+
+int cx_peer_first_region(cx_engine_t *e, const char *peer, uint64_t *addr, uint64_t *len)
+{
+    cx_op_t tmp;
+    if (!e || !peer || !addr || !len) {
+        cx_warn("cx_peer_first_region: %s is NULL", !e ? "the engine" : !peer ? "peer" : "an output");
+        return CX_EINVAL;
+    }
+    *addr = *len = 0;
+    int rc = parse_peer(e, peer, &tmp);
+    if (rc) return rc;
+    struct first_q q = { .lid = tmp.lid };
+    rc = cx_exec(e, first_region_fn, &q);
+    if (rc) return rc;
+    if (q.rc) return q.rc;
+    *addr = q.addr;
+    *len = q.len;
+    return CX_OK;
+}
+
 struct peer_list { cx_peer_info_t *out; int max, n; };
 static void peer_list_fn(cx_engine_t *e, void *arg)
 {

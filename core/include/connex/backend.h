@@ -21,7 +21,7 @@ typedef struct cx_core cx_core_t;       /* the engine as a backend sees it */
 typedef struct cx_backend cx_backend_t; /* a backend instance, the backend's own struct */
 typedef struct cx_bep cx_bep_t;         /* a backend endpoint to one peer incarnation */
 
-enum { CX_MEM_HOST = 0, CX_MEM_CUDA = 1, CX_MEM_SIM = 2 };
+/* Memory kinds: CX_MEM_HOST, CX_MEM_CUDA, CX_MEM_SIM (connex.h). */
 
 enum { CX_XFER_READ = 0, CX_XFER_WRITE = 1, CX_XFER_PUT_SIGNAL = 2, CX_XFER_MSG = 3 };
 
