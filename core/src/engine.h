@@ -9,6 +9,7 @@
 #include "auth.h"
 #include "connex/connex.h"
 #include "ctl_wire.h"
+#include "metrics.h"
 #include "queue.h"
 #include "region.h"
 #include "units.h"
@@ -20,7 +21,8 @@
 typedef struct cx_peer cx_peer_t;
 typedef struct cx_conn cx_conn_t;
 
-enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE, CX_W_DRIVE };
+enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE, CX_W_DRIVE,
+       CX_W_METRICS };
 typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
 
 struct cx_conn {
@@ -95,6 +97,7 @@ struct cx_op {
     uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
     int rs_status;            /* first error of a chunk */
     int rs_signalled;         /* put_signal: the message went out */
+    uint64_t t0_ns;           /* CX_OPK_* below CX_OPK_COUNT: when the caller started it (metrics.h) */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
@@ -178,6 +181,7 @@ struct cx_peer {
     uint64_t ev_inc;              /* the incarnation of the last UP/JOINED that went out */
     int ev_ended;                 /* its FAILED or LEFT went out */
     uint64_t ev_dead;             /* the incarnation the watcher reported dead */
+    cx_peer_metrics_t m;          /* its counters (metrics.h) */
 };
 
 typedef struct cx_bslot {     /* an opened backend */
@@ -256,6 +260,10 @@ struct cx_engine {
 
     /* counters: written by the progress thread, read by cx_stats through an exec */
     cx_stats_t st;
+    /* Latency of ok ops initiated here, per backend index (the last: ops that reached none) and
+     * op kind (metrics.h); progress-thread state, like st. */
+    cx_hist_t hist[CX_MAX_BACKENDS + 1][CX_OPK_COUNT];
+    struct cx_metrics_srv *msrv;   /* the GET /metrics listener (CONNEX_METRICS), NULL: none */
 
     struct cx_staging *stg;   /* staging.c: GPU staging rings and jobs, NULL until first use */
 
@@ -292,6 +300,9 @@ int cx_submit(cx_engine_t *e, cx_op_t *op);          /* queue an op for the prog
 void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind);
 void cx_op_complete(cx_op_t *op, int status);        /* progress thread: wake the caller */
 int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
+
+/* engine.c: the counters of cx_stats, on the progress thread */
+void cx_stats_collect(cx_engine_t *e, cx_stats_t *st);
 
 /* progress.c */
 void *cx_progress_main(void *arg);
