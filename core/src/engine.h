@@ -162,7 +162,7 @@ struct cx_peer {
     int probing;
     uint64_t probe_id, probe_sent_ns;
     cx_peer_t *next;
-    cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer.c) */
+    cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer/table.c) */
     cx_peer_t *inc_hnext;     /* the engine's by-incarnation bucket, once a HELLO gave one */
     int inc_hashed;
     cx_peer_t *active_next;   /* the engine's peers that may hold ops (cx_peer_activate) */
@@ -246,7 +246,7 @@ struct cx_engine {
     /* progress-thread state */
     cx_peer_t *peers;
     /* Every op resolves its peer, and every message from a peer its incarnation: with a serving
-     * cluster's hundreds of peers a list walk cost more than a shared-memory op (peer.c). */
+     * cluster's hundreds of peers a list walk cost more than a shared-memory op (peer/table.c). */
 #define CX_PEER_BUCKETS 256
     cx_peer_t *peer_by_lid[CX_PEER_BUCKETS];
     cx_peer_t *peer_by_inc[CX_PEER_BUCKETS];
@@ -336,7 +336,7 @@ int cx_conn_flush(cx_engine_t *e, cx_conn_t *c);     /* CX_EPEER when the socket
 cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up);
 void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine and frees */
 
-/* peer.c */
+/* peer/: the table, the handshake, control connections, liveness, events, remote regions */
 cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
 cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc);   /* UP or SUSPECT only */
 cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
@@ -345,7 +345,8 @@ void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
 /* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
 void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n);
-/* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer.c). */
+int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);   /* (re)creates the data endpoint */
+/* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer/rregion.c). */
 void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */
 void cx_peer_heard(cx_engine_t *e, cx_peer_t *p);

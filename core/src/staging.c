@@ -137,7 +137,6 @@ static void sub_complete(stg_sub_t *sub)
     free(sub);
 }
 
-int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);   /* peer.c */
 
 static void chunk_cb(const cx_stage_chunk_t *c)
 {
