@@ -37,6 +37,7 @@ struct cx_conn {
     uint8_t *tx; size_t tx_off, tx_len, tx_cap;
     uint64_t t_start_ns;      /* for the HELLO timeout */
     cx_auth_conn_t au;        /* the AUTH exchange (auth.h), when a token is set */
+    int watch;                /* an operator's tool following the events (peer/status.c) */
     cx_conn_t *next;
 };
 

@@ -63,7 +63,10 @@ void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *
     pthread_mutex_lock(&e->evq.mu);
     int out = cx_event_gate(p, t, p->incarnation, 0);
     if (out) cx_evq_push_locked(&e->evq, &ev);
+    /* The same-host watcher queued its FAILED itself, off this thread: watching tools hear it now. */
+    int watcher_said = !out && t == CX_EVENT_FAILED && p->ev_dead == p->incarnation + 1;
     pthread_mutex_unlock(&e->evq.mu);
+    if (out || watcher_said) cx_status_event(e, &ev);
     if (out)
         cx_log(t == CX_EVENT_FAILED ? CX_LOG_WARN : CX_LOG_INFO, "peer %s: %s%s%s", p->url, cx_event_name(t),
                reason && *reason ? ": " : "", reason ? reason : "");

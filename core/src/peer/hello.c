@@ -293,6 +293,7 @@ int cx_hello_on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t 
 {
     if (!c->outgoing && type == CX_CTL_HELLO) return on_hello(e, c, body, len);
     if (c->outgoing && type == CX_CTL_HELLO_ACK) return on_hello_ack(e, c, body, len);
+    if (!c->outgoing && type == CX_CTL_STATUS_QUERY) return cx_status_on_query(e, c, body, len);
     if (type == CX_CTL_AUTH) {
         char why[160];
         int rc = cx_auth_on_frame(e, c, body, len, why, sizeof why);
