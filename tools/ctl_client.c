@@ -115,7 +115,7 @@ static int read_frame(cx_ctlc_t *c, uint8_t *type, size_t *len, uint64_t deadlin
         int st = (int)cx_rd_u32(&r);
         char msg[256];
         cx_rd_str8(&r, msg, sizeof msg);
-        snprintf(why, wn, "refused: %s", r.ok ? msg : "(no reason)");
+        snprintf(why, wn, "%s", r.ok ? msg : "refused, no reason given");
         return st == CX_EAUTH ? CX_EAUTH : CX_EPEER;
     }
     return CX_OK;
