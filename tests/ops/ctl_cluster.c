@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "ctl_wire.h"
 #include "cxt.h"
 #include "stable_port.h"
 
@@ -256,6 +257,72 @@ static void test_unreachable(void **state)
     close(hold);
 }
 
+/* A raw connection to the engine at port that sends one frame of `type` with body b. */
+static int raw_frame(uint16_t port, uint8_t type, const void *b, size_t n)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port) };
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    uint8_t f[CX_CTL_HDR + 64];
+    cx_ctl_hdr(f, (uint32_t)n, type);
+    memcpy(f + CX_CTL_HDR, b, n);
+    assert_int_equal(send(fd, f, CX_CTL_HDR + n, MSG_NOSIGNAL), (ssize_t)(CX_CTL_HDR + n));
+    return fd;
+}
+
+/* What comes back within ms: 1 a frame of `type`, 0 the connection closed, -1 nothing. */
+static int answer(int fd, uint8_t type, int ms)
+{
+    struct pollfd pf = { fd, POLLIN, 0 };
+    if (poll(&pf, 1, ms) <= 0) return -1;
+    uint8_t h[CX_CTL_HDR];
+    ssize_t n = recv(fd, h, sizeof h, MSG_WAITALL);
+    if (n <= 0) return 0;
+    uint32_t blen;
+    uint8_t t;
+    if (n != CX_CTL_HDR || cx_ctl_hdr_parse(h, &blen, &t) || t != type || blen > OUT_MAX) return -1;
+    return recv(fd, g_out, blen, MSG_WAITALL) == (ssize_t)blen ? 1 : -1;   /* the body, read */
+}
+
+static void test_hostile_queries(void **state)
+{
+    (void)state;
+    cxt_peer_t p0;
+    start(&p0, 0, NULL, 0);
+    /* a malformed query is closed */
+    uint8_t two[2] = { 0, 0 }, bad = 7, watch = CX_STATUS_WATCH;
+    int fd = raw_frame(p0.port, CX_CTL_STATUS_QUERY, two, 2);
+    assert_int_equal(answer(fd, CX_CTL_STATUS_REPLY, 3000), 0);
+    close(fd);
+    fd = raw_frame(p0.port, CX_CTL_STATUS_QUERY, &bad, 1);
+    assert_int_equal(answer(fd, CX_CTL_STATUS_REPLY, 3000), 0);
+    close(fd);
+    /* eight watchers, not nine */
+    int w[9];
+    for (int i = 0; i < 8; i++) {
+        w[i] = raw_frame(p0.port, CX_CTL_STATUS_QUERY, &watch, 1);
+        assert_int_equal(answer(w[i], CX_CTL_STATUS_REPLY, 3000), 1);
+    }
+    w[8] = raw_frame(p0.port, CX_CTL_STATUS_QUERY, &watch, 1);
+    assert_int_equal(answer(w[8], CX_CTL_STATUS_REPLY, 3000), 0);
+    close(w[8]);
+    /* a watcher stays past the HELLO timeout, and is closed when it tries to become a peer */
+    usleep((HBT + 500) * 1000);
+    struct pollfd pf = { w[0], POLLIN, 0 };
+    assert_int_equal(poll(&pf, 1, 0), 0);
+    uint8_t junk[16] = { 0 };
+    uint8_t f[CX_CTL_HDR + sizeof junk];
+    cx_ctl_hdr(f, sizeof junk, CX_CTL_HELLO);
+    memcpy(f + CX_CTL_HDR, junk, sizeof junk);
+    assert_int_equal(send(w[0], f, sizeof f, MSG_NOSIGNAL), (ssize_t)sizeof f);
+    assert_int_equal(answer(w[0], CX_CTL_STATUS_EVENT, 3000), 0);
+    for (int i = 0; i < 8; i++) close(w[i]);
+    /* the engine is none the worse */
+    assert_int_equal(ctl("--url '%s'", p0.url), 0);
+    cxt_peer_stop(&p0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -263,6 +330,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_watch, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_auth, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_unreachable, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_queries, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     return cxt_run_tests(tests, NULL, NULL);
 }
