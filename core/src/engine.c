@@ -72,7 +72,7 @@ void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
     op->kind = kind;
     op->spin_ns = e ? e->spin_ns : 0;
     op->status = CX_ERR;
-    if (kind < CX_OPK_COUNT) op->t0_ns = cx_now_ns();   /* its latency (metrics.h) */
+    if (kind < CX_OPK_COUNT && cx_hist_sample()) op->t0_ns = cx_now_ns();   /* timed (metrics.h) */
     pthread_mutex_init(&op->mu, NULL);
     cx_cond_init_mono(&op->cv);
 }

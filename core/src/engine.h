@@ -98,7 +98,7 @@ struct cx_op {
     uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
     int rs_status;            /* first error of a chunk */
     int rs_signalled;         /* put_signal: the message went out */
-    uint64_t t0_ns;           /* CX_OPK_* below CX_OPK_COUNT: when the caller started it (metrics.h) */
+    uint64_t t0_ns;           /* a timed op (metrics.h): when the caller started it; 0: not timed */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
@@ -261,7 +261,7 @@ struct cx_engine {
 
     /* counters: written by the progress thread, read by cx_stats through an exec */
     cx_stats_t st;
-    /* Latency of ok ops initiated here, per backend index (the last: ops that reached none) and
+    /* Latency of ok ops initiated here (one in 8 timed), per backend index (the last: ops that reached none) and
      * op kind (metrics.h); progress-thread state, like st. */
     cx_hist_t hist[CX_MAX_BACKENDS + 1][CX_OPK_COUNT];
     struct cx_metrics_srv *msrv;   /* the GET /metrics listener (CONNEX_METRICS), NULL: none */

@@ -48,7 +48,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
             e->st.ops[op->kind]++;
             e->st.bytes[op->kind] += n;
             int b = p && p->bidx >= 0 && p->bidx < e->nb ? p->bidx : CX_MAX_BACKENDS;
-            cx_hist_add(&e->hist[b][op->kind], cx_now_ns() - op->t0_ns);
+            if (op->t0_ns) cx_hist_add(&e->hist[b][op->kind], cx_now_ns() - op->t0_ns);
             if (p) {
                 p->m.ops[op->kind]++;
                 p->m.bytes[op->kind] += n;

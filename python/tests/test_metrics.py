@@ -32,19 +32,19 @@ def test_metrics_text(engine, peers):
     peer = peers.start("--model", "mtext", "--size", N, "--seed", 4)
     buf = bytearray(N)
     assert engine.register_memory(buf) == 0
-    for _ in range(3):
+    for _ in range(200):
         assert engine.transfer_sync_read(peer.url, buf, peer.hello["addr"], 4096) == 0
     text = engine.metrics()
     assert text.endswith("\n")
     series, types = _series(text)
     assert types["connex_op_latency_seconds"] == "histogram"
-    assert series['connex_ops_total{op="read"}'] >= 3
+    assert series['connex_ops_total{op="read"}'] >= 200
     lid = peer.url.split("#", 1)[1]
     assert series['connex_peer_state{peer="%s",state="up"}' % lid] == 1
-    assert series['connex_peer_ops_total{peer="%s",op="read"}' % lid] >= 3
+    assert series['connex_peer_ops_total{peer="%s",op="read"}' % lid] >= 200
     count = sum(v for k, v in series.items()
                 if k.startswith('connex_op_latency_seconds_count{op="read"'))
-    assert count >= 3
+    assert 0 < count < 200   # one op in 8 is timed
 
 
 def test_metrics_closed_engine():

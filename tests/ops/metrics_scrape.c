@@ -170,7 +170,8 @@ static void test_scrape_under_traffic(void **state)
         print_message("scrape %d: %zu bytes in %.2f ms, %.0f reads, histogram count %.0f\n", i, strlen(body), ms,
                       reads, hcount);
         assert_true(reads > last_reads);   /* traffic runs while it is scraped */
-        assert_true(hcount >= reads - 1 && hcount <= reads);   /* every ok read is in the histogram */
+        if (i == 5) assert_true(hcount > 0);
+        assert_true(hcount <= reads);   /* one ok read in 8 is timed */
         last_reads = reads;
         free(body);
     }
@@ -195,7 +196,8 @@ static void test_scrape_under_traffic(void **state)
     snprintf(s2, sizeof s2, "connex_op_latency_seconds_bucket{op=\"write\",backend=\"%s\",le=\"+Inf\"}", backend);
     double inf;
     assert_int_equal(prom_value(body, s2, &inf), 0);
-    assert_true(inf == v);
+    print_message("writes: %.0f, timed: %.0f\n", v, inf);
+    assert_true(inf > v / 16 && inf < v / 4);   /* one in 8, picked at random */
     free(body);
 
     /* the peer dies: FAILED is counted, for it and for the engine */
