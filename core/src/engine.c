@@ -72,6 +72,7 @@ void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
     op->kind = kind;
     op->w.spin_ns = e ? e->spin_ns : 0;
     op->status = CX_ERR;
+    if (kind < CX_OPK_COUNT && cx_hist_sample()) op->t0_ns = cx_now_ns();   /* timed (metrics.h) */
     pthread_mutex_init(&op->mu, NULL);
     cx_cond_init_mono(&op->cv);
 }
@@ -198,6 +199,10 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     e->cfg.listen_ip = e->listen_ip;
     if (cx_advertise_resolve(e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
     e->cfg.advertise_ip = e->adv_ip;
+    const char *m = cx_opts_str(&e->opts, "CONNEX_METRICS");
+    char mip[48];
+    uint16_t mport;
+    if (m && *m && cx_metrics_check(m, mip, sizeof mip, &mport)) return CX_EINVAL;
     return CX_OK;
 }
 
@@ -273,6 +278,7 @@ static void engine_free(cx_engine_t *e)
         e->be[i].ops->close(e->be[i].b);
     }
     cx_live_close(e);
+    cx_metrics_close(e);
     if (e->lfd >= 0) close(e->lfd);
     if (e->cmdfd >= 0) close(e->cmdfd);
     if (e->timerfd >= 0) close(e->timerfd);
@@ -370,6 +376,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     }
     if (rc) { engine_free(e); return CX_ERR; }
     cx_live_open(e);
+    cx_metrics_open(e);
     if (pthread_create(&e->thread, NULL, cx_progress_main, e)) {
         cx_error("engine: cannot start the progress thread");
         engine_free(e);
@@ -870,7 +877,11 @@ int cx_wait_event(cx_engine_t *e, cx_event_t *ev, int timeout_ms)
 
 static void stats_fn(cx_engine_t *e, void *arg)
 {
-    cx_stats_t *st = arg;
+    cx_stats_collect(e, arg);
+}
+
+void cx_stats_collect(cx_engine_t *e, cx_stats_t *st)
+{
     *st = e->st;
     for (cx_peer_t *p = e->peers; p; p = p->next) {
         switch (p->state) {

@@ -195,6 +195,7 @@ _PROTOTYPES = {
     "cx_wait_event": (_I, [_P, ctypes.POINTER(cx_event_t), _I]),
     "cx_event_name": (_S, [_I]),
     "cx_stats": (_I, [_P, ctypes.POINTER(cx_stats_t)]),
+    "cx_stats_format": (_I, [_P, ctypes.c_char_p, _Z]),
     "cx_lid_parse": (_I, [_S, ctypes.POINTER(cx_lid_t), ctypes.c_char_p, _Z]),
     "cx_log_set_level": (None, [_I]),
     # mobility: directory and replica groups (python/connex_c/group.py)

@@ -555,6 +555,24 @@ class Engine(Closable):
             out[name] = v
         return out
 
+    def metrics(self):
+        """The engine's metrics as Prometheus text (cx_stats_format; docs/operations.md)."""
+        size = 65536
+        for _ in range(8):   # the text may grow between two calls: a few tries, each larger
+            buf = ctypes.create_string_buffer(size)
+            e = self._enter("metrics")
+            try:
+                n = self._lib.cx_stats_format(e, buf, size)
+            finally:
+                self._leave()
+            if n < 0:
+                _raise(n, "metrics")
+            if n < size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n + 65536
+        from ._lib import CX_ENOMEM
+        _raise(CX_ENOMEM, "metrics")
+
     # ---- mobility (docs/mobility.md): directory and replica groups ----
 
     def group(self, pattern, policy="round_robin"):

@@ -250,6 +250,13 @@ typedef struct cx_stats {
     uint64_t ops_driven_done;          /* ops done while their own caller drove the transports */
 } cx_stats_t;
 int cx_stats(cx_engine_t *e, cx_stats_t *st);
+/* The engine's counters, its peers (state, backend, incarnation, since when, ops, bytes, errors,
+ * failures, joins) and op latency histograms per op kind and backend, as Prometheus text
+ * (exposition format 0.0.4; docs/operations.md lists the metrics). Writes at most len bytes
+ * (NUL-terminated; buf may be NULL when len is 0) and returns the length the whole text needs,
+ * like snprintf, or a negative CX_* code. CONNEX_METRICS=ip:port serves the same text at
+ * GET /metrics. */
+int cx_stats_format(cx_engine_t *e, char *buf, size_t len);
 
 /* ---- mobility (docs/mobility.md) ---- */
 

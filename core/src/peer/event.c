@@ -57,12 +57,16 @@ void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *
 {
     cx_event_t ev;
     cx_event_fill(&ev, &p->lid, p->url, p->incarnation, t, reason);
-    if (t == CX_EVENT_FAILED) e->st.peer_failures++;
-    if (t == CX_EVENT_JOINED) e->st.peer_joins++;
+    if (t == CX_EVENT_FAILED) e->st.peer_failures++, p->m.failures++;
+    if (t == CX_EVENT_JOINED) e->st.peer_joins++, p->m.joins++;
+    p->m.since_ns = cx_now_ns();
     pthread_mutex_lock(&e->evq.mu);
     int out = cx_event_gate(p, t, p->incarnation, 0);
     if (out) cx_evq_push_locked(&e->evq, &ev);
+    /* The same-host watcher queued its FAILED itself, off this thread: watching tools hear it now. */
+    int watcher_said = !out && t == CX_EVENT_FAILED && p->ev_dead == p->incarnation + 1;
     pthread_mutex_unlock(&e->evq.mu);
+    if (out || watcher_said) cx_status_event(e, &ev);
     if (out)
         cx_log(t == CX_EVENT_FAILED ? CX_LOG_WARN : CX_LOG_INFO, "peer %s: %s%s%s", p->url, cx_event_name(t),
                reason && *reason ? ": " : "", reason ? reason : "");
