@@ -1,6 +1,7 @@
 /* Engine lifecycle and the public API entry points. Callers validate what they can locally,
  * then hand an op to the progress thread and wait for its completion. */
 #include "engine.h"
+#include "sigkeep.h"
 #include "connex/options.h"
 #include "live.h"
 #include "advertise.h"
@@ -293,7 +294,7 @@ static void engine_free(cx_engine_t *e)
     free(e);
 }
 
-int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
+static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
 {
     cx_log_init();
     if (!out) { cx_error("engine: NULL out pointer"); return CX_EINVAL; }
@@ -387,6 +388,18 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
             e->backends_str);
     *out = e;
     return CX_OK;
+}
+
+/* The probe and the backends' opens load and start libraries (libfabric's shm provider installs
+ * handlers for SIGINT, SIGTERM, SIGSEGV and more): the process's own dispositions are put back. */
+int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
+{
+    cx_sigkeep_t *k = malloc(sizeof *k);
+    if (k) cx_sigkeep_save(k);
+    int rc = engine_create(cfg, out);
+    if (k) cx_sigkeep_restore(k, "the engine's libraries");
+    free(k);
+    return rc;
 }
 
 static void shutdown_on_thread(cx_engine_t *e, void *arg)
