@@ -25,6 +25,7 @@
 
 #include "ctl_wire.h"
 #include "cxt.h"
+#include "cxt_etcd.h"
 #include "stable_port.h"
 
 #define HB 200
@@ -257,6 +258,38 @@ static void test_unreachable(void **state)
     close(hold);
 }
 
+/* The directory in a real etcd: engines that register there are listed with their revision as
+ * version, connex-ctl's own engine is not, and every engine listed is asked. */
+static void test_etcd_directory(void **state)
+{
+    (void)state;
+    cxt_etcd_t x;
+    int rc = cxt_etcd_start(&x, 15000);
+    if (rc == 1) cxt_skip("etcd", "%s missing", CXT_ETCD_BIN);
+    assert_int_equal(rc, 0);
+    setenv("CONNEX_DIRECTORY", x.endpoint, 1);   /* the peers inherit it */
+    cxt_peer_t p0, p1;
+    start(&p0, 0, NULL, 0);
+    start(&p1, 1, p0.url, 0);
+    unsetenv("CONNEX_DIRECTORY");
+    wait_shown(p0.url, "ca|0|0|1", " up ");
+    assert_int_equal(ctl("--directory %s --json", x.endpoint), 0);
+    assert_non_null(strstr(g_out, "{\"directory\": \"etcd\", \"engines\": ["));
+    assert_null(strstr(g_out, "connex-ctl"));
+    assert_null(strstr(g_out, "\"reachable\": false"));
+    assert_int_equal(ctl("--directory %s", x.endpoint), 0);
+    assert_non_null(line_with("directory: etcd", "2 engines", NULL));
+    const char *row = line_with(p1.url, " up ", "backends zmq");
+    assert_non_null(row);
+    unsigned long long version = 0;
+    assert_int_equal(sscanf(row + strlen(p1.lid), " %*s %llu", &version), 1);
+    assert_true(version > 0);   /* etcd's revision */
+    assert_non_null(line_with("    ca|0|0|0", " up ", "zmq"));
+    cxt_peer_stop(&p1);
+    cxt_peer_stop(&p0);
+    cxt_etcd_stop(&x);
+}
+
 /* A raw connection to the engine at port that sends one frame of `type` with body b. */
 static int raw_frame(uint16_t port, uint8_t type, const void *b, size_t n)
 {
@@ -330,6 +363,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_watch, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_auth, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_unreachable, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_etcd_directory, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_hostile_queries, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     return cxt_run_tests(tests, NULL, NULL);
