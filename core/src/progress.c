@@ -10,6 +10,7 @@
 #include "live.h"
 #include "spin.h"
 #include "mobility/mobility.h"
+#include "batch.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -131,6 +132,7 @@ int cx_progress_turn(cx_engine_t *e, int poll)
         }
     if (!e->driving) cx_staging_progress(e);   /* after the backends: their completions free staging slots */
     more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
+    more |= cx_batches_progress(e);  /* after the backends: their completions end a batch's phase */
     more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
     /* Messages delivered this turn, and by the control connections' events before it, wake their
      * receiver only now, after the backends sent their acks (queue.h). */
