@@ -253,23 +253,27 @@ class TransferEngine:
         return self._e().transfer_sync_write(self.target(target_hostname), buffer,
                                              peer_buffer_address, length)
 
-    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths):
-        return self._batch(self.transfer_sync_read, target_hostname, buffers,
-                           peer_buffer_addresses, lengths)
+    def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                 statuses=None):
+        """One batch (one call into the engine, one completion): 0, or the first failed entry's
+        status. A list passed as statuses receives every entry's, in order."""
+        return self._batch(self._e().transfer_batch_read, target_hostname, buffers,
+                           peer_buffer_addresses, lengths, statuses)
 
-    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths):
-        return self._batch(self.transfer_sync_write, target_hostname, buffers,
-                           peer_buffer_addresses, lengths)
+    def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
+                                  statuses=None):
+        return self._batch(self._e().transfer_batch_write, target_hostname, buffers,
+                           peer_buffer_addresses, lengths, statuses)
 
-    @staticmethod
-    def _batch(fn, target, bufs, addrs, lens):
+    def _batch(self, fn, target, bufs, addrs, lens, statuses):
         if not (len(bufs) == len(addrs) == len(lens)):
             raise ValueError("batch: buffers, peer addresses and lengths differ in length")
-        for b, a, n in zip(bufs, addrs, lens):
-            rc = fn(target, b, a, n)
-            if rc != CX_OK:
-                return rc
-        return CX_OK
+        if not bufs:
+            return CX_OK
+        st = fn(self.target(target), bufs, addrs, lens)
+        if statuses is not None:
+            statuses[:] = st
+        return next((rc for rc in st if rc != CX_OK), CX_OK)
 
     # ---- lifetime ----
 
