@@ -305,7 +305,7 @@ static void advance(cx_engine_t *e, cx_batch_t *b)
     }
 }
 
-int cx_batches_progress(cx_engine_t *e)
+void cx_batches_progress(cx_engine_t *e)
 {
     while (e->batch_ready) {
         cx_batch_t *b = e->batch_ready;
@@ -313,7 +313,6 @@ int cx_batches_progress(cx_engine_t *e)
         b->rnext = NULL;
         advance(e, b);
     }
-    return 0;
 }
 
 void cx_batches_close(cx_engine_t *e)
@@ -429,6 +428,7 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
         return rc;
     }
     for (uint32_t k = 0; k < b->np; k++) b->peers[k].b = b;
+    for (size_t i = 0; status && i < n; i++) status[i] = CX_ECLOSED;   /* a batch the engine never ran */
     *out = b;
     return CX_OK;
 }

@@ -21,8 +21,8 @@ typedef struct cx_batch cx_batch_t;
 
 /* Under plock (cx_op_start of a CX_OPK_BATCH op). */
 void cx_batch_start(cx_engine_t *e, cx_op_t *op);
-/* Under plock, every progress turn: batches whose phase ended go on. Returns 1 when more. */
-int cx_batches_progress(cx_engine_t *e);
+/* Under plock, every progress turn: batches whose phase ended go on. */
+void cx_batches_progress(cx_engine_t *e);
 /* Engine destroy, after every op was failed: batches complete; no phase starts any more. */
 void cx_batches_close(cx_engine_t *e);
 /* The batch's memory, with its parent op (cx_op_destroy). */
