@@ -13,8 +13,9 @@ function(connex_backend_test exe)
   endif()
   enable_testing()
   add_executable(${exe} ${BT_SOURCE} ${PROJECT_SOURCE_DIR}/tests/fake_core/fake_core.c
-                 ${PROJECT_SOURCE_DIR}/core/src/log.c ${PROJECT_SOURCE_DIR}/core/src/options.c $<TARGET_OBJECTS:${BT_OBJECTS}>)
-  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/core/include
+                 ${PROJECT_SOURCE_DIR}/core/src/log.c ${PROJECT_SOURCE_DIR}/core/src/options.c $<TARGET_OBJECTS:${BT_OBJECTS}>
+                 $<TARGET_OBJECTS:connex_be_util>)
+  target_include_directories(${exe} PRIVATE ${PROJECT_SOURCE_DIR}/core/include ${PROJECT_SOURCE_DIR}/backends
                              ${CMAKE_CURRENT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/tests/fake_core)
   target_link_libraries(${exe} PRIVATE ${BT_LIBS} PkgConfig::CX_BT_CMOCKA Threads::Threads)
 endfunction()

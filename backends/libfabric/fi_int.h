@@ -3,6 +3,9 @@
 #define CX_FI_INT_H
 
 #include "connex/backend.h"
+#include "util/acktab.h"
+#include "util/objcache.h"
+#include "util/rread.h"
 #include "fi_wire.h"
 
 #include <rdma/fabric.h>
@@ -35,7 +38,6 @@ const char *cx_fi_strerror(int errnum);
 #define CX_FI_BUF 65536u        /* eager buffer: messages up to this (with header) go inline */
 #define CX_FI_NRX 32            /* receive buffers kept posted */
 #define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
-#define CX_FI_ACK_BUCKETS 256
 #define CX_FI_OP_CACHE 64       /* freed ops kept for reuse */
 /* Per peer: what one peer may hold of the shared resources, so that a peer that stops reading
  * (SIGSTOP, a hung host) cannot take them all from the others until its op timeout. */
@@ -94,12 +96,12 @@ typedef struct cx_fi_op {
     size_t r_len;
     int rreq;                   /* SEND: a read request on tcp (fi_wb.c), x is the read:
                                    CX_FI_RREQ_WB or CX_FI_RREQ_IN */
-    size_t rd_got;              /* RREQ_IN: bytes of the answer copied in so far */
+    cx_rread_t rr;              /* RREQ_IN: the answer, one window of the whole read */
     const void *wb_src;         /* WBACK, RDATA: the bytes sent (in a pinned region, or tmp_buf) */
     void *wb_pin;               /* WBACK, RDATA: the core's pin on the source region */
     struct cx_fi_op *enext, *eprev;    /* ep's list */
     struct cx_fi_op *qnext;            /* backlog */
-    struct cx_fi_op *hnext;            /* ack hash */
+    cx_ack_link_t ack;                 /* in the ack table while it waits (seq) */
     struct cx_fi_op *anext, *aprev;    /* every op alive */
 } cx_fi_op_t;
 
@@ -185,13 +187,12 @@ struct cx_backend {
     int ntxfree;
 
     uint64_t next_seq;
-    cx_fi_op_t *ack_tab[CX_FI_ACK_BUCKETS];
+    cx_acktab_t acks;
     cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted; in order per endpoint only */
     uint64_t q_pass;            /* backlog passes, for cx_bep.q_blocked */
     int q_stuck;                /* the last pass posted nothing: every queued endpoint waits */
     cx_fi_op_t *all;            /* every op alive (provider may still own some) */
-    cx_fi_op_t *op_cache;       /* freed ops for reuse, linked by qnext */
-    int op_ncache;
+    cx_objcache_t op_cache;     /* freed ops for reuse */
     struct cx_bep *eps;
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
     uint32_t prov_version;      /* fabric_attr->prov_version: whether tcp's fi_read is safe */

@@ -87,6 +87,7 @@ int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w)
 {
     cx_xfer_t *x = op->x;
     if (op->rreq == CX_FI_RREQ_IN) {   /* answered with the bytes: nothing to register */
+        op->rr = (cx_rread_t){ .win_end = x->len };
         cx_fi_wbreq_put(w, &(cx_fi_wbreq_t){ .what = x->remote, .len = x->len });
         return w->ok ? 0 : -FI_EINVAL;
     }
@@ -181,8 +182,8 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
         cx_fi_wb_answer(b, ep, peer, seq, CX_EINVAL);
         return;
     }
-    for (uint64_t off = 0; off < len; off += b->rd_part) {
-        size_t n = (size_t)(len - off < b->rd_part ? len - off : b->rd_part);
+    for (size_t i = 0, np = cx_rread_parts((size_t)len, b->rd_part); i < np; i++) {
+        size_t off, n = cx_rread_part((size_t)len, b->rd_part, i, &off);
         const void *at = (const void *)(uintptr_t)(src + off);
         int st = CX_ENOMEM;
         void *pin = NULL;
@@ -241,18 +242,14 @@ void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_
         return;
     }
     cx_xfer_t *x = op->x;
-    if (!bad && st == CX_OK && (off != op->rd_got || !dl || dl > x->len - op->rd_got))
-        bad = 1;
-    if (bad) {
+    /* Still waiting for this answer (it is in the ack table): the caller's buffer is ours. */
+    int r = bad || st != CX_OK ? 0 : cx_rread_take(&op->rr, x->local, x->len, off, d, dl);
+    if (bad || r == CX_RREAD_BAD) {
         cx_warn("libfabric: malformed read answer (%zu bytes at %u, %zu of %zu in): the read fails",
-                dl, (unsigned)off, op->rd_got, x->len);
+                dl, (unsigned)off, op->rr.got, x->len);
         st = CX_EPEER;
-    } else if (st == CX_OK) {
-        /* Still waiting for this answer (it is in the ack table): the caller's buffer is ours. */
-        memcpy((uint8_t *)x->local + off, d, dl);
-        op->rd_got += dl;
-        if (op->rd_got < x->len)
-            return;
+    } else if (r == CX_RREAD_MORE) {
+        return;
     }
     cx_fi_on_ack(b, seq, st);
 }

@@ -65,14 +65,9 @@ cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep)
 {
     /* Ops are kept for reuse (CX_FI_OP_CACHE): one per read or write, calloc and free showed
      * in the profile of 4 KiB shm reads. */
-    cx_fi_op_t *op = b->op_cache;
-    if (op) {
-        b->op_cache = op->qnext;
-        b->op_ncache--;
-        memset(op, 0, sizeof *op);
-    } else if (!(op = calloc(1, sizeof *op))) {
+    cx_fi_op_t *op = cx_objcache_get(&b->op_cache);
+    if (!op)
         return NULL;
-    }
     op->c.type = CX_FI_CTX_OP;
     op->kind = kind;
     op->x = x;
@@ -104,13 +99,10 @@ void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
     if (op->wb_pin)
         cx_core_region_unpin(op->wb_pin);
     free(op->tmp_buf);
-    if (b->op_ncache < CX_FI_OP_CACHE && !b->closing) {
-        op->qnext = b->op_cache;
-        b->op_cache = op;
-        b->op_ncache++;
-    } else {
+    if (b->closing)
         free(op);
-    }
+    else
+        cx_objcache_put(&b->op_cache, op);
 }
 
 /* Completes the core's xfer (once) and detaches the op from its endpoint. */
@@ -131,42 +123,32 @@ void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
 
 /* ---- acks: ops waiting for the target's answer, by sequence ---- */
 
-static unsigned cx_fi_ack_bucket(uint64_t seq) { return (unsigned)(seq % CX_FI_ACK_BUCKETS); }
-
 void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op)
 {
     op->seq = b->next_seq++;
-    unsigned h = cx_fi_ack_bucket(op->seq);
-    op->hnext = b->ack_tab[h];
-    b->ack_tab[h] = op;
+    cx_acktab_add(&b->acks, &op->ack, op->seq);
 }
 
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq)
 {
-    for (cx_fi_op_t **pp = &b->ack_tab[cx_fi_ack_bucket(seq)]; *pp; pp = &(*pp)->hnext) {
-        if ((*pp)->seq == seq) {
-            cx_fi_op_t *op = *pp;
-            *pp = op->hnext;
-            op->hnext = NULL;
-            op->seq = 0;
-            return op;
-        }
-    }
-    return NULL;
+    cx_ack_link_t *l = cx_acktab_take(&b->acks, seq);
+    if (!l)
+        return NULL;
+    cx_fi_op_t *op = cx_container_of(l, cx_fi_op_t, ack);
+    op->seq = 0;
+    return op;
 }
 
 cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq)
 {
-    for (cx_fi_op_t *op = b->ack_tab[cx_fi_ack_bucket(seq)]; op; op = op->hnext)
-        if (op->seq == seq)
-            return op;
-    return NULL;
+    cx_ack_link_t *l = cx_acktab_find(&b->acks, seq);
+    return l ? cx_container_of(l, cx_fi_op_t, ack) : NULL;
 }
 
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op)
 {
-    if (op->seq)
-        cx_fi_ack_take(b, op->seq);
+    cx_acktab_del(&b->acks, &op->ack);
+    op->seq = 0;
 }
 
 /* ---- backlog: ops the provider or our buffer pool could not take yet ---- */

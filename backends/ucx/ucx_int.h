@@ -11,6 +11,9 @@
 #define CX_UCX_INT_H
 
 #include "connex/backend.h"
+#include "util/acktab.h"
+#include "util/objcache.h"
+#include "util/rread.h"
 #include "connex/log.h"
 #include "connex/wire.h"
 #include "ucx_wire.h"
@@ -21,7 +24,7 @@
 /* wire formats (magics, AM ids, header encoders and decoders): ucx_wire.h */
 
 #define CX_UCX_RK_BUCKETS 32
-#define CX_UCX_ACK_BUCKETS 256
+#define CX_UCX_FREE_OPS_MAX 256          /* freed ops kept for reuse */
 #define CX_UCX_INBOX_MAX 1024            /* messages held back at the target */
 #define CX_UCX_INBOX_BYTES (256ull << 20)
 #define CX_UCX_PARK_MS 2000              /* how long a message from an unknown sender waits */
@@ -137,16 +140,15 @@ struct cx_ucx_op {
     int pending;             /* UCX requests whose callback will still name this op */
     int finished;            /* status decided, on the done list or delivered */
     int status;
-    int sent, acked, ack_status, in_acks;
+    int sent, acked, ack_status;
     uint64_t req_id;
     uint8_t hdr[CX_UCX_RREQ_HDR_LEN];   /* a message's header, or a read request (ucx_read.c) */
     void *msg_copy;             /* endpoints without error handling: UCX may read it late */
     void *bounce;               /* same, reads: UCX may write it late (see ucx_xfer.c) */
     size_t bounce_cap;          /* its size (cx_ucx_bounce_get) */
-    size_t rgot;                /* read answered by the target: bytes in so far (ucx_read.c) */
-    size_t rseg, rseg_end;      /* the segment of it asked for last */
+    cx_rread_t rr;              /* read answered by the target (ucx_read.c) */
     cx_ucx_op_t *next, *prev;   /* endpoint's list, or the done list */
-    cx_ucx_op_t *hnext;         /* ack table chain */
+    cx_ack_link_t ack;          /* in the ack table while it waits for the target (req_id) */
 };
 
 struct cx_bep {
@@ -183,6 +185,7 @@ struct cx_ucx_in {
 struct cx_ucx {
     cx_core_t *core;
     uint64_t inc;
+    int gpu_direct;              /* the plan registers GPU memory with the NIC */
     ucp_context_h ctx;
     cx_ucx_wk_t *cur;            /* the current worker */
     cx_ucx_wk_t *old;            /* retired workers still alive */
@@ -206,20 +209,19 @@ struct cx_ucx {
     struct cx_bep *errq;         /* endpoints with a failure to report */
     cx_ucx_op_t done;            /* sentinel: finished ops to hand back */
     cx_ucx_op_t zombies;         /* sentinel: delivered ops a UCX request still names */
-    cx_ucx_op_t *acks[CX_UCX_ACK_BUCKETS];
+    cx_acktab_t acks;
     uint64_t next_req_id;
     cx_ucx_in_t *in_head, *in_tail;
     size_t in_n, in_bytes;
     int no_peer_mode;            /* UCX_TLS leaves no transport with peer error handling */
     int depth;                   /* inline completions nested in submit */
     int closing_ep;              /* inside disconnect: hold messages back */
-    cx_ucx_op_t *free_ops;       /* small cache: ops are allocated per xfer */
-    int nfree;
+    cx_objcache_t free_ops;      /* ops are allocated per xfer */
     struct { void *p; size_t cap; } bounces[2];   /* read bounce buffers kept for reuse */
 };
 
 /* ucx_env.c */
-int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip);
+int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip);
 int cx_ucx_rdma_usable(void);
 unsigned long long cx_ucx_opt(const char *name);   /* a CONNEX_UCX_* number (connex/options.h) */
 

@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CX_UCX_FREE_OPS_MAX 256
-
 void cx_ucx_list_del(cx_ucx_op_t *op)
 {
     if (!op->next) return;
@@ -34,14 +32,8 @@ int cx_ucx_status(ucs_status_t st)
 
 cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x)
 {
-    cx_ucx_op_t *op = b->free_ops;
-    if (op) {
-        b->free_ops = op->next;
-        b->nfree--;
-    } else if (!(op = malloc(sizeof *op))) {
-        return NULL;
-    }
-    memset(op, 0, sizeof *op);
+    cx_ucx_op_t *op = cx_objcache_get(&b->free_ops);
+    if (!op) return NULL;
     op->b = b;
     op->x = x;
     op->ep = ep;
@@ -94,13 +86,7 @@ static void cx_ucx_op_free(cx_ucx_t *b, cx_ucx_op_t *op)
     free(op->msg_copy);
     bounce_put(b, op->bounce, op->bounce_cap);
     op->msg_copy = op->bounce = NULL;
-    if (b->nfree < CX_UCX_FREE_OPS_MAX) {
-        op->next = b->free_ops;
-        b->free_ops = op;
-        b->nfree++;
-    } else {
-        free(op);
-    }
+    cx_objcache_put(&b->free_ops, op);
 }
 
 void cx_ucx_ops_free_cache(cx_ucx_t *b)
@@ -115,12 +101,7 @@ void cx_ucx_ops_free_cache(cx_ucx_t *b)
         free(op->bounce);
         free(op);
     }
-    while (b->free_ops) {
-        cx_ucx_op_t *op = b->free_ops;
-        b->free_ops = op->next;
-        free(op);
-    }
-    b->nfree = 0;
+    cx_objcache_drain(&b->free_ops);
     for (int i = 0; i < 2; i++) {
         free(b->bounces[i].p);
         b->bounces[i].p = NULL;
@@ -129,40 +110,19 @@ void cx_ucx_ops_free_cache(cx_ucx_t *b)
 
 void cx_ucx_ack_add(cx_ucx_t *b, cx_ucx_op_t *op)
 {
-    cx_ucx_op_t **h = &b->acks[op->req_id % CX_UCX_ACK_BUCKETS];
-    op->hnext = *h;
-    *h = op;
-    op->in_acks = 1;
-}
-
-static void cx_ucx_ack_del(cx_ucx_t *b, cx_ucx_op_t *op)
-{
-    for (cx_ucx_op_t **p = &b->acks[op->req_id % CX_UCX_ACK_BUCKETS]; *p; p = &(*p)->hnext) {
-        if (*p == op) {
-            *p = op->hnext;
-            break;
-        }
-    }
-    op->in_acks = 0;
-    op->hnext = NULL;
+    cx_acktab_add(&b->acks, &op->ack, op->req_id);
 }
 
 cx_ucx_op_t *cx_ucx_ack_find(cx_ucx_t *b, uint64_t req_id)
 {
-    for (cx_ucx_op_t *op = b->acks[req_id % CX_UCX_ACK_BUCKETS]; op; op = op->hnext)
-        if (op->req_id == req_id) return op;
-    return NULL;
+    cx_ack_link_t *l = cx_acktab_find(&b->acks, req_id);
+    return l ? cx_container_of(l, cx_ucx_op_t, ack) : NULL;
 }
 
 cx_ucx_op_t *cx_ucx_ack_take(cx_ucx_t *b, uint64_t req_id)
 {
-    for (cx_ucx_op_t *op = b->acks[req_id % CX_UCX_ACK_BUCKETS]; op; op = op->hnext) {
-        if (op->req_id == req_id) {
-            cx_ucx_ack_del(b, op);
-            return op;
-        }
-    }
-    return NULL;
+    cx_ack_link_t *l = cx_acktab_take(&b->acks, req_id);
+    return l ? cx_container_of(l, cx_ucx_op_t, ack) : NULL;
 }
 
 /* The status is decided: off the endpoint, onto the done list (the drain hands it back). */
@@ -177,7 +137,7 @@ void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status)
     }
     if (op->stage == CX_UCX_OPS_HELD && op->ep) op->ep->held--;
     if (op->bounce && op->x && status == CX_OK) memcpy(op->x->local, op->bounce, op->x->len);
-    if (op->in_acks) cx_ucx_ack_del(b, op);
+    cx_acktab_del(&b->acks, &op->ack);
     cx_ucx_list_del(op);
     if (op->x) {
         cx_ucx_list_add(&b->done, op);

@@ -45,17 +45,15 @@ static void cx_ucx_rreq_sent_cb(void *req, ucs_status_t st, void *user)
     if (op && st != UCS_OK) cx_ucx_op_finish(op->b, op, cx_ucx_status(st));
 }
 
-/* Ask for the next segment of the read: [rseg_end, rseg_end + CX_UCX_READ_SEG). */
+/* Ask for the next segment of the read, at most CX_UCX_READ_SEG. */
 static void cx_ucx_read_ask(cx_ucx_t *b, cx_ucx_op_t *op)
 {
     const cx_xfer_t *x = op->x;
-    size_t n = x->len - op->rseg_end < CX_UCX_READ_SEG ? x->len - op->rseg_end : CX_UCX_READ_SEG;
+    size_t at, n = cx_rread_window(&op->rr, x->len, CX_UCX_READ_SEG, &at);
     cx_wr_t w;
     cx_wr_init(&w, op->hdr, sizeof op->hdr);   /* the last request was answered: UCX is done with it */
     cx_ucx_rreq_hdr_put(&w, &(cx_ucx_rreq_hdr_t){ .inc = b->inc, .req_id = op->req_id,
-                                                   .addr = x->remote + op->rseg_end, .len = n });
-    op->rseg = op->rseg_end;
-    op->rseg_end += n;
+                                                   .addr = x->remote + at, .len = n });
     ucp_request_param_t p;
     cx_ucx_param(&p, op, cx_ucx_rreq_sent_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
@@ -73,7 +71,7 @@ void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op)
 {
     op->stage = CX_UCX_OPS_AM;
     op->req_id = ++b->next_req_id;
-    op->rgot = op->rseg = op->rseg_end = 0;
+    op->rr = (cx_rread_t){ 0 };
     cx_ucx_ack_add(b, op);
     cx_ucx_read_ask(b, op);
 }
@@ -110,20 +108,22 @@ static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, voi
         return UCS_OK;
     }
     /* in order (one FIFO, one sender), never past what was asked for */
-    size_t seg = op->rseg;
-    if ((prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || !len || h.offset != op->rgot - seg ||
-        len > op->rseg_end - op->rgot) {
+    /* in order (one FIFO, one sender), never past what was asked for; offsets are the segment's */
+    size_t seg = op->rr.win;
+    int rndv = (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    int r = rndv || h.offset > op->x->len - seg ? CX_RREAD_BAD
+                                                 : cx_rread_take(&op->rr, op->x->local, op->x->len,
+                                                                 seg + (size_t)h.offset, data, len);
+    if (r == CX_RREAD_BAD) {
         cx_error("ucx: read %llu: a %zu-byte answer at offset %llu, expected one at %zu of %zu%s: "
                  "failing it", (unsigned long long)h.req_id, len, (unsigned long long)h.offset,
-                 op->rgot - seg, op->rseg_end - seg,
-                 (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? " (by rendezvous)" : "");
+                 op->rr.got - seg, op->rr.win_end - seg, rndv ? " (by rendezvous)" : "");
         cx_ucx_read_end(b, op, CX_EPEER);
-        return UCS_OK;
+    } else if (r == CX_RREAD_DONE) {
+        cx_ucx_read_end(b, op, CX_OK);
+    } else if (r == CX_RREAD_ASK) {
+        cx_ucx_read_ask(b, op);
     }
-    memcpy((uint8_t *)op->x->local + op->rgot, data, len);
-    op->rgot += len;
-    if (op->rgot == op->x->len) cx_ucx_read_end(b, op, CX_OK);
-    else if (op->rgot == op->rseg_end) cx_ucx_read_ask(b, op);
     return UCS_OK;
 }
 
@@ -135,7 +135,7 @@ static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, voi
 static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int st,
                           const uint8_t *src, size_t n, int mem_kind, void *pin)
 {
-    size_t parts = n ? (n + CX_UCX_READ_PART - 1) / CX_UCX_READ_PART : 1;
+    size_t parts = cx_rread_parts(n, CX_UCX_READ_PART);
     cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, parts * CX_UCX_RDATA_HDR_LEN);
     if (!c) {
         cx_core_region_unpin(pin);
@@ -152,8 +152,7 @@ static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t re
         p.memory_type = UCS_MEMORY_TYPE_CUDA;
     }
     for (size_t i = 0; i < parts; i++) {
-        size_t off = i * CX_UCX_READ_PART;
-        size_t len = n ? (n - off < CX_UCX_READ_PART ? n - off : CX_UCX_READ_PART) : 0;
+        size_t off, len = cx_rread_part(n, CX_UCX_READ_PART, i, &off);
         uint8_t *hb = c->buf + i * CX_UCX_RDATA_HDR_LEN;
         cx_wr_t w;
         cx_wr_init(&w, hb, CX_UCX_RDATA_HDR_LEN);

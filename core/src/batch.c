@@ -385,7 +385,7 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
         child_init(&c->op, e, xkind == CX_XFER_READ ? CX_OPK_READ : CX_OPK_WRITE, ent_done);
         c->b = b;
         c->idx = (uint32_t)i;
-        c->op.cls = cls;
+        c->op.sc.cls = cls;
         c->op.x.kind = xkind;
         c->op.x.local = en->local;
         c->op.x.len = en->len;

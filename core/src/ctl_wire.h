@@ -24,7 +24,7 @@ enum {
     CX_CTL_REG_DEL = 4,   /* a region was unregistered */
     CX_CTL_REG_QUERY = 5, /* which region holds [addr, addr+len)? */
     CX_CTL_REG_REPLY = 6,
-    CX_CTL_HB = 7,        /* heartbeat; with a body (u8 kind, u64 id) a probe or its answer (peer.c) */
+    CX_CTL_HB = 7,        /* heartbeat; with a body (u8 kind, u64 id) a probe or its answer (peer/liveness.c) */
     CX_CTL_BYE = 8,       /* clean close */
     CX_CTL_REFUSE = 9,    /* handshake refused: i32 status, str8 reason; then the acceptor closes */
     CX_CTL_AUTH = 10,     /* before HELLO when a token is set: the exchange in auth.h */

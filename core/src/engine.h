@@ -68,33 +68,37 @@ struct cx_op {
     void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
     int async;                /* put_signal: freed by cx_op_wait */
     int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
-    uint64_t spin_ns;         /* the engine's poll window, copied: an async op outlives its engine */
-    int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
-    int owned;                /* a synchronous call's op: `owner` waits for it (run_sync) */
-    int done_by_owner;        /* completed on `owner`'s own thread, which drove it: no wake-up */
-    pthread_t owner;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cx_op_t *next, *prev;
     /* Set: cx_op_complete calls it instead of waking a caller (a group step's child, group.c). */
     void (*on_done)(cx_op_t *op, int status);
-    /* traffic classes (cx_sched.h) */
-    int cls;                  /* CX_CLASS_* the caller asked for */
-    int credit;               /* 1 + the class whose credit the op holds; 0 none */
-    cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
-                                 the peer's list of background transfers */
-    cx_op_t *parent;          /* CX_OPK_CHUNK: the background transfer it is a piece of */
     cx_op_t *hnext;           /* OPS_HANDOFF: the engine's handoff list (drive.h) */
-    size_t bg_off;            /* background transfer: bytes handed to chunks so far */
-    uint32_t bg_out;          /* background transfer: chunks not yet completed */
-    int bg_status;            /* background transfer: first error of a chunk */
-    uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
-    /* served by the target's core over the control connection (rstage.h) */
-    size_t rs_off;            /* bytes asked for so far */
-    uint32_t rs_out;          /* chunks asked for, not yet answered */
-    uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
-    int rs_status;            /* first error of a chunk */
-    int rs_signalled;         /* put_signal: the message went out */
+    struct cx_op_wait {       /* the caller that waits for it (engine.c run_sync, cx_op_wait) */
+        uint64_t spin_ns;     /* the engine's poll window, copied: an async op outlives its engine */
+        int waiters_gone;     /* async op whose caller waits no more (engine destroyed) */
+        int owned;            /* a synchronous call's op: `owner` waits for it (run_sync) */
+        int done_by_owner;    /* completed on `owner`'s own thread, which drove it: no wake-up */
+        pthread_t owner;
+    } w;
+    struct cx_op_sched {      /* traffic classes (cx_sched.h) */
+        int cls;              /* CX_CLASS_* the caller asked for */
+        int credit;           /* 1 + the class whose credit the op holds; 0 none */
+        cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
+                                     the peer's list of background transfers */
+        cx_op_t *parent;      /* CX_OPK_CHUNK: the background transfer it is a piece of */
+        size_t bg_off;        /* background transfer: bytes handed to chunks so far */
+        uint32_t bg_out;      /* background transfer: chunks not yet completed */
+        int bg_status;        /* background transfer: first error of a chunk */
+        uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
+    } sc;
+    struct cx_op_rstage {     /* served by the target's core over the control connection (rstage.h) */
+        size_t off;           /* bytes asked for so far */
+        uint32_t out;         /* chunks asked for, not yet answered */
+        uint32_t nids;        /* ids taken from query_id on: one per chunk, + 1 for a signal */
+        int status;           /* first error of a chunk */
+        int signalled;        /* put_signal: the message went out */
+    } rs;
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
@@ -161,7 +165,7 @@ struct cx_peer {
     int probing;
     uint64_t probe_id, probe_sent_ns;
     cx_peer_t *next;
-    cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer.c) */
+    cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer/table.c) */
     cx_peer_t *inc_hnext;     /* the engine's by-incarnation bucket, once a HELLO gave one */
     int inc_hashed;
     cx_peer_t *active_next;   /* the engine's peers that may hold ops (cx_peer_activate) */
@@ -244,7 +248,7 @@ struct cx_engine {
     /* progress-thread state */
     cx_peer_t *peers;
     /* Every op resolves its peer, and every message from a peer its incarnation: with a serving
-     * cluster's hundreds of peers a list walk cost more than a shared-memory op (peer.c). */
+     * cluster's hundreds of peers a list walk cost more than a shared-memory op (peer/table.c). */
 #define CX_PEER_BUCKETS 256
     cx_peer_t *peer_by_lid[CX_PEER_BUCKETS];
     cx_peer_t *peer_by_inc[CX_PEER_BUCKETS];
@@ -337,7 +341,7 @@ int cx_conn_flush(cx_engine_t *e, cx_conn_t *c);     /* CX_EPEER when the socket
 cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up);
 void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine and frees */
 
-/* peer.c */
+/* peer/: the table, the handshake, control connections, liveness, events, remote regions */
 cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
 cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc);   /* UP or SUSPECT only */
 cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
@@ -346,7 +350,8 @@ void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
 /* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
 void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n);
-/* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer.c). */
+int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);   /* (re)creates the data endpoint */
+/* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer/rregion.c). */
 void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */
 void cx_peer_heard(cx_engine_t *e, cx_peer_t *p);

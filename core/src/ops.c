@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);
 
 void cx_op_link(cx_engine_t *e, cx_peer_t *p, cx_op_t *op)
 {

@@ -33,35 +33,35 @@ static void pump(cx_engine_t *e, cx_op_t *op)
     cx_peer_t *p = op->peer;
     cx_core_t *core = cx_core_of(e);
     int kind = op->x.kind == CX_XFER_READ ? CX_RMA_READ : CX_RMA_WRITE;
-    while (op->rs_status == CX_OK && op->rs_out < CX_RSTAGE_WINDOW && op->rs_off < op->x.len) {
-        if (!p->conn) { op->rs_status = CX_EPEER; break; }
-        size_t off = op->rs_off, n = chunk_len(op, off);
+    while (op->rs.status == CX_OK && op->rs.out < CX_RSTAGE_WINDOW && op->rs.off < op->x.len) {
+        if (!p->conn) { op->rs.status = CX_EPEER; break; }
+        size_t off = op->rs.off, n = chunk_len(op, off);
         size_t body = CX_RMA_REQ_HDR + (kind == CX_RMA_WRITE ? n : 0);
         uint8_t *b = cx_conn_reserve(p->conn, CX_CTL_RMA_REQ, body);
-        if (!b) { op->rs_status = CX_ENOMEM; break; }
+        if (!b) { op->rs.status = CX_ENOMEM; break; }
         cx_wire_put_rma_req(b, op->query_id + off / CX_RSTAGE_CHUNK, kind, op->x.remote + off, n);
         if (kind == CX_RMA_WRITE) {
             int rc = cx_core_mem_copy(core, b + CX_RMA_REQ_HDR, (const uint8_t *)op->x.local + off, n);
-            if (rc) { op->rs_status = rc; break; }   /* not committed: nothing was queued */
+            if (rc) { op->rs.status = rc; break; }   /* not committed: nothing was queued */
         }
         cx_conn_commit(e, p->conn, body);
-        op->rs_off += n;
-        op->rs_out++;
+        op->rs.off += n;
+        op->rs.out++;
     }
-    if (op->rs_out) return;
-    if (op->rs_status == CX_OK && op->x.kind == CX_XFER_PUT_SIGNAL && !op->rs_signalled) {
+    if (op->rs.out) return;
+    if (op->rs.status == CX_OK && op->x.kind == CX_XFER_PUT_SIGNAL && !op->rs.signalled) {
         /* Every chunk is in place at the target: now the message. */
         size_t body = CX_RMA_REQ_HDR + op->x.msg_len;
         uint8_t *b = p->conn ? cx_conn_reserve(p->conn, CX_CTL_RMA_REQ, body) : NULL;
         if (!b) { cx_op_finish(e, op, p->conn ? CX_ENOMEM : CX_EPEER); return; }
-        cx_wire_put_rma_req(b, op->query_id + op->rs_nids - 1, CX_RMA_SIGNAL, 0, 0);
+        cx_wire_put_rma_req(b, op->query_id + op->rs.nids - 1, CX_RMA_SIGNAL, 0, 0);
         if (op->x.msg_len) memcpy(b + CX_RMA_REQ_HDR, op->x.msg, op->x.msg_len);
         cx_conn_commit(e, p->conn, body);
-        op->rs_signalled = 1;
-        op->rs_out = 1;
+        op->rs.signalled = 1;
+        op->rs.out = 1;
         return;
     }
-    cx_op_finish(e, op, op->rs_status);
+    cx_op_finish(e, op, op->rs.status);
 }
 
 void cx_rstage_start(cx_engine_t *e, cx_op_t *op)
@@ -73,14 +73,14 @@ void cx_rstage_start(cx_engine_t *e, cx_op_t *op)
                 "its core over the control connection", p->url, e->bnames[p->bidx]);
     }
     op->stage = OPS_RSTAGE;
-    op->rs_off = 0;
-    op->rs_out = 0;
-    op->rs_status = CX_OK;
-    op->rs_signalled = 0;
-    op->rs_nids = (uint32_t)((op->x.len + CX_RSTAGE_CHUNK - 1) / CX_RSTAGE_CHUNK) +
+    op->rs.off = 0;
+    op->rs.out = 0;
+    op->rs.status = CX_OK;
+    op->rs.signalled = 0;
+    op->rs.nids = (uint32_t)((op->x.len + CX_RSTAGE_CHUNK - 1) / CX_RSTAGE_CHUNK) +
                   (op->x.kind == CX_XFER_PUT_SIGNAL);
     op->query_id = e->next_query_id;
-    e->next_query_id += op->rs_nids;
+    e->next_query_id += op->rs.nids;
     pump(e, op);
 }
 
@@ -92,12 +92,12 @@ void cx_rstage_on_resp(cx_engine_t *e, cx_peer_t *p, const uint8_t *body, size_t
         return;
     }
     for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) {
-        if (op->stage != OPS_RSTAGE || m.id < op->query_id || m.id - op->query_id >= op->rs_nids) continue;
+        if (op->stage != OPS_RSTAGE || m.id < op->query_id || m.id - op->query_id >= op->rs.nids) continue;
         uint64_t idx = m.id - op->query_id;
-        if (!op->rs_out) break;   /* nothing of this op is outstanding: a duplicate */
-        op->rs_out--;
+        if (!op->rs.out) break;   /* nothing of this op is outstanding: a duplicate */
+        op->rs.out--;
         int st = m.status;
-        int is_signal = op->x.kind == CX_XFER_PUT_SIGNAL && idx == op->rs_nids - 1;
+        int is_signal = op->x.kind == CX_XFER_PUT_SIGNAL && idx == op->rs.nids - 1;
         if (st == CX_OK && op->x.kind == CX_XFER_READ) {
             size_t off = (size_t)idx * CX_RSTAGE_CHUNK;
             if (m.data_len != chunk_len(op, off)) {
@@ -110,8 +110,8 @@ void cx_rstage_on_resp(cx_engine_t *e, cx_peer_t *p, const uint8_t *body, size_t
         } else if (st == CX_OK && m.data_len) {
             st = CX_ERR;   /* a write or signal answered with bytes */
         }
-        if (op->rs_status == CX_OK) op->rs_status = st;
-        if (is_signal) { cx_op_finish(e, op, op->rs_status); return; }
+        if (op->rs.status == CX_OK) op->rs.status = st;
+        if (is_signal) { cx_op_finish(e, op, op->rs.status); return; }
         pump(e, op);
         return;
     }

@@ -137,7 +137,6 @@ static void sub_complete(stg_sub_t *sub)
     free(sub);
 }
 
-int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);   /* peer.c */
 
 static void chunk_cb(const cx_stage_chunk_t *c)
 {
@@ -426,6 +425,14 @@ int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len)
     if (rc) cx_error("target copy of %zu bytes between %s and %s memory failed (%s)", len,
                      cx_mem_kind_name(kd), cx_mem_kind_name(ks), cx_strerror(rc));
     return rc;
+}
+
+int cx_core_mem_device(cx_core_t *c, const void *addr, size_t len)
+{
+    (void)c;
+    cx_gpu_mem_t m;
+    if (cx_gpu_mem_query(addr, len, &m) || m.kind == CX_MEM_HOST) return -1;
+    return m.device;
 }
 
 int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)

@@ -58,7 +58,7 @@ int cx_dir_table_apply(cx_dir_t *d, const cx_dir_entry_t *ent, int kind);
 /* The live entries' LIDs and versions, for a resync (etcd): caller frees *out. */
 int cx_dir_table_snapshot(cx_dir_t *d, cx_dir_entry_t **out, size_t *n);
 
-/* A HELLO showed a known LID at a new URL (peer.c): the static directory follows it. */
+/* A HELLO showed a known LID at a new URL (peer/hello.c): the static directory follows it. */
 void cx_dir_seen_at(cx_engine_t *e, const cx_lid_t *lid, const char *url);
 
 #endif
