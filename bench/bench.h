@@ -29,6 +29,7 @@ typedef struct cx_bench_opts {
     const char *peer;       /* --peer URL: a remote `connex-bench serve` instead of a child */
     int rounds;             /* transfer: every variant and baseline this many times, alternating */
     int idle_peers;         /* transfer: peers named (never up) beside the target, as in a big cluster */
+    int batch;              /* transfer: N blocks of each size per call (cx_batch_*), beside N async ops; 0: one op */
     int runs;               /* failover */
     unsigned faults;        /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
     int cycles;             /* soak: kills per variant */

@@ -19,6 +19,7 @@ static void usage(FILE *f)
         "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
         "                             [--rounds N: all of it N times, then connex-c / raw loop per round]\n"
         "                             [--idle-peers N: name N peers that never come up beside the target]\n"
+        "                             [--batch N: N blocks of each size per call, beside N async ops]\n"
         "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
         "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
         "       connex-bench soak     [--backend ...] [--kills N, default 1000] [--kill-window-ms MS]\n"
@@ -79,7 +80,8 @@ int main(int argc, char **argv)
         { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "kills", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
         { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { "bg-size", 1, 0, 'G' },
         { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { "faults", 1, 0, 'F' }, { "rounds", 1, 0, 'R' },
-        { "idle-peers", 1, 0, 'I' }, { "kill-window-ms", 1, 0, 'W' }, { "seed", 1, 0, 'S' }, { 0, 0, 0, 0 }
+        { "idle-peers", 1, 0, 'I' }, { "kill-window-ms", 1, 0, 'W' }, { "seed", 1, 0, 'S' }, { "batch", 1, 0, 'N' },
+        { 0, 0, 0, 0 }
     };
     optind = 2;
     int c, budget_set = 0, iters_set = 0;
@@ -100,6 +102,7 @@ int main(int argc, char **argv)
         case 'r': o.runs = (int)v; break;
         case 'R': o.rounds = (int)v; break;
         case 'I': o.idle_peers = (int)v; break;
+        case 'N': o.batch = (int)v; break;
         case 'c': o.cycles = (int)v; break;
         case 'W': o.kill_window_ms = (int)v; break;
         case 'S': o.seed = strtoull(optarg, NULL, 10); break;
@@ -140,9 +143,10 @@ int main(int argc, char **argv)
     if (optind < argc) { fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]); return 2; }
     if (o.iters < 1 || o.iters > 1000000 || o.budget_ms < 1 || o.runs < 1 || o.runs > 10000 || o.cycles < 1 ||
         o.kill_window_ms < 0 || o.kill_window_ms > 600000 || o.rounds < 1 || o.rounds > 50 || o.idle_peers < 0 || o.idle_peers > 10000 ||
+        o.batch < 0 || o.batch > 65536 ||
         o.cycles > 1000000 || (o.hb_ms && o.hb_ms < 10) || (o.hb_timeout_ms && o.hb_timeout_ms < 2 * o.hb_ms)) {
         fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --rounds 1..50, "
-                "--idle-peers 0..10000, "
+                "--idle-peers 0..10000, --batch 0..65536, "
                 "--kills (--cycles) >= 1, --kill-window-ms 0..600000, "
                 "--hb-ms >= 10, --hb-timeout-ms >= 2 x --hb-ms\n");
         return 2;

@@ -197,6 +197,8 @@ struct cx_backend {
     int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
     uint32_t prov_version;      /* fabric_attr->prov_version: whether tcp's fi_read is safe */
     int shm_direct;             /* shm: every op ends inside its post (fi_shm.c) */
+    uint64_t post_more;         /* FI_MORE while submit_batch posts all but its last xfer */
+    int more_owed;              /* a post went with FI_MORE and none without it since */
     size_t eager_max;           /* a message with its header up to this goes inline */
     size_t rd_inline;           /* with wb: reads up to this many bytes answered inline */
     size_t rd_part;             /* bytes per RDATA message: rxm's eager limit, less headers */
@@ -242,6 +244,7 @@ int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t 
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
 void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why);
 int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
+void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
 cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep);
 void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status);

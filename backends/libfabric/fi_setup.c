@@ -460,6 +460,7 @@ const struct cx_backend_ops cx_libfabric_ops = {
     .connect = cx_fi_connect,
     .disconnect = cx_fi_disconnect,
     .submit = cx_fi_submit,
+    .submit_batch = cx_fi_submit_batch,
     .forget_region = cx_fi_forget_region,
     .gpu_caps = cx_fi_gpu_caps,
     .ep_transport = cx_fi_ep_transport,

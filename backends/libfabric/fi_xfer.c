@@ -303,6 +303,13 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         cx_debug("libfabric: %s: send type %u seq %llu (%zu bytes)", b->prov, buf[0],
                  (unsigned long long)(op->kind == CX_FOP_ACK ? op->ack_seq : op->seq), w.len);
     }
+    if (b->post_more) {
+        struct iovec iov = { .iov_base = cx_fi_tx_buf(b, op->txi), .iov_len = op->txlen };
+        void *desc = fi_mr_desc(b->txmr);
+        struct fi_msg m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = op->ep->fa,
+                            .context = &op->c.fc };
+        return (int)fi_sendmsg(b->ep, &m, FI_COMPLETION | FI_MORE);
+    }
     return (int)fi_send(b->ep, cx_fi_tx_buf(b, op->txi), op->txlen, fi_mr_desc(b->txmr),
                         op->ep->fa, &op->c.fc);
 }
@@ -380,7 +387,13 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
         if (cx_fi_rma_target(x, &raddr, &rkey))
             return -FI_EINVAL;
         void *desc = ((cx_fi_mh_t *)x->local_mh)->desc;
-        if (op->kind == CX_FOP_READ) {
+        if (op->kind == CX_FOP_READ && b->post_more) {
+            struct iovec iov = { .iov_base = x->local, .iov_len = x->len };
+            struct fi_rma_iov riov = { .addr = raddr, .len = x->len, .key = rkey };
+            struct fi_msg_rma m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = op->ep->fa,
+                                    .rma_iov = &riov, .rma_iov_count = 1, .context = &op->c.fc };
+            r = fi_readmsg(b->ep, &m, FI_COMPLETION | FI_MORE);
+        } else if (op->kind == CX_FOP_READ) {
             r = fi_read(b->ep, x->local, x->len, desc, op->ep->fa, raddr, rkey, &op->c.fc);
         } else {
             /* A write completes when the data is at the target (a plain fi_write completes
@@ -410,6 +423,7 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
         return -FI_EINVAL;
     }
     if (r == 0) {
+        b->more_owed = b->post_more != 0;   /* a post without FI_MORE sends what waited */
         op->posted = 1;
         op->gen = b->rot_gen;
         if (!op->ep->used) {
@@ -438,8 +452,8 @@ int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc,
     m.rma_iov = &riov;
     m.rma_iov_count = 1;
     m.context = &op->c.fc;
-    return (int)fi_writemsg(b->ep, &m, b->shm_direct ? FI_COMPLETION
-                                                     : FI_DELIVERY_COMPLETE | FI_COMPLETION);
+    return (int)fi_writemsg(b->ep, &m, b->post_more | (b->shm_direct ? FI_COMPLETION
+                                                     : FI_DELIVERY_COMPLETE | FI_COMPLETION));
 }
 
 int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
@@ -519,6 +533,21 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
         return r == -FI_EINVAL ? CX_EINVAL : CX_ERR;
     }
     return CX_OK;
+}
+
+/* A batch's xfers to one endpoint: each posted with FI_MORE but the last, so that the provider
+ * (tcp) sends them in one go as the last one rings. When the last did not post (the backlog took
+ * it, or it failed) the earlier ones were still told more would follow: the kick makes the core
+ * call progress, whose CQ read drives the provider's sends. */
+void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
+{
+    b->more_owed = 0;
+    for (size_t i = 0; i < n; i++) {
+        b->post_more = i + 1 < n && !b->shm_direct ? FI_MORE : 0;
+        rcs[i] = cx_fi_submit(b, ep, xs[i]);
+    }
+    b->post_more = 0;
+    if (b->more_owed) cx_fi_kick(b);
 }
 
 /* ---- endpoints ---- */

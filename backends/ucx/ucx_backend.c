@@ -385,6 +385,7 @@ const struct cx_backend_ops cx_ucx_ops = {
     .connect = cx_ucx_connect,
     .disconnect = cx_ucx_disconnect,
     .submit = cx_ucx_submit,
+    .submit_batch = cx_ucx_submit_batch,
     .forget_region = cx_ucx_forget_region,
     .gpu_caps = cx_ucx_gpu_caps,
     .ep_transport = cx_ucx_ep_transport,

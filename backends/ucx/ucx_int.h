@@ -254,6 +254,7 @@ void cx_ucx_list_add(cx_ucx_op_t *head, cx_ucx_op_t *op);
 
 /* ucx_xfer.c */
 int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x);
+void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
 void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user);   /* a message or read request left */
 /* A send's parameters: with cb, cb(req, status, user) at completion; with x, the local buffer's
  * memory handle and type. */

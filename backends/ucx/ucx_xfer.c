@@ -312,3 +312,14 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep)
         (void)cx_ucx_start(b, op, 0);
     }
 }
+
+/* A batch's xfers to one endpoint: every one posted, then one progress of the worker, which puts
+ * them on the wire together (a get's request, a put's bytes) instead of each waiting for the
+ * core's next poll. Completions it finds are delivered at the core's next turn (the signal wakes
+ * it): the core may disconnect endpoints from a delivery, not from inside its post. */
+void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
+{
+    cx_ucx_t *b = (cx_ucx_t *)bb;
+    for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit(bb, ep, xs[i]);
+    if (b && b->cur && ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
+}

@@ -185,6 +185,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
         if (!done && op->w.spin_ns) e->last_work_ns = cx_now_ns();
         wake = more || left || e->sched_wake_ns || (!done && op->w.spin_ns) || e->handoff;
     }
+    wake |= e->batch_ready != NULL;   /* a batch's phase ended as this caller let go */
     e->driving = 0;
     pthread_mutex_unlock(&e->plock);
     if (wake) wake_progress(e);

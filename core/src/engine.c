@@ -14,6 +14,7 @@
 #include "spin.h"
 #include "drive.h"
 #include "rstage.h"
+#include "batch.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -82,8 +83,11 @@ static void op_destroy(cx_op_t *op)
 {
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
-    free(op->msg_copy);
+    if (op->kind == CX_OPK_BATCH) cx_batch_free(op->msg_copy);
+    else free(op->msg_copy);
 }
+
+void cx_op_destroy(cx_op_t *op) { op_destroy(op); }
 
 void cx_op_complete(cx_op_t *op, int status)
 {
@@ -160,6 +164,8 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
     op_destroy(op);
     return rc;
 }
+
+int cx_op_run_sync(cx_engine_t *e, cx_op_t *op) { return run_sync(e, op); }
 
 int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg)
 {
@@ -431,6 +437,7 @@ void cx_engine_destroy(cx_engine_t *e)
      * still exist. */
     cx_staging_fini(e);
     cx_peer_free_all(e);
+    cx_batches_close(e);      /* their children all came back: batches complete */
     cx_msgq_close(&e->msgq);
     cx_evq_close(&e->evq);
     cx_groups_free_all(e);    /* after everything that could still complete a step's child */
@@ -498,6 +505,8 @@ static int parse_peer(cx_engine_t *e, const char *peer, cx_op_t *op)
     }
     return CX_OK;
 }
+
+int cx_op_name_peer(cx_engine_t *e, const char *peer, cx_op_t *op) { return parse_peer(e, peer, op); }
 
 /* After an op completed on its caller's thread: its peer becomes the hint for the next op that
  * names the peer so, if this thread's last parse was this op's (async ops interleave). */

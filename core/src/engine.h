@@ -109,6 +109,8 @@ struct cx_op {
 #define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
 #define CX_OPK_GROUP 110   /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
 #define CX_OPK_CHUNK 103   /* one chunk of a background-class transfer (cx_sched.h); op->sc.parent */
+#define CX_OPK_BATCH 111   /* a batch of transfers (batch.h); op->msg_copy -> its state */
+#define CX_OPK_BQUERY 112  /* a batch's region query for one entry (batch.h) */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
        OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
@@ -280,6 +282,11 @@ struct cx_engine {
 
     uint64_t sched_wake_ns;   /* traffic classes: background held back is due then (0: never) */
 
+    /* batches (batch.h): those whose children of a phase all came back, for cx_batches_progress;
+     * and, while a batch starts its transfers, the batch collecting them for one bulk post */
+    struct cx_batch *batch_ready;
+    struct cx_batch *bpost;
+
     struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
 
     uint64_t spin_ns;         /* poll window after work (spin.h, CONNEX_POLL_US); 0: never poll */
@@ -305,6 +312,11 @@ int cx_submit(cx_engine_t *e, cx_op_t *op);          /* queue an op for the prog
 void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind);
 void cx_op_complete(cx_op_t *op, int status);        /* progress thread: wake the caller */
 int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
+/* For other entry points (batch.c): a peer's name parsed into op (by_url, url, lid, the
+ * thread's hint), a synchronous op run to its end, an op's resources freed. */
+int cx_op_name_peer(cx_engine_t *e, const char *peer, cx_op_t *op);
+int cx_op_run_sync(cx_engine_t *e, cx_op_t *op);
+void cx_op_destroy(cx_op_t *op);
 
 /* engine.c: the counters of cx_stats, on the progress thread */
 void cx_stats_collect(cx_engine_t *e, cx_stats_t *st);
@@ -395,6 +407,12 @@ static inline void cx_peer_activate(cx_engine_t *e, cx_peer_t *p)
     p->active_next = e->active_peers;
     e->active_peers = p;
 }
+/* The peer an op names (hint, URL, LID or the directory); NULL with *rc (CX_EINVAL: unknown or
+ * this engine itself, logged; CX_ENOMEM). */
+cx_peer_t *cx_op_resolve(cx_engine_t *e, cx_op_t *op, int *rc);
+/* Asks op->peer whether it registered op's remote range (REG_QUERY); op waits in
+ * OPS_WAIT_REGION for cx_region_reply. */
+void cx_op_query_region(cx_engine_t *e, cx_op_t *op);
 void cx_op_issue(cx_engine_t *e, cx_op_t *op);       /* peer is up: go to the backend */
 void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status);  /* unlink from peer, count, wake */
 void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);

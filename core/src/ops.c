@@ -7,6 +7,7 @@
 #include "cause.h"
 #include "staging.h"
 #include "rstage.h"
+#include "batch.h"
 #include "drive.h"
 #include "mobility/mobility.h"
 
@@ -163,6 +164,7 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     }
     op->stage = OPS_IN_BACKEND;
     op->forced_status = 0;
+    if (e->bpost && cx_bpost_take(e, op)) return;   /* a batch posts its entries in bulk (batch.h) */
     int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     /* A backend that refuses with CX_EPEER has seen the connection fail (its report may not be
      * read yet): the caller is told so, as for a completion (cx_core_xfer_done). */
@@ -190,6 +192,12 @@ void cx_op_go(cx_engine_t *e, cx_op_t *op)
     }
     /* Not in what the peer told us: it may have registered it just now (its REG_ADD can be
      * behind a message on the data path), so ask before calling it an error. */
+    cx_op_query_region(e, op);
+}
+
+void cx_op_query_region(cx_engine_t *e, cx_op_t *op)
+{
+    cx_peer_t *p = op->peer;
     uint8_t body[24];
     cx_wr_t w;
     cx_wr_init(&w, body, sizeof body);
@@ -206,7 +214,9 @@ void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
     for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) {
         if (op->stage != OPS_WAIT_REGION || op->query_id != qid) continue;
         cx_rregion_t *rr = found ? cx_rregion_find(p, op->x.remote, op->x.len) : NULL;
-        if (!rr) {
+        if (op->kind == CX_OPK_BQUERY) {   /* a batch's check: the batch logs a miss */
+            cx_op_finish(e, op, rr ? CX_OK : CX_EINVAL);
+        } else if (!rr) {
             cx_warn("peer %s: remote range [0x%llx, +%zu) is not inside any region it registered", p->url,
                     (unsigned long long)op->x.remote, op->x.len);
             cx_op_finish(e, op, CX_EINVAL);
@@ -217,14 +227,8 @@ void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
     }
 }
 
-void cx_op_start(cx_engine_t *e, cx_op_t *op)
+cx_peer_t *cx_op_resolve(cx_engine_t *e, cx_op_t *op, int *rc)
 {
-    if (op->kind == CX_OPK_EXEC) {
-        op->fn(e, op->arg);
-        cx_op_complete(op, CX_OK);
-        return;
-    }
-    if (op->kind == CX_OPK_GROUP) { cx_group_op_start(e, op); return; }
     cx_peer_t *p;
     if (op->hint) {
         /* This thread named the peer so before, and it resolved (so it is not this engine). */
@@ -233,11 +237,11 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
     } else if (op->by_url) {
         if (!cx_lid_cmp(&op->url.lid, &e->lid)) {
             cx_warn("op to %s: that is this engine's own identity", e->url);
-            cx_op_complete(op, CX_EINVAL);
-            return;
+            *rc = CX_EINVAL;
+            return NULL;
         }
         p = cx_peer_get_url(e, &op->url);
-        if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
+        if (!p) { *rc = CX_ENOMEM; return NULL; }
     } else {
         p = cx_peer_find(e, &op->lid);
         cx_dir_entry_t de;
@@ -248,15 +252,33 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
             op->url = du;
             op->by_url = 1;
             p = cx_peer_get_url(e, &du);
-            if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
+            if (!p) { *rc = CX_ENOMEM; return NULL; }
         }
         if (!p) {
             char lid[96];
             cx_lid_format(&op->lid, lid, sizeof lid);
             cx_warn("unknown peer %s: name it by URL (ip:port#%s) the first time", lid, lid);
-            cx_op_complete(op, CX_EINVAL);
-            return;
+            *rc = CX_EINVAL;
+            return NULL;
         }
+    }
+    return p;
+}
+
+void cx_op_start(cx_engine_t *e, cx_op_t *op)
+{
+    if (op->kind == CX_OPK_EXEC) {
+        op->fn(e, op->arg);
+        cx_op_complete(op, CX_OK);
+        return;
+    }
+    if (op->kind == CX_OPK_GROUP) { cx_group_op_start(e, op); return; }
+    if (op->kind == CX_OPK_BATCH) { cx_batch_start(e, op); return; }
+    int rc;
+    cx_peer_t *p = cx_op_resolve(e, op, &rc);
+    if (!p) {
+        cx_op_complete(op, rc);
+        return;
     }
     op->resolved = p;
     cx_op_link(e, p, op);

@@ -10,6 +10,7 @@
 #include "live.h"
 #include "spin.h"
 #include "mobility/mobility.h"
+#include "batch.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -132,6 +133,10 @@ int cx_progress_turn(cx_engine_t *e, int poll)
     if (!e->driving) cx_staging_progress(e);   /* after the backends: their completions free staging slots */
     more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
     more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
+    /* After both: their completions end a batch's phase. One ended by what the batches started
+     * (an entry refused at once) is taken at the next turn, without sleeping. */
+    cx_batches_progress(e);
+    more |= e->batch_ready != NULL;
     /* Messages delivered this turn, and by the control connections' events before it, wake their
      * receiver only now, after the backends sent their acks (queue.h). */
     cx_msgq_wake(&e->msgq);

@@ -132,6 +132,13 @@ struct cx_backend_ops {
      * environment, once, at its first call: set only where the user left them unset, each
      * logged at info, never at load time. */
     void (*prepare)(void);
+    /* Optional (NULL: the core calls submit per xfer). Start n xfers on one endpoint, in order, as
+     * submit would each, posting them in bulk (libfabric: FI_MORE on all but the last, one
+     * doorbell; UCX: every post, then one progress). rcs[i] is what submit would have returned
+     * for xs[i]: an error means that xfer was not started and will not be completed; the others
+     * complete through cx_core_xfer_done (possibly before this returns). A batch's entries
+     * (core/src/batch.h) come this way. */
+    void (*submit_batch)(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
 };
 
 /* ---- what the core offers a backend (all on the progress thread) ---- */

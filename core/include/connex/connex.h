@@ -183,6 +183,39 @@ int cx_read_async(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_s
 int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst,
                    size_t len, cx_class_t cls, cx_op_t **op);
 
+/* Batches: many blocks in one call, one completion, a status per entry (docs/api.md,
+ * docs/semantics.md "Batches"). An entry names its peer (a URL or a LID, as for cx_read); entries
+ * of one batch may name different peers. Every entry is checked before anything moves: a bad
+ * one (NULL or unregistered local buffer, zero length, a remote range the peer has not
+ * registered, an unknown peer) refuses the whole batch with CX_EINVAL, and the log names the
+ * entry's index and its fault. Otherwise each entry ends on its own: CX_OK, or CX_EPEER when its
+ * peer failed, CX_ETIMEDOUT (its peer's data connection was closed first), ... while entries to
+ * other peers complete normally. The batch returns CX_OK when every entry did, else the status
+ * of the first entry (in entry order) that failed. `status` (NULL: not wanted) receives n
+ * statuses when the batch completes; for the async forms it must stay valid until cx_op_wait
+ * returns, and so must the entries' buffers (the entries array itself is copied). */
+typedef struct cx_batch_entry {
+    const char *peer;     /* URL or LID; cx_batch_put_signal: NULL or its peer */
+    void *local;          /* read: destination; write: source */
+    uint64_t remote;      /* address at the peer */
+    size_t len;           /* bytes, > 0 */
+} cx_batch_entry_t;
+#define CX_BATCH_MAX (1u << 16)   /* most entries in one batch */
+
+int cx_batch_read(cx_engine_t *e, const cx_batch_entry_t *ents, size_t n, int *status);
+int cx_batch_write(cx_engine_t *e, const cx_batch_entry_t *ents, size_t n, int *status);
+/* Asynchronous, in a class: *op is set on success; pass it to cx_op_wait once. */
+int cx_batch_read_async(cx_engine_t *e, const cx_batch_entry_t *ents, size_t n, cx_class_t cls,
+                        int *status, cx_op_t **op);
+int cx_batch_write_async(cx_engine_t *e, const cx_batch_entry_t *ents, size_t n, cx_class_t cls,
+                         int *status, cx_op_t **op);
+/* Writes the entries to `peer`, then delivers msg there: the peer queues the message only after
+ * every entry is in place. The last entry goes with the message, once every other entry completed;
+ * when one failed, the message is not sent and the last entry takes the first failure's status.
+ * Asynchronous: cx_op_wait returns once the peer queued (or refused, CX_EAGAIN) the message. */
+int cx_batch_put_signal(cx_engine_t *e, const char *peer, const cx_batch_entry_t *ents, size_t n,
+                        const void *msg, size_t msg_len, cx_class_t cls, int *status, cx_op_t **op);
+
 #define CX_MSG_MAX (64u << 20)   /* largest message or put_signal message */
 
 typedef struct cx_msg {
