@@ -48,10 +48,10 @@ int cx_bench_ratios(cx_bench_ratio_t *out, int max)
     for (int i = 0; i < nrows && n < max; i++) {
         const cx_bench_row_t *a = &rows[i];
         if (a->baseline || a->p50_us <= 0) continue;
-        int first = 1;   /* one entry per (backend, op, size): at its first row */
+        int first = 1; /* one entry per (backend, op, size): at its first row */
         for (int k = 0; k < i && first; k++)
             first = rows[k].baseline || strcmp(rows[k].backend, a->backend) || strcmp(rows[k].op, a->op) ||
-                    rows[k].size != a->size || rows[k].p50_us <= 0;
+                rows[k].size != a->size || rows[k].p50_us <= 0;
         if (!first) continue;
         cx_bench_ratio_t *r = &out[n];
         memset(r, 0, sizeof *r);
@@ -120,7 +120,8 @@ void cx_bench_print_ratios(int rounds)
     if (!n) return;
     qsort(rs, (size_t)n, sizeof *rs, cmp_ratio);
     printf("\nconnex-c / raw loop, paired per round (%d round%s; p50s and ratio: median over the rounds; "
-           "best: lowest p50 over lowest raw p50)\n", rounds, rounds == 1 ? "" : "s");
+           "best: lowest p50 over lowest raw p50)\n",
+           rounds, rounds == 1 ? "" : "s");
     printf("%-10s %8s  %-16s %-24s %6s %11s %11s %7s  %-14s %5s\n", "op", "size", "backend", "raw loop", "rounds",
            "p50", "raw p50", "ratio", "range", "best");
     const char *prev = "";

@@ -52,13 +52,17 @@ static void loop(const cx_bench_opts_t *o, const char *name, void *ctx, xfer_fn 
                 rc = fn(ctx, op, buf, size);
                 samples[n++] = cx_bench_now_ns() - t0;
             }
-            if (rc) snprintf(r.note, sizeof r.note, "FAIL: baseline transfer failed");
+            if (rc)
+                snprintf(r.note, sizeof r.note, "FAIL: baseline transfer failed");
             else {
                 cx_bench_row_fill(&r, samples, n);
                 snprintf(r.note, sizeof r.note, "raw loop, 2 processes");
             }
             cx_bench_add_row(&r);
-            if (rc) { free(samples); return; }
+            if (rc) {
+                free(samples);
+                return;
+            }
         }
     }
     free(samples);
@@ -146,7 +150,7 @@ static void run_tcp(const cx_bench_opts_t *o)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (pid > 0 && fd >= 0 && connect(fd, (void *)&a, sizeof a) == 0) loop(o, "raw_tcp", &fd, tcp_xfer, buf);
     if (fd >= 0) close(fd);
-    if (pid > 0) waitpid(pid, NULL, 0);   /* EOF ends the server */
+    if (pid > 0) waitpid(pid, NULL, 0); /* EOF ends the server */
     munmap(buf, cap);
 }
 
@@ -177,7 +181,7 @@ static void zmq_server(int pfd, size_t cap)
         if (h[0] == 'W') {
             zmq_msg_init(&data);
             if (zmq_msg_recv(&data, s, 0) < 0) _exit(1);
-            memcpy(buf, zmq_msg_data(&data), zmq_msg_size(&data));   /* lands in memory, as a write does */
+            memcpy(buf, zmq_msg_data(&data), zmq_msg_size(&data)); /* lands in memory, as a write does */
             zmq_msg_close(&data);
             zmq_msg_send(&id, s, ZMQ_SNDMORE);
             zmq_send(s, "A", 1, 0);
@@ -189,7 +193,9 @@ static void zmq_server(int pfd, size_t cap)
     }
 }
 
-typedef struct zctx { void *s; } zctx_t;
+typedef struct zctx {
+    void *s;
+} zctx_t;
 
 static int zmq_xfer(void *ctx, char op, uint8_t *buf, size_t size)
 {

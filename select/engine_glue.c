@@ -24,7 +24,7 @@ static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 /* Under probe_mu. */
 static cx_probe_t *probe_get(unsigned libs)
 {
-    const char *root;   /* tests: a synthetic tree */
+    const char *root; /* tests: a synthetic tree */
     (void)cx_opt_get_str("CONNEX_SYSFS_ROOT", &root);
     if (root && !*root) root = NULL;
     if (!probe_cached) {
@@ -54,11 +54,10 @@ const char *cx_select_host_id(void)
     pthread_mutex_lock(&probe_mu);
     cx_probe_t *p = probe_get(0);
     pthread_mutex_unlock(&probe_mu);
-    return p ? p->host_id : "";   /* set once, before probe_cached is published */
+    return p ? p->host_id : ""; /* set once, before probe_cached is published */
 }
 
-int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **out, int max,
-                         cx_decision_t *dec)
+int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **out, int max, cx_decision_t *dec)
 {
     if (!out || max <= 0) return CX_EINVAL;
     cx_select_opts_t o;
@@ -67,8 +66,7 @@ int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **
     if (!d) return CX_ENOMEM;
     /* The decision reads the shared probe, which another engine's open may be adding to. */
     pthread_mutex_lock(&probe_mu);
-    cx_probe_t *p = probe_get(libs_for(o.backend && *o.backend && strcasecmp(o.backend, "auto")
-                                       ? o.backend : NULL));
+    cx_probe_t *p = probe_get(libs_for(o.backend && *o.backend && strcasecmp(o.backend, "auto") ? o.backend : NULL));
     int rc = p ? cx_select_decide_opts(p, &o, d) : CX_ENOMEM;
     if (p) cx_select_log(p, d, rc);
     pthread_mutex_unlock(&probe_mu);
@@ -81,8 +79,10 @@ int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **
         const struct cx_backend_ops *ops = NULL;
         for (int k = 0; cx_backends_builtin[k]; k++)
             if (!strcmp(cx_backends_builtin[k]->name, d->be[i].backend)) ops = cx_backends_builtin[k];
-        if (ops) out[n++] = ops;
-        else cx_error("select: decided backend %s is not in cx_backends_builtin", d->be[i].backend);
+        if (ops)
+            out[n++] = ops;
+        else
+            cx_error("select: decided backend %s is not in cx_backends_builtin", d->be[i].backend);
     }
     if (!dec) free(d);
     if (rc != CX_OK) return rc;

@@ -22,8 +22,8 @@ int cx_choice_parse(const char *s, cx_choice_t *c)
     memset(c, 0, sizeof *c);
     const char *a = strchr(s, '/');
     const char *b = a ? strchr(a + 1, '/') : NULL;
-    if (!a || !b || a == s || (size_t)(a - s) >= sizeof c->backend ||
-        (size_t)(b - a - 1) >= sizeof c->variant || strncmp(b + 1, "0x", 2) || !b[3])
+    if (!a || !b || a == s || (size_t)(a - s) >= sizeof c->backend || (size_t)(b - a - 1) >= sizeof c->variant ||
+        strncmp(b + 1, "0x", 2) || !b[3])
         return CX_EINVAL;
     char *end = NULL;
     unsigned long caps = strtoul(b + 3, &end, 16);
@@ -48,8 +48,7 @@ static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, 
 {
     *common = 0;
     if (strcmp(a->backend, b->backend)) return PATH_NONE;
-    if (!strcmp(a->backend, "libfabric") && !same_core_provider(a->variant, b->variant))
-        return PATH_NONE;
+    if (!strcmp(a->backend, "libfabric") && !same_core_provider(a->variant, b->variant)) return PATH_NONE;
     unsigned c = a->caps & b->caps;
     *common = c;
     if (c & CX_CAP_RDMA) return PATH_RDMA;
@@ -79,21 +78,20 @@ static const char *path_name(const char *backend, int path, unsigned common)
 {
     switch (path) {
     case PATH_SHM: return !strcmp(backend, "ucx") ? "same host (one tcp/lo lane)" : "shared memory";
-    case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB)
-                           ? "rdma (ib)" : "rdma (roce)";
+    case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB) ? "rdma (ib)" : "rdma (roce)";
     case PATH_TCP: return "tcp";
     }
     return "none";
 }
 
-int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *theirs, int n_theirs,
-                   int same_host, int *order, char *why, size_t why_len)
+int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *theirs, int n_theirs, int same_host,
+                   int *order, char *why, size_t why_len)
 {
     if (why && why_len) why[0] = 0;
     if (!mine || !theirs || !order || n_mine < 0 || n_theirs < 0) return 0;
     int path[CX_SEL_MAX_BE], n = 0;
     unsigned common[CX_SEL_MAX_BE];
-    double local[CX_SEL_MAX_BE];   /* same host: the rate the backends were measured at */
+    double local[CX_SEL_MAX_BE]; /* same host: the rate the backends were measured at */
     for (int i = 0; i < n_mine && i < CX_SEL_MAX_BE; i++) {
         path[i] = PATH_NONE;
         common[i] = 0;
@@ -110,7 +108,8 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
                 local[i] = a < b ? a : b;
             }
         }
-        if (path[i] != PATH_NONE) order[n++] = i;
+        if (path[i] != PATH_NONE)
+            order[n++] = i;
         else if (why)
             cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend,
                            !strcmp(mine[i].backend, "libfabric") ? " (or another provider)" : "");
@@ -132,8 +131,8 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
             int y = order[j];
             double rx = rate[x], ry = rate[y];
             int better = key[x] != key[y] ? key[x] > key[y]
-                         : rx != ry ? rx > ry
-                         : name_rank(mine[x].backend) < name_rank(mine[y].backend);
+                : rx != ry                ? rx > ry
+                                          : name_rank(mine[x].backend) < name_rank(mine[y].backend);
             if (!better) break;
             order[j + 1] = y;
             j--;
@@ -142,8 +141,7 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
     }
     if (why)
         for (int k = 0; k < n; k++)
-            cx_sel_appendf(why, why_len, "%s%s %s", k ? ", then " : "",
-                           mine[order[k]].backend,
+            cx_sel_appendf(why, why_len, "%s%s %s", k ? ", then " : "", mine[order[k]].backend,
                            path_name(mine[order[k]].backend, path[order[k]], common[order[k]]));
     return n;
 }

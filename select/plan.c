@@ -7,8 +7,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#define REASON(d, ...) do { cx_sel_appendf((d)->reasons, sizeof (d)->reasons, __VA_ARGS__); \
-                            cx_sel_appendf((d)->reasons, sizeof (d)->reasons, "\n"); } while (0)
+#define REASON(d, ...)                                                 \
+    do {                                                               \
+        cx_sel_appendf((d)->reasons, sizeof(d)->reasons, __VA_ARGS__); \
+        cx_sel_appendf((d)->reasons, sizeof(d)->reasons, "\n");        \
+    } while (0)
 
 static int nic_ok(const cx_probe_rdma_t *r, int efa)
 {
@@ -34,7 +37,8 @@ static void transports_of(unsigned caps, const char *backend, char *buf, size_t 
     if (caps & (CX_CAP_IB | CX_CAP_ROCE))
         cx_sel_appendf(buf, len, "%s%s (%s)", buf[0] ? "," : "", ucx ? "rc,dc,ud" : "verbs",
                        (caps & CX_CAP_IB) && (caps & CX_CAP_ROCE) ? "ib,roce"
-                       : (caps & CX_CAP_IB) ? "ib" : "roce");
+                           : (caps & CX_CAP_IB)                   ? "ib"
+                                                                  : "roce");
     if (caps & CX_CAP_TCP) cx_sel_appendf(buf, len, "%stcp", buf[0] ? "," : "");
     if (caps & CX_CAP_SHM) cx_sel_appendf(buf, len, "%s%s", buf[0] ? "," : "", ucx ? "cma,posix" : "shm");
 }
@@ -54,11 +58,9 @@ void cx_select_plan(const cx_probe_t *p, const cx_select_opts_t *o, cx_decision_
             int efa = !strncmp(c->variant, "efa", 3), verbs = !strncmp(c->variant, "verbs", 5);
             int n = (efa || verbs) ? domain_nic(p, d, i == 0, efa) : -1;
             if (n >= 0)
-                snprintf(pl->domain, sizeof pl->domain, "%.*s%s", CX_SEL_NAME - 5, p->rdma[n].name,
-                         efa ? "-rdm" : "");
-            REASON(d, "plan: libfabric opens provider %s%s%s%s", pl->provider,
-                   pl->domain[0] ? ", domain " : "", pl->domain,
-                   pl->domain[0] && p->n_gpu ? " (the NIC of GPU 0; one domain per instance)" : "");
+                snprintf(pl->domain, sizeof pl->domain, "%.*s%s", CX_SEL_NAME - 5, p->rdma[n].name, efa ? "-rdm" : "");
+            REASON(d, "plan: libfabric opens provider %s%s%s%s", pl->provider, pl->domain[0] ? ", domain " : "",
+                   pl->domain, pl->domain[0] && p->n_gpu ? " (the NIC of GPU 0; one domain per instance)" : "");
         } else if (!strcmp(c->backend, "ucx")) {
             if (ov && !strchr(ov, '=')) {
                 cx_sel_copy(pl->devices, sizeof pl->devices, ov);
@@ -66,19 +68,22 @@ void cx_select_plan(const cx_probe_t *p, const cx_select_opts_t *o, cx_decision_
             } else if (rdma && i == 0) {
                 cx_sel_copy(pl->devices, sizeof pl->devices, d->net_devices);
             }
-            REASON(d, "plan: ucx devices %s%s", pl->devices[0] ? pl->devices : "none (no RDMA: "
-                   "tcp over the engine's interface, shared memory)",
+            REASON(d, "plan: ucx devices %s%s",
+                   pl->devices[0] ? pl->devices
+                                  : "none (no RDMA: "
+                                    "tcp over the engine's interface, shared memory)",
                    pl->devices_exact ? " (CONNEX_NET_DEVICES, as given)" : "");
         }
         if (i == 0 && d->gpudirect) {
             pl->gpudirect = 1;
             snprintf(pl->gpudirect_via, sizeof pl->gpudirect_via, "%s, %s",
-                     !strcmp(c->backend, "ucx") ? "UCX CUDA memory type" : "FI_HMEM (FI_HMEM_CUDA)",
-                     gdr_cap);
+                     !strcmp(c->backend, "ucx") ? "UCX CUDA memory type" : "FI_HMEM (FI_HMEM_CUDA)", gdr_cap);
         } else {
             snprintf(pl->gpudirect_via, sizeof pl->gpudirect_via, "%s",
-                     !p->n_gpu ? "no GPU" : !rdma ? "no RDMA path"
-                     : i ? "not the first backend" : "off in the decision, see gpudirect");
+                     !p->n_gpu   ? "no GPU"
+                         : !rdma ? "no RDMA path"
+                         : i     ? "not the first backend"
+                                 : "off in the decision, see gpudirect");
         }
     }
 }

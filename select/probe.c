@@ -17,8 +17,7 @@ void cx_sel_vappendf(char *buf, size_t cap, const char *fmt, va_list ap)
     size_t n = strnlen(buf, cap);
     if (n >= cap - 1) return;
     int w = vsnprintf(buf + n, cap - n, fmt, ap);
-    if (w >= 0 && (size_t)w >= cap - n && cap >= 4)
-        memcpy(buf + cap - 4, "...", 4);   /* make truncation visible */
+    if (w >= 0 && (size_t)w >= cap - n && cap >= 4) memcpy(buf + cap - 4, "...", 4); /* make truncation visible */
 }
 
 void cx_sel_appendf(char *buf, size_t cap, const char *fmt, ...)

@@ -20,7 +20,7 @@
 
 #include "cxt.h"
 
-#define RS ((size_t)40 << 20)   /* both sides' regions */
+#define RS ((size_t)40 << 20) /* both sides' regions */
 #define TSEED 7
 #define PSEED 3
 #define P2SEED 5
@@ -38,15 +38,19 @@ static int start_peer(cxt_peer_t *p, uint32_t replica, uint32_t seed, uint32_t h
     memset(p, 0, sizeof *p);
     p->pid = -1;
     p->in_fd = p->out_fd = -1;
-    cxt_peer_opts_t o = { .replica = replica, .region = RS, .seed = seed, .hb_ms = 1000, .hb_timeout_ms = hbt,
-                          .op_timeout_ms = opt };
+    cxt_peer_opts_t o = {
+        .replica = replica, .region = RS, .seed = seed, .hb_ms = 1000, .hb_timeout_ms = hbt, .op_timeout_ms = opt
+    };
     return cxt_peer_start(p, &o, 10000);
 }
 
 static int connect_up(cx_engine_t *e, cxt_peer_t *p)
 {
     int rc = cx_connect(e, p->url, 5000);
-    if (rc) { fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc)); return -1; }
+    if (rc) {
+        fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc));
+        return -1;
+    }
     cx_event_t ev;
     return cxt_wait_event(e, p->lid, CX_EVENT_UP, 5000, &ev, NULL) ? -1 : 0;
 }
@@ -95,7 +99,8 @@ static size_t lay(size_t n, const size_t *sizes, size_t nsizes, const cxt_peer_t
 static void expect_all(size_t n, int want, const char *what)
 {
     for (size_t i = 0; i < n; i++)
-        if (st[i] != want) fail_msg("%s: entry %zu ended %s, expected %s", what, i, cx_strerror(st[i]), cx_strerror(want));
+        if (st[i] != want)
+            fail_msg("%s: entry %zu ended %s, expected %s", what, i, cx_strerror(st[i]), cx_strerror(want));
 }
 
 static void check_remote(cxt_peer_t *p, size_t off, size_t len, const char *what)
@@ -116,12 +121,15 @@ static const size_t mixed[] = { 1, 7, 4096, 16385, 65537, 1u << 20, (16u << 20) 
 static const size_t small4k[] = { 4096 };
 static const size_t blk16k[] = { 16384 };
 
-struct shape { size_t n; const size_t *sizes; size_t nsizes; const char *name; };
+struct shape {
+    size_t n;
+    const size_t *sizes;
+    size_t nsizes;
+    const char *name;
+};
 static const struct shape shapes[] = {
-    { 1, small4k, 1, "1 x 4 KiB" },
-    { 9, mixed, 9, "mixed 1 B .. 16 MiB" },
-    { 128, blk16k, 1, "128 x 16 KiB" },
-    { 1024, mixed, 5, "1024 mixed 1 B .. 64 KiB" },
+    { 1, small4k, 1, "1 x 4 KiB" },       { 9, mixed, 9, "mixed 1 B .. 16 MiB" },
+    { 128, blk16k, 1, "128 x 16 KiB" },   { 1024, mixed, 5, "1024 mixed 1 B .. 64 KiB" },
     { 1024, small4k, 1, "1024 x 4 KiB" },
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
@@ -141,7 +149,7 @@ static void test_batch_read_sizes(void **state)
         expect_all(sh->n, CX_OK, sh->name);
         long long bad = cxt_check(R + off, bytes, PSEED, off);
         if (bad >= 0) fail_msg("batch read %s: byte %lld differs", sh->name, bad);
-        for (size_t i = 0; i < off; i++) assert_int_equal(R[i], 0);   /* nothing outside */
+        for (size_t i = 0; i < off; i++) assert_int_equal(R[i], 0); /* nothing outside */
         for (size_t i = 0; i < 64; i++) assert_int_equal(R[off + bytes + i], 0);
         fprintf(stderr, "batch read  %-28s %10zu B %8.3f ms\n", sh->name, bytes, ms);
     }
@@ -177,8 +185,9 @@ static void test_batch_two_peers(void **state)
     enum { N = 64, LEN = 65536 + 11 };
     for (size_t i = 0; i < N; i++) {
         const cxt_peer_t *p = i & 1 ? &P2 : &P;
-        ents[i] = (cx_batch_entry_t){ .peer = i & 2 ? p->lid : p->url, .local = R + i * LEN,
-                                      .remote = p->base + i * LEN, .len = LEN };
+        ents[i] = (cx_batch_entry_t){
+            .peer = i & 2 ? p->lid : p->url, .local = R + i * LEN, .remote = p->base + i * LEN, .len = LEN
+        };
     }
     memset(R, 0, N * LEN);
     cx_op_t *op = NULL;
@@ -207,8 +216,9 @@ static void test_batch_bad_entry(void **state)
     char rep[128], before[128];
     assert_int_equal(cxt_peer_cmd(&P, 30000, before, sizeof before, "HASH 0 %d", N * LEN), 0);
     cxt_fill(R, N * LEN, TSEED + 50, 0);
-    const char *faults[] = { "unregistered local", "zero length", "out of range", "unknown peer", "wraps",
-                             "NULL local" };
+    const char *faults[] = {
+        "unregistered local", "zero length", "out of range", "unknown peer", "wraps", "NULL local"
+    };
     for (size_t f = 0; f < sizeof faults / sizeof faults[0]; f++) {
         size_t bad = (f * 5 + 3) % N;
         for (size_t i = 0; i < N; i++)
@@ -316,8 +326,8 @@ static void test_batch_kill9(void **state)
         }
         cxt_peer_reap(&K, 5000);
         fail_msg("a batch to a killed peer still ran 20 s on; it ended %s after %.1f s with %d of %d live-peer "
-                 "entries CX_OK, %d of %d killed-peer entries CX_EPEER", cx_strerror(rc), cxt_ms_since(t0) / 1000,
-                 live_ok, N / 2, dead_epeer, N / 2);
+                 "entries CX_OK, %d of %d killed-peer entries CX_EPEER",
+                 cx_strerror(rc), cxt_ms_since(t0) / 1000, live_ok, N / 2, dead_epeer, N / 2);
     }
     cxt_peer_reap(&K, 5000);
     int dead = 0;
@@ -343,7 +353,7 @@ static void test_batch_kill9(void **state)
     assert_int_equal(cx_batch_read(E, ents, 8, st), CX_EPEER);
     for (size_t i = 0; i < 8; i++) assert_int_equal(st[i], i & 1 ? CX_EPEER : CX_OK);
     if (cxt_ms_since(t0) > 2000) fail_msg("a batch with a failed peer's entries took %.1f ms", cxt_ms_since(t0));
-    cxt_peer_crash(&K);   /* reaped already: frees what is left */
+    cxt_peer_crash(&K); /* reaped already: frees what is left */
 }
 
 /* A stopped peer: its entries time out at the op timeout (its data connection closed first:
@@ -391,8 +401,8 @@ static void test_batch_sigstop(void **state)
         long long bad = cxt_check(r + i * LEN, LEN, i & 1 ? 13 : PSEED, i * LEN);
         if (bad >= 0) fail_msg("entry %zu: byte %lld differs", i, bad);
     }
-    fprintf(stderr, "stopped peer: %d of %d entries timed out, batch %s after %.1f ms (op timeout %u ms)\n",
-            timed_out, N / 2, cx_strerror(rc), ms, opt);
+    fprintf(stderr, "stopped peer: %d of %d entries timed out, batch %s after %.1f ms (op timeout %u ms)\n", timed_out,
+            N / 2, cx_strerror(rc), ms, opt);
     if (!timed_out && !cxt_may_be_one_sided()) {
         cxt_peer_signal(&S, SIGCONT);
         fail_msg("entries to a stopped peer completed on a variant without a one-sided path");

@@ -66,8 +66,13 @@ static void test_causes(void **state)
     assert_true(r != MAP_FAILED);
     assert_int_equal(cx_register_memory(e, r, RS), CX_OK);
     cxt_peer_t p;
-    cxt_peer_opts_t o = { .model = "cause", .replica = 1, .region = RS, .seed = 23, .hb_ms = HB_MS,
-                          .hb_timeout_ms = HB_TIMEOUT_MS, .op_timeout_ms = OP_TIMEOUT_MS };
+    cxt_peer_opts_t o = { .model = "cause",
+                          .replica = 1,
+                          .region = RS,
+                          .seed = 23,
+                          .hb_ms = HB_MS,
+                          .hb_timeout_ms = HB_TIMEOUT_MS,
+                          .op_timeout_ms = OP_TIMEOUT_MS };
     assert_int_equal(cxt_peer_start(&p, &o, 10000), 0);
     assert_int_equal(cx_connect(e, p.url, 5000), CX_OK);
     read_ok(e, &p, r);
@@ -95,7 +100,8 @@ static void test_causes(void **state)
     inject(e, p.lid, CX_CAUSE_TRANSPORT);
     int rc = cx_op_wait(op, OP_TIMEOUT_MS + 2000);
     printf("cause: transport: a 1 MiB read in flight at the report: %s\n", cx_strerror(rc));
-    if (rc != CX_OK && rc != CX_ERR) fail_msg("a read in flight at a transport cause: %s, expected CX_OK or CX_ERR", cx_strerror(rc));
+    if (rc != CX_OK && rc != CX_ERR)
+        fail_msg("a read in flight at a transport cause: %s, expected CX_OK or CX_ERR", cx_strerror(rc));
     seen = 0;
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_SUSPECT, 1000, &ev, &seen), 0);
     printf("cause: transport: SUSPECT '%s'\n", ev.reason);

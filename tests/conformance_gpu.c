@@ -22,25 +22,31 @@
 
 #include "cxt.h"
 #include "cxt_mem.h"
-#include "staging.h"   /* cx_staging_debug: ring slots and live jobs */
+#include "staging.h" /* cx_staging_debug: ring slots and live jobs */
 
 #define MB ((size_t)1 << 20)
 #define BIG (16 * MB)
-#define RS (BIG + 256 * 1024)        /* peer regions: 16 MiB plus room for odd offsets */
-#define LS (2 * BIG + 256 * 1024)    /* our buffers: two 16 MiB ranges for concurrent ops */
+#define RS (BIG + 256 * 1024)     /* peer regions: 16 MiB plus room for odd offsets */
+#define LS (2 * BIG + 256 * 1024) /* our buffers: two 16 MiB ranges for concurrent ops */
 #define TSEED 17
 #define PSEED 23
 
-static int DK;                       /* the device kind under test */
+static int DK; /* the device kind under test */
 static cx_engine_t *E;
-static uint8_t *H, *D;               /* our host and device buffers, both registered */
-static cxt_peer_t PH, PD;            /* peers whose region is host / device memory */
+static uint8_t *H, *D;    /* our host and device buffers, both registered */
+static cxt_peer_t PH, PD; /* peers whose region is host / device memory */
 static char E_LID[CX_URL_MAX];
 
 static const size_t sizes[] = { 1, 65537, MB + 3, BIG };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-static size_t loff(size_t n) { return n & 1 ? 5 : 0; }
-static size_t roff(size_t n) { return n & 1 ? 4096 + 13 : 4096; }
+static size_t loff(size_t n)
+{
+    return n & 1 ? 5 : 0;
+}
+static size_t roff(size_t n)
+{
+    return n & 1 ? 4096 + 13 : 4096;
+}
 
 static int start_peer(cxt_peer_t *p, uint32_t replica, const char *mem, const cxt_peer_opts_t *base)
 {
@@ -56,7 +62,10 @@ static int start_peer(cxt_peer_t *p, uint32_t replica, const char *mem, const cx
 static int connect_up(cx_engine_t *e, cxt_peer_t *p)
 {
     int rc = cx_connect(e, p->url, 5000);
-    if (rc) { fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc)); return -1; }
+    if (rc) {
+        fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc));
+        return -1;
+    }
     cx_event_t ev;
     if (cxt_wait_event(e, p->lid, CX_EVENT_UP, 5000, &ev, NULL)) {
         fprintf(stderr, "no UP event for %s\n", p->lid);
@@ -82,8 +91,8 @@ static int group_setup(void **state)
     if (cx_register_memory(E, H, LS) || cx_register_memory(E, D, LS)) return -1;
     if (start_peer(&PH, 1, "host", NULL) || start_peer(&PD, 2, cxt_mem_name(DK), NULL)) return -1;
     if (connect_up(E, &PH) || connect_up(E, &PD)) return -1;
-    fprintf(stderr, "device memory: %s; pair uses backend %s; %s\n", cxt_mem_name(DK),
-            cx_peer_backend(E, PH.url), cx_gpu_status());
+    fprintf(stderr, "device memory: %s; pair uses backend %s; %s\n", cxt_mem_name(DK), cx_peer_backend(E, PH.url),
+            cx_gpu_status());
     return 0;
 }
 
@@ -104,7 +113,11 @@ static int group_teardown(void **state)
 
 /* The combinations: our buffer (host or device) with the peer's region (host or device); host
  * with host is conformance_data's business. */
-struct combo { const char *name; uint8_t **local; cxt_peer_t *peer; };
+struct combo {
+    const char *name;
+    uint8_t **local;
+    cxt_peer_t *peer;
+};
 static const struct combo combos[] = {
     { "dev->host", &D, &PH },
     { "host->dev", &H, &PD },
@@ -199,7 +212,8 @@ static void test_put_signal(void **state)
             if (rc) fail_msg("%s completed with %s", what, cx_strerror(rc));
             if (cxt_peer_expect(k->peer, "MSG ", 20000, line, sizeof line)) fail_msg("%s: no message", what);
             char want[256];
-            snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg), cxt_hash(msg, strlen(msg)));
+            snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg),
+                     cxt_hash(msg, strlen(msg)));
             if (strcmp(line, want)) fail_msg("%s: peer said '%s', expected '%s'", what, line, want);
         }
     }
@@ -283,7 +297,7 @@ static void test_stats(void **state)
     const char *s = strstr(rep, "staged_h2d=");
     assert_non_null(s);
     assert_int_equal(sscanf(s, "staged_h2d=%llu staged_d2h=%llu", &h2d, &d2h), 2);
-    assert_true(h2d >= sum && d2h >= sum);   /* the peer staged its own reads and writes */
+    assert_true(h2d >= sum && d2h >= sum); /* the peer staged its own reads and writes */
 }
 
 /* More staged ops at once than the ring has slots: every one completes, each message after its
@@ -314,11 +328,15 @@ static void test_many_at_once(void **state)
     expect_ring_idle(E, "after 12 concurrent put_signals");
 }
 
-struct reader { const char *url; uint64_t raddr; int rc; };
+struct reader {
+    const char *url;
+    uint64_t raddr;
+    int rc;
+};
 static void *read_thread(void *arg)
 {
     struct reader *r = arg;
-    r->rc = cx_read(E, r->url, D + BIG + 65536, r->raddr, BIG);   /* clear of the writes' sources */
+    r->rc = cx_read(E, r->url, D + BIG + 65536, r->raddr, BIG); /* clear of the writes' sources */
     return NULL;
 }
 
@@ -344,15 +362,15 @@ static void test_peer_killed_mid_staging(void **state)
     int failed = 0;
     for (int i = 0; i < N; i++) {
         int rc = cx_op_wait(ops[i], 20000);
-        assert_int_not_equal(rc, CX_EINPROGRESS);   /* completed within the bound */
+        assert_int_not_equal(rc, CX_EINPROGRESS); /* completed within the bound */
         if (rc != CX_OK) assert_int_equal(rc, CX_EPEER);
         failed += rc != CX_OK;
     }
     pthread_join(th, NULL);
     if (r.rc != CX_OK) assert_int_equal(r.rc, CX_EPEER);
     failed += r.rc != CX_OK;
-    fprintf(stderr, "%d of %d staged ops failed with CX_EPEER, all completed %.1f ms after the kill\n", failed,
-            N + 1, cxt_ms_since(t0));
+    fprintf(stderr, "%d of %d staged ops failed with CX_EPEER, all completed %.1f ms after the kill\n", failed, N + 1,
+            cxt_ms_since(t0));
     assert_true(failed >= 1);
     expect_ring_idle(E, "after the peer was killed");
     cx_stats_t st;
@@ -383,7 +401,7 @@ static void test_timeout_mid_staging(void **state)
     cxt_peer_t PT;
     assert_int_equal(start_peer(&PT, 4, "host", NULL), 0);
     assert_int_equal(connect_up(e2, &PT), 0);
-    assert_int_equal(cx_write(e2, PT.url, d2, PT.base, MB), CX_OK);   /* ring made, path works */
+    assert_int_equal(cx_write(e2, PT.url, d2, PT.base, MB), CX_OK); /* ring made, path works */
 
     cxt_peer_signal(&PT, SIGSTOP);
     uint64_t t0 = cxt_now_ns();
@@ -488,12 +506,13 @@ static void test_device_peer_killed_and_stopped(void **state)
     memset(h2, 0x3c, MB);
     uint64_t t0 = cxt_now_ns();
     int rc = cx_read(e2, PS.url, h2, PS.base, MB);
-    fprintf(stderr, "read of a stopped peer's device memory: %s after %.1f ms (op timeout 500 ms)\n",
-            cx_strerror(rc), cxt_ms_since(t0));
+    fprintf(stderr, "read of a stopped peer's device memory: %s after %.1f ms (op timeout 500 ms)\n", cx_strerror(rc),
+            cxt_ms_since(t0));
     if (rc == CX_OK) {
         if (!cxt_may_be_one_sided()) {
             cxt_peer_signal(&PS, SIGCONT);
-            fail_msg("a read of device memory completed without the stopped target on a variant with no one-sided path");
+            fail_msg(
+                "a read of device memory completed without the stopped target on a variant with no one-sided path");
         }
         fprintf(stderr, "the backend read a stopped process's device memory (one-sided)\n");
     } else {
@@ -515,7 +534,7 @@ static void test_device_peer_killed_and_stopped(void **state)
     if (late_checked) memset(h2, 0x3c, MB);
     cxt_peer_signal(&PS, SIGCONT);
     char rep[256];
-    assert_int_equal(cxt_peer_cmd(&PS, 20000, rep, sizeof rep, "FILL 9"), 0);   /* it runs again */
+    assert_int_equal(cxt_peer_cmd(&PS, 20000, rep, sizeof rep, "FILL 9"), 0); /* it runs again */
     if (late_checked)
         for (size_t i = 0; i < MB; i++)
             if (h2[i] != 0x3c) fail_msg("a late answer landed at byte %zu of a read that timed out", i);
@@ -586,7 +605,7 @@ static void test_gdr_policy_and_teardown(void **state)
     cxt_drain_events(E);
     /* the copy engine's threads and eventfd, the ring, the device bytes: all gone */
     int fds1 = cxt_count_fds(), thr1 = count_threads();
-    for (int i = 0; i < 200 && fds1 > fds0; i++) {   /* closes still under way: up to 2 s */
+    for (int i = 0; i < 200 && fds1 > fds0; i++) { /* closes still under way: up to 2 s */
         usleep(10000);
         fds1 = cxt_count_fds();
     }
@@ -611,7 +630,7 @@ int main(void)
     setenv("CONNEX_GPU_SIM_GBPS", getenv("CONNEX_GPU_SIM_GBPS") ? getenv("CONNEX_GPU_SIM_GBPS") : "2", 1);
     unsetenv("CONNEX_GDR");
     DK = cxt_mem_env(CX_MEM_SIM);
-    if (DK == CX_MEM_HOST) DK = cxt_mem_parse("sim");   /* host-only runs still cover staging */
+    if (DK == CX_MEM_HOST) DK = cxt_mem_parse("sim"); /* host-only runs still cover staging */
     if (DK < 0) return 2;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write, cxt_watchdog_setup, cxt_watchdog_teardown),

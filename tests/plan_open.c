@@ -6,7 +6,7 @@
  * here and logs what UCX is configured with. Each case runs in a child process, because a process
  * probes its host once. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE   /* RTLD_NEXT */
+#define _GNU_SOURCE /* RTLD_NEXT */
 #endif
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,10 +42,10 @@ ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const cha
 }
 
 typedef struct plan_case {
-    const char *layout;         /* fixture */
-    const char *providers;      /* what the fake libfabric lists */
-    const char *net_devices;    /* CONNEX_NET_DEVICES, or NULL */
-    const char *fi_provider;    /* CONNEX_FI_PROVIDER, or NULL */
+    const char *layout;      /* fixture */
+    const char *providers;   /* what the fake libfabric lists */
+    const char *net_devices; /* CONNEX_NET_DEVICES, or NULL */
+    const char *fi_provider; /* CONNEX_FI_PROVIDER, or NULL */
 } plan_case_t;
 
 /* Creates and destroys one engine on the case's host in a child; returns the log's text. */
@@ -123,10 +123,10 @@ static void test_efa_host(void **state)
     plan_case_t c = { "p4d-24xlarge-efa.layout", "efa+hmem,tcp;ofi_rxm,shm", NULL, NULL };
     const char *t = run_case(&c);
     expect_first_open(t, "open prov=efa domain=rdmap16s27-rdm hmem=1 mr_hmem=1");
-    assert_null(strstr(t, "prov=tcp"));      /* no fallback to another provider */
+    assert_null(strstr(t, "prov=tcp")); /* no fallback to another provider */
     assert_null(strstr(t, "prov=verbs"));
     expect(t, "ucx NET_DEVICES=lo\n");
-    expect(t, "engine rc=0 backends=ucx,zmq");   /* the fake opens nothing: the rest runs */
+    expect(t, "engine rc=0 backends=ucx,zmq"); /* the fake opens nothing: the rest runs */
 }
 
 /* DGX where UCX has no RDMA transport: libfabric verbs;ofi_rxm on GPU 0's NIC with FI_HMEM; a
@@ -137,8 +137,8 @@ static void test_ib_host(void **state)
     plan_case_t c = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", NULL, NULL };
     const char *t = run_case(&c);
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_0 hmem=1 mr_hmem=1");
-    plan_case_t pin = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm",
-                        "gpu0=mlx5_9,gpu1=mlx5_10", NULL };
+    plan_case_t pin = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", "gpu0=mlx5_9,gpu1=mlx5_10",
+                        NULL };
     t = run_case(&pin);
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_9 hmem=1 mr_hmem=1");
     assert_null(strstr(t, "NET_DEVICES=gpu"));

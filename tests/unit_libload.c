@@ -32,7 +32,9 @@ static int mapped(const char *lib)
 extern char **environ;
 
 /* The process's handler of each signal, to see that an engine leaves them as they were. */
-typedef struct { void *h[NSIG]; } sigs_t;
+typedef struct {
+    void *h[NSIG];
+} sigs_t;
 
 static void sigs_snapshot(sigs_t *s)
 {
@@ -60,7 +62,7 @@ static char *env_snapshot(void)
     assert_non_null(sorted);
     assert_non_null(out);
     for (size_t i = 0; i < n; i++) sorted[i] = environ[i];
-    for (size_t i = 1; i < n; i++)   /* insertion sort: a few dozen entries */
+    for (size_t i = 1; i < n; i++) /* insertion sort: a few dozen entries */
         for (size_t j = i; j > 0 && strcmp(sorted[j - 1], sorted[j]) > 0; j--) {
             char *t = sorted[j];
             sorted[j] = sorted[j - 1];

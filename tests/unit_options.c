@@ -54,7 +54,7 @@ static void test_parse(void **state)
     parse_bad("CONNEX_STAGE_CHUNK", "2G", "1..1073741824");
     parse_bad("CONNEX_STAGE_CHUNK", "0", "1..1073741824");
     parse_bad("CONNEX_STAGE_CHUNK", "4Q", "K/M/G");
-    parse_bad("CONNEX_STAGE_SLOTS", "8K", "1..1024");   /* suffixes only for bytes */
+    parse_bad("CONNEX_STAGE_SLOTS", "8K", "1..1024"); /* suffixes only for bytes */
     parse_ok("CONNEX_DRIVE", "0", 0);
     parse_ok("CONNEX_DRIVE", "on", 1);
     parse_ok("CONNEX_DRIVE", "Yes", 1);
@@ -88,12 +88,13 @@ static void test_table(void **state)
         assert_int_equal(strncmp(t[i].name, "CONNEX_", 7), 0);
         assert_non_null(t[i].doc);
         assert_non_null(t[i].component);
-        assert_true(cx_opt_find(t[i].name) == &t[i]);   /* no name twice */
+        assert_true(cx_opt_find(t[i].name) == &t[i]); /* no name twice */
         if (t[i].type == CX_OPT_ENUM) assert_non_null(t[i].allowed);
         if (t[i].dflt && t[i].type != CX_OPT_STRING) {
             unsigned long long v;
             double f;
-            if (cx_opt_parse(&t[i], t[i].dflt, &v, &f, NULL, 0)) fail_msg("%s: default %s does not parse", t[i].name, t[i].dflt);
+            if (cx_opt_parse(&t[i], t[i].dflt, &v, &f, NULL, 0))
+                fail_msg("%s: default %s does not parse", t[i].name, t[i].dflt);
         }
     }
 }
@@ -110,7 +111,7 @@ static void test_getters(void **state)
     assert_int_equal(v, 250);
     setenv("CONNEX_FI_POLL_US", "lots", 1);
     assert_int_equal(cx_opt_get_num("CONNEX_FI_POLL_US", &v), CX_EINVAL);
-    assert_int_equal(v, 100);   /* the default */
+    assert_int_equal(v, 100); /* the default */
     unsetenv("CONNEX_FI_POLL_US");
     const char *s = "x";
     assert_int_equal(cx_opt_get_str("CONNEX_LIBCUDA", &s), 0);
@@ -168,7 +169,7 @@ static void test_readme(void **state)
         if (!strncmp(line, "## ", 3)) in = !strncmp(line, "## Configuration", 16);
         if (!in || strncmp(line, "| `CONNEX_", 10)) continue;
         rows++;
-        char *end = strstr(line + 1, " | ");   /* the first cell only */
+        char *end = strstr(line + 1, " | "); /* the first cell only */
         if (end) *end = 0;
         for (char *p = strstr(line, "CONNEX_"); p; p = strstr(p, "CONNEX_")) {
             char name[64];
@@ -191,11 +192,8 @@ int main(int argc, char **argv)
 {
     g_readme = argc > 1 ? argv[1] : "README.md";
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),
-        cmocka_unit_test(test_table),
-        cmocka_unit_test(test_getters),
-        cmocka_unit_test(test_engine_refuses),
-        cmocka_unit_test(test_readme),
+        cmocka_unit_test(test_parse),          cmocka_unit_test(test_table),  cmocka_unit_test(test_getters),
+        cmocka_unit_test(test_engine_refuses), cmocka_unit_test(test_readme),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -46,7 +46,7 @@ static void test_window_grows_with_size(void **state)
     assert_int_equal(cx_spin_for_len(50000, 4096), 50000 + 4096 / CX_POLL_BYTES_PER_US * 1000);
     assert_int_equal(cx_spin_for_len(50000, 1u << 20), 50000 + (1u << 20) / CX_POLL_BYTES_PER_US * 1000ull);
     uint64_t w16 = cx_spin_for_len(50000, 16u << 20);
-    assert_true(w16 > 16000000ull && w16 < 17000000ull);   /* 16 MiB at 1 GB/s: about 16.8 ms */
+    assert_true(w16 > 16000000ull && w16 < 17000000ull); /* 16 MiB at 1 GB/s: about 16.8 ms */
     /* Monotonic in size, and never past the cap (unless the window itself is larger). */
     uint64_t prev = 0;
     for (uint64_t len = 1; len <= (1ull << 40); len <<= 4) {

@@ -37,7 +37,10 @@ static const char *state_name(int s)
 
 static void iso_ms(uint64_t ms, char *out, size_t n)
 {
-    if (!ms) { snprintf(out, n, "-"); return; }
+    if (!ms) {
+        snprintf(out, n, "-");
+        return;
+    }
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&t, &tm);
@@ -51,9 +54,12 @@ static void jstr(FILE *f, const char *s)
     fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
@@ -68,8 +74,9 @@ typedef struct opts {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: connex-ctl [--directory static|etcd://host:port] [--peers URL,...] [--url URL]...\n"
-                    "                  [--token-file FILE] [--json] [--timeout-ms N] [list | watch [--duration-ms N]]\n");
+    fprintf(stderr,
+            "usage: connex-ctl [--directory static|etcd://host:port] [--peers URL,...] [--url URL]...\n"
+            "                  [--token-file FILE] [--json] [--timeout-ms N] [list | watch [--duration-ms N]]\n");
     return 1;
 }
 
@@ -81,16 +88,29 @@ static int parse(int argc, char **argv, opts_t *o)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "list")) continue;
-        if (!strcmp(a, "watch")) { o->watch = 1; continue; }
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "watch")) {
+            o->watch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
         if (!v) return -1;
-        if (!strcmp(a, "--directory")) o->directory = v;
-        else if (!strcmp(a, "--peers")) o->peers = v;
-        else if (!strcmp(a, "--url") && o->nurls < 64) o->urls[o->nurls++] = v;
-        else if (!strcmp(a, "--token-file")) o->token_file = v;
-        else if (!strcmp(a, "--timeout-ms")) o->timeout_ms = atoi(v);
-        else if (!strcmp(a, "--duration-ms")) o->duration_ms = atoi(v);
-        else return -1;
+        if (!strcmp(a, "--directory"))
+            o->directory = v;
+        else if (!strcmp(a, "--peers"))
+            o->peers = v;
+        else if (!strcmp(a, "--url") && o->nurls < 64)
+            o->urls[o->nurls++] = v;
+        else if (!strcmp(a, "--token-file"))
+            o->token_file = v;
+        else if (!strcmp(a, "--timeout-ms"))
+            o->timeout_ms = atoi(v);
+        else if (!strcmp(a, "--duration-ms"))
+            o->duration_ms = atoi(v);
+        else
+            return -1;
         i++;
     }
     return o->timeout_ms > 0 ? 0 : -1;
@@ -117,7 +137,7 @@ static int load_token(const opts_t *o, cx_auth_t **auth)
 
 typedef struct target {
     char lid[96], url[CX_URL_MAX];
-    uint64_t version;             /* directory version; 0: named on the command line */
+    uint64_t version; /* directory version; 0: named on the command line */
 } target_t;
 
 /* The directory through an engine of our own (model connex-ctl, a LID per process), which the
@@ -130,7 +150,7 @@ static int list_directory(const opts_t *o, target_t *t, int max, char *kind, siz
     c.replica = (uint32_t)getpid();
     c.directory = o->directory;
     c.peers = o->peers;
-    c.backend = "zmq";   /* the lightest to open; only the directory is used */
+    c.backend = "zmq"; /* the lightest to open; only the directory is used */
     cx_engine_t *e = NULL;
     int rc = cx_engine_create(&c, &e);
     if (rc == CX_EUNSUPPORTED) {
@@ -241,16 +261,18 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
             printf(", \"transport\": ");
             jstr(stdout, p.transport);
             printf(", \"incarnation\": \"%016" PRIx64 "\", \"since\": ", p.incarnation);
-            if (p.since_ms) jstr(stdout, since);
-            else printf("null");
+            if (p.since_ms)
+                jstr(stdout, since);
+            else
+                printf("null");
             printf(", \"since_ms\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"joins\": %" PRIu64
                    ", \"ops_in_flight\": %" PRIu64 ", \"op_errors\": %" PRIu64 ", \"op_timeouts\": %" PRIu64 "}",
                    p.since_ms, p.failures, p.joins, p.in_flight, p.errors, p.timeouts);
         } else {
             printf("    %-26s %-10s %-9s %-16s %016" PRIx64 " %-24s %5" PRIu64 " %5" PRIu64 " %8" PRIu64 " %6" PRIu64
-                   " %6" PRIu64 "\n", p.lid, state_name(p.state), p.backend[0] ? p.backend : "-",
-                   p.transport[0] ? p.transport : "-", p.incarnation, since, p.failures, p.joins, p.in_flight,
-                   p.errors, p.timeouts);
+                   " %6" PRIu64 "\n",
+                   p.lid, state_name(p.state), p.backend[0] ? p.backend : "-", p.transport[0] ? p.transport : "-",
+                   p.incarnation, since, p.failures, p.joins, p.in_flight, p.errors, p.timeouts);
         }
     }
     if (o->json) printf("\n    ]}");
@@ -291,8 +313,8 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void say(const opts_t *o, const char *engine, const char *what, const char *peer, uint64_t inc,
-                uint64_t ms, const char *reason)
+static void say(const opts_t *o, const char *engine, const char *what, const char *peer, uint64_t inc, uint64_t ms,
+                const char *reason)
 {
     char when[40];
     iso_ms(ms, when, sizeof when);
@@ -330,7 +352,7 @@ static void watch_connect(const opts_t *o, const cx_auth_t *auth, watched_t *w)
         cx_ctlc_close(&w->c);
         w->retry_ms = mono_ms() + 1000;
         if (w->open != -1) say(o, w->t.lid, "unreachable", "-", 0, real_ms(), why);
-        w->open = -1;   /* said once until it answers */
+        w->open = -1; /* said once until it answers */
         return;
     }
     w->open = 1;
@@ -399,7 +421,10 @@ int main(int argc, char **argv)
     int n = 0;
     if (o.directory || o.peers || getenv("CONNEX_DIRECTORY") || getenv("CONNEX_PEERS") || !o.nurls) {
         n = list_directory(&o, t, MAX_ENGINES, kind, sizeof kind);
-        if (n < 0) { cx_auth_free(auth); return 1; }
+        if (n < 0) {
+            cx_auth_free(auth);
+            return 1;
+        }
     }
     n = add_urls(&o, t, n, MAX_ENGINES);
     int rc = o.watch ? run_watch(&o, auth, t, n) : run_list(&o, auth, t, n, kind);

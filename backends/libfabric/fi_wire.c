@@ -21,7 +21,7 @@ int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h)
     cx_rd_init(&r, buf, buf ? len : 0);
     h->type = cx_rd_u8(&r);
     uint8_t ver = cx_rd_u8(&r);
-    (void)cx_rd_u16(&r);   /* reserved: a later version may use it */
+    (void)cx_rd_u16(&r); /* reserved: a later version may use it */
     h->inc = cx_rd_u64(&r);
     h->seq = cx_rd_u64(&r);
     return r.ok && ver == CX_FM_VERSION ? CX_OK : CX_EINVAL;
@@ -81,12 +81,10 @@ void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data,
 {
     cx_wr_u32(w, (uint32_t)status);
     cx_wr_u32(w, off);
-    if (status == 0)
-        cx_wr_bytes(w, data, len);
+    if (status == 0) cx_wr_bytes(w, data, len);
 }
 
-int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off,
-                    const uint8_t **data, size_t *dlen)
+int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off, const uint8_t **data, size_t *dlen)
 {
     cx_rd_t r;
     cx_rd_init(&r, body, body ? len : 0);
@@ -94,14 +92,12 @@ int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off
     *off = cx_rd_u32(&r);
     *data = NULL;
     *dlen = 0;
-    if (!r.ok)
-        return CX_EINVAL;
+    if (!r.ok) return CX_EINVAL;
     if (len > CX_FM_RDATA_HDR) {
         *data = (const uint8_t *)body + CX_FM_RDATA_HDR;
         *dlen = len - CX_FM_RDATA_HDR;
     }
-    if (*status != 0 && *dlen)
-        return CX_EINVAL;
+    if (*status != 0 && *dlen) return CX_EINVAL;
     return (uint64_t)*off + *dlen <= CX_FM_RD_INLINE_MAX ? CX_OK : CX_EINVAL;
 }
 
@@ -110,7 +106,7 @@ void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a)
     cx_wr_u8(w, CX_FI_ADDR_VERSION);
     cx_wr_str8(w, a->prov);
     cx_wr_u32(w, a->fmt);
-    if (!a->name_len) w->ok = 0;   /* the decoder refuses it: never send it */
+    if (!a->name_len) w->ok = 0; /* the decoder refuses it: never send it */
     cx_wr_blob16(w, a->name, a->name_len);
     cx_wr_u32(w, a->pid);
 }

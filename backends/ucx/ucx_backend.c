@@ -128,7 +128,7 @@ void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk)
         if (op->ue && op->ue->wk == wk) {
             cx_ucx_list_del(op);
             op->pending = 0;
-            cx_ucx_op_release(b, op);   /* frees it (finished, delivered) */
+            cx_ucx_op_release(b, op); /* frees it (finished, delivered) */
         }
     }
     for (cx_ucx_ctl_t *c = b->ctl.next, *nx; c && c != &b->ctl; c = nx) {
@@ -157,8 +157,7 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     const uint8_t *wa;
     size_t n;
     void *copy = NULL;
-    if (!w2 || cx_ucx_blob_get(w2->addr, w2->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n) ||
-        !(copy = malloc(n))) {
+    if (!w2 || cx_ucx_blob_get(w2->addr, w2->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n) || !(copy = malloc(n))) {
         cx_warn("ucx: could not probe for peer error handling; trying it per endpoint");
         goto out;
     }
@@ -171,8 +170,7 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     ucp_ep_h ep;
     ucs_status_t st = ucp_ep_create(w1->w, &p, &ep);
     if (st != UCS_OK) {
-        if (st != UCS_ERR_UNREACHABLE)
-            cx_warn("ucx: probing for peer error handling: %s", ucs_status_string(st));
+        if (st != UCS_ERR_UNREACHABLE) cx_warn("ucx: probing for peer error handling: %s", ucs_status_string(st));
         b->no_peer_mode = 1;
         cx_info("ucx: no transport with peer error handling (UCX_TLS=%s); endpoints go without it",
                 getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
@@ -215,8 +213,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_config_read failed (check the UCX_* variables): %s",
-                 ucs_status_string(st));
+        cx_error("ucx: ucp_config_read failed (check the UCX_* variables): %s", ucs_status_string(st));
         free(b);
         return CX_EUNSUPPORTED;
     }
@@ -253,10 +250,9 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     }
     cx_ucx_probe_peer_mode(b);
     cx_ucx_rot_init(b);
-    b->bounce_all = cx_ucx_opt("CONNEX_UCX_READ_BOUNCE") == 1;   /* auto|1 */
+    b->bounce_all = cx_ucx_opt("CONNEX_UCX_READ_BOUNCE") == 1; /* auto|1 */
     b->answer_min = (size_t)cx_ucx_opt("CONNEX_UCX_READ_ANSWER_MIN");
-    cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(),
-            b->cur->addr_len);
+    cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(), b->cur->addr_len);
     *out = (cx_backend_t *)b;
     return CX_OK;
 }
@@ -313,7 +309,7 @@ void cx_ucx_drain(cx_ucx_t *b)
         ep->err_queued = 0;
         cx_warn("ucx: endpoint error: %s", ep->reason);
         /* Before its ops are delivered (below): they end under the core's verdict. */
-        cx_core_peer_error(b->core, ep->peer, (cx_cause_t)ep->cause, ep->reason);   /* may disconnect ep */
+        cx_core_peer_error(b->core, ep->peer, (cx_cause_t)ep->cause, ep->reason); /* may disconnect ep */
     }
     while (b->done.next != &b->done) cx_ucx_op_deliver(b, b->done.next);
     cx_ucx_inbox_drain(b);
@@ -330,8 +326,7 @@ static int cx_ucx_poll(cx_backend_t *bb)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     int n = 0;
-    for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next)
-        n += (int)ucp_worker_progress(wk->w);
+    for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next) n += (int)ucp_worker_progress(wk->w);
     cx_ucx_drain(b);
     return n > 0;
 }
@@ -342,8 +337,7 @@ static int cx_ucx_progress(cx_backend_t *bb)
     uint64_t v;
     if (b->sig_pending) {
         b->sig_pending = 0;
-        if (read(b->sigfd, &v, sizeof v) < 0 && errno != EAGAIN)
-            cx_warn("ucx: eventfd read: %s", strerror(errno));
+        if (read(b->sigfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_warn("ucx: eventfd read: %s", strerror(errno));
     }
     if (b->timer_armed && read(b->tfd, &v, sizeof v) == (ssize_t)sizeof v) b->timer_armed = 0;
     uint64_t until = cx_ucx_now_ns() + CX_UCX_PROGRESS_BUDGET_NS;
@@ -367,7 +361,7 @@ static int cx_ucx_progress(cx_backend_t *bb)
             break;
         }
     }
-    cx_ucx_signal(b);   /* still busy: come back after the control sockets had their turn */
+    cx_ucx_signal(b); /* still busy: come back after the control sockets had their turn */
     return CX_OK;
 }
 

@@ -24,8 +24,7 @@ static int cx_ucx_ib_port_active(void)
         if (de->d_name[0] == '.') continue;
         for (int port = 1; port <= 4 && !found; port++) {
             char path[512], buf[64];
-            snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/state", de->d_name,
-                     port);
+            snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/state", de->d_name, port);
             FILE *f = fopen(path, "r");
             if (!f) continue;
             if (fgets(buf, sizeof buf, f) && strstr(buf, "ACTIVE")) found = 1;
@@ -45,7 +44,7 @@ int cx_ucx_rdma_usable(void)
     static const char *const rdma[] = { "all", "ib", "rc", "dc", "ud", "mlx5" };
     for (size_t i = 0; i < sizeof rdma / sizeof rdma[0]; i++)
         if (strstr(tls, rdma[i])) return tls[0] != '^';
-    return tls[0] == '^';   /* an exclusion list that names no RDMA transport keeps them */
+    return tls[0] == '^'; /* an exclusion list that names no RDMA transport keeps them */
 }
 
 static int cx_ucx_set(ucp_config_t *cfg, const char *name, const char *val)
@@ -108,7 +107,7 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
             if (!pd) continue;
             closedir(pd);
             int w = snprintf(out + len, n - len, "%s%s:%d", len ? "," : "", de->d_name, port);
-            if (w < 0 || (size_t)w >= n - len) {   /* no room: keep the whole entries only */
+            if (w < 0 || (size_t)w >= n - len) { /* no room: keep the whole entries only */
                 out[len] = 0;
                 closedir(d);
                 return;
@@ -143,15 +142,16 @@ static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm,
         (void)cx_opt_get_str("CONNEX_NET_DEVICES", &dev);
     }
     if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
-    if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::"))
-        return CX_OK;
+    if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::")) return CX_OK;
     char ifn[IF_NAMESIZE + 1], rdma[512], list[600];
     if (cx_ucx_ip_ifname(listen_ip, ifn, sizeof ifn)) {
         cx_info("ucx: no interface holds %s; UCX picks its network devices itself", listen_ip);
         return CX_OK;
     }
-    if (prm->net_devices) snprintf(rdma, sizeof rdma, "%s", prm->net_devices);
-    else cx_ucx_rdma_ports(rdma, sizeof rdma);
+    if (prm->net_devices)
+        snprintf(rdma, sizeof rdma, "%s", prm->net_devices);
+    else
+        cx_ucx_rdma_ports(rdma, sizeof rdma);
     snprintf(list, sizeof list, "%s%s%s", ifn, rdma[0] ? "," : "", rdma);
     (void)cx_ucx_set(cfg, "NET_DEVICES", list);
     return CX_OK;
@@ -173,8 +173,10 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
      * table; tcp is the only one with PUT_ENABLE, and "TCP_PUT_ENABLE" matched none). */
     if (!getenv("UCX_TCP_PUT_ENABLE")) {
         ucs_status_t st = ucp_config_modify(cfg, "PUT_ENABLE", "n");
-        if (st == UCS_OK) cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
-        else cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", ucs_status_string(st));
+        if (st == UCS_OK)
+            cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
+        else
+            cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", ucs_status_string(st));
     }
     /* UCX's tcp transport connects with a blocking connect() by default (UCX_TCP_CONN_NB=n),
      * inside ucp_ep_create on our progress thread: to an address cut off by a partition that
@@ -183,8 +185,10 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
      * rule as above; a user's UCX_TCP_CONN_NB wins. */
     if (!getenv("UCX_TCP_CONN_NB")) {
         ucs_status_t st = ucp_config_modify(cfg, "CONN_NB", "y");
-        if (st == UCS_OK) cx_info("ucx: UCX_TCP_CONN_NB=y (non-blocking tcp connect)");
-        else cx_warn("ucx: cannot make tcp connects non-blocking: %s", ucs_status_string(st));
+        if (st == UCS_OK)
+            cx_info("ucx: UCX_TCP_CONN_NB=y (non-blocking tcp connect)");
+        else
+            cx_warn("ucx: cannot make tcp connects non-blocking: %s", ucs_status_string(st));
     }
     /* UCX before 1.16 runs put/get on CUDA memory through the v1 protocols, which pick
      * short/bcopy (a CPU memcpy on device memory) instead of GPUDirect zero-copy; the v2
@@ -200,6 +204,6 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
 unsigned long long cx_ucx_opt(const char *name)
 {
     unsigned long long v;
-    (void)cx_opt_get_num(name, &v);   /* the table's default when unset; a bad value is logged */
+    (void)cx_opt_get_num(name, &v); /* the table's default when unset; a bad value is logged */
     return v;
 }

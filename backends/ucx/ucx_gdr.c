@@ -13,9 +13,9 @@
 static int rdma_tls_allowed(void)
 {
     const char *tls = getenv("UCX_TLS");
-    if (!tls || !*tls || tls[0] == '^') return 1;   /* unset, or an exclusion list */
-    static const char *const rdma[] = { "all", "ib", "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "dc", "dc_x",
-                                        "dc_mlx5", "ud", "ud_v", "ud_x", "ud_verbs", "ud_mlx5", NULL };
+    if (!tls || !*tls || tls[0] == '^') return 1; /* unset, or an exclusion list */
+    static const char *const rdma[] = { "all",  "ib",      "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "dc",
+                                        "dc_x", "dc_mlx5", "ud", "ud_v", "ud_x", "ud_verbs", "ud_mlx5", NULL };
     char buf[256];
     snprintf(buf, sizeof buf, "%s", tls);
     char *save = NULL;
@@ -30,8 +30,7 @@ static int rdma_device_present(void)
     DIR *d = opendir("/sys/class/infiniband");
     if (!d) return 0;
     int n = 0;
-    for (struct dirent *de; (de = readdir(d));)
-        n += de->d_name[0] != '.';
+    for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
     closedir(d);
     return n > 0;
 }
@@ -40,7 +39,7 @@ void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     memset(caps, 0, sizeof *caps);
-    if (!b->gpu_direct) {   /* the plan stages GPU memory (docs/selection.md says why) */
+    if (!b->gpu_direct) { /* the plan stages GPU memory (docs/selection.md says why) */
         cx_debug("ucx: GPU caps: GPUDirect off in the selection's plan");
         return;
     }

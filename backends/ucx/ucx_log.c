@@ -16,9 +16,8 @@
 #include <string.h>
 #include <ucs/debug/log_def.h>
 
-static ucs_log_func_rc_t to_connex(const char *file, unsigned line, const char *function,
-                                   ucs_log_level_t level, const ucs_log_component_config_t *comp,
-                                   const char *message, va_list ap)
+static ucs_log_func_rc_t to_connex(const char *file, unsigned line, const char *function, ucs_log_level_t level,
+                                   const ucs_log_component_config_t *comp, const char *message, va_list ap)
 {
     (void)function;
     (void)comp;

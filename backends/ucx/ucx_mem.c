@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh,
-                   void *key, size_t *key_len)
+int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !addr || !len || !mh || !key || !key_len) return CX_EINVAL;
@@ -26,8 +25,7 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
     ucp_mem_h memh;
     ucs_status_t st = ucp_mem_map(b->ctx, &mp, &memh);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_mem_map(%p, %zu, kind %d) failed: %s", addr, len, mem_kind,
-                 ucs_status_string(st));
+        cx_error("ucx: ucp_mem_map(%p, %zu, kind %d) failed: %s", addr, len, mem_kind, ucs_status_string(st));
         return st == UCS_ERR_NO_MEMORY ? CX_ENOMEM : CX_ERR;
     }
     void *rk;
@@ -43,8 +41,7 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
     cx_ucx_blob_put(&w, CX_UCX_KEY_MAGIC, rk, rk_len);
     ucp_rkey_buffer_release(rk);
     if (!w.ok) {
-        cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len,
-                 *key_len);
+        cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len, *key_len);
         ucp_mem_unmap(b->ctx, memh);
         return CX_EINVAL;
     }
@@ -82,8 +79,8 @@ int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out)
     if (!r) return CX_ENOMEM;
     ucs_status_t st = ucp_ep_rkey_unpack(ue->ep, blob, &r->rk);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_ep_rkey_unpack (region %llu) failed: %s",
-                 (unsigned long long)x->remote_region, ucs_status_string(st));
+        cx_error("ucx: ucp_ep_rkey_unpack (region %llu) failed: %s", (unsigned long long)x->remote_region,
+                 ucs_status_string(st));
         free(r);
         return st == UCS_ERR_UNREACHABLE ? CX_EPEER : CX_EINVAL;
     }

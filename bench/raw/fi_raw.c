@@ -68,43 +68,35 @@ static void die(const char *what, int r)
 static void fab_open(struct fab *f, const char *prov, const char *ip)
 {
     struct fi_info *h = fi_allocinfo();
-    if (!h)
-        die("fi_allocinfo", -FI_ENOMEM);
+    if (!h) die("fi_allocinfo", -FI_ENOMEM);
     h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                              FI_MR_ENDPOINT;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     h->fabric_attr->prov_name = strdup(prov);
     /* tcp binds to the given address, as the backend binds to the engine's listen address */
     const char *node = !strncmp(prov, "tcp", 3) ? ip : NULL;
     int r = fi_getinfo(FI_VERSION(1, 17), node, NULL, node ? FI_SOURCE : 0, h, &f->info);
     fi_freeinfo(h);
-    if (r)
-        die("fi_getinfo", r);
+    if (r) die("fi_getinfo", r);
     struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_CONTEXT, .size = 1024 };
     struct fi_av_attr aa = { .type = FI_AV_TABLE };
     if ((r = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) ||
-        (r = fi_domain(f->fabric, f->info, &f->domain, NULL)) ||
-        (r = fi_cq_open(f->domain, &ca, &f->cq, NULL)) ||
-        (r = fi_av_open(f->domain, &aa, &f->av, NULL)) ||
-        (r = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
-        (r = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
-        (r = fi_ep_bind(f->ep, &f->av->fid, 0)) || (r = fi_enable(f->ep)))
+        (r = fi_domain(f->fabric, f->info, &f->domain, NULL)) || (r = fi_cq_open(f->domain, &ca, &f->cq, NULL)) ||
+        (r = fi_av_open(f->domain, &aa, &f->av, NULL)) || (r = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
+        (r = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) || (r = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
+        (r = fi_enable(f->ep)))
         die("endpoint setup", r);
     f->buf = aligned_alloc(4096, MAXSZ);
-    if (!f->buf)
-        die("aligned_alloc", -FI_ENOMEM);
+    if (!f->buf) die("aligned_alloc", -FI_ENOMEM);
     memset(f->buf, 0x5a, MAXSZ);
     /* requested_key 1: unique in this domain, which providers without FI_MR_PROV_KEY need */
-    if ((r = fi_mr_reg(f->domain, f->buf, MAXSZ,
-                       FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 1, 0, &f->mr,
+    if ((r = fi_mr_reg(f->domain, f->buf, MAXSZ, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 1, 0, &f->mr,
                        NULL)))
         die("fi_mr_reg", r);
     if (f->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-        if ((r = fi_mr_bind(f->mr, &f->ep->fid, 0)) || (r = fi_mr_enable(f->mr)))
-            die("fi_mr_bind", r);
+        if ((r = fi_mr_bind(f->mr, &f->ep->fid, 0)) || (r = fi_mr_enable(f->mr))) die("fi_mr_bind", r);
     }
 }
 
@@ -129,19 +121,16 @@ static int target(const char *prov, const char *ip, int sock)
     memset(&h, 0, sizeof h);
     h.name_len = sizeof h.name;
     int r = fi_getname(&f.ep->fid, h.name, &h.name_len);
-    if (r)
-        die("fi_getname", r);
+    if (r) die("fi_getname", r);
     h.addr = (f.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)f.buf : 0;
     h.key = fi_mr_key(f.mr);
-    if (write(sock, &h, sizeof h) != (ssize_t)sizeof h)
-        die("write hello", 0);
+    if (write(sock, &h, sizeof h) != (ssize_t)sizeof h) die("write hello", 0);
     struct fi_cq_entry e[16];
     char c;
     for (;;) {
         fi_cq_read(f.cq, e, 16);
         ssize_t n = recv(sock, &c, 1, MSG_DONTWAIT);
-        if (n == 1 || n == 0)
-            break;
+        if (n == 1 || n == 0) break;
     }
     fab_close(&f);
     return 0;
@@ -152,8 +141,7 @@ static int wait_one(struct fab *f)
     struct fi_cq_entry e;
     for (;;) {
         ssize_t n = fi_cq_read(f->cq, &e, 1);
-        if (n == 1)
-            return 0;
+        if (n == 1) return 0;
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ee;
             memset(&ee, 0, sizeof ee);
@@ -161,8 +149,7 @@ static int wait_one(struct fab *f)
             fprintf(stderr, "fi_raw: CQ error %s\n", fi_strerror(ee.err));
             return -1;
         }
-        if (n != -FI_EAGAIN)
-            return -1;
+        if (n != -FI_EAGAIN) return -1;
     }
 }
 
@@ -170,8 +157,7 @@ enum { OP_READ, OP_WRITE_DC, OP_WRITE };
 
 static int g_write_flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
 
-static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h,
-                struct fi_context2 *ctx)
+static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h, struct fi_context2 *ctx)
 {
     void *desc = fi_mr_desc(f->mr);
     ssize_t r;
@@ -183,13 +169,16 @@ static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct 
         } else {
             struct iovec iov = { .iov_base = f->buf, .iov_len = len };
             struct fi_rma_iov riov = { .addr = h->addr, .len = len, .key = h->key };
-            struct fi_msg_rma m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                                    .addr = peer, .rma_iov = &riov, .rma_iov_count = 1,
+            struct fi_msg_rma m = { .msg_iov = &iov,
+                                    .desc = &desc,
+                                    .iov_count = 1,
+                                    .addr = peer,
+                                    .rma_iov = &riov,
+                                    .rma_iov_count = 1,
                                     .context = ctx };
             r = fi_writemsg(f->ep, &m, (uint64_t)g_write_flags);
         }
-        if (r == -FI_EAGAIN)
-            fi_cq_read(f->cq, NULL, 0);
+        if (r == -FI_EAGAIN) fi_cq_read(f->cq, NULL, 0);
     } while (r == -FI_EAGAIN);
     return (int)r;
 }
@@ -203,8 +192,7 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *prov = getenv("CONNEX_FI_PROVIDER");
-    if (!prov || !*prov)
-        prov = "tcp;ofi_rxm";
+    if (!prov || !*prov) prov = "tcp;ofi_rxm";
     char sizes_s[256] = "4096,16384,1048576,16777216";
     double per_size = 2.0;
     int plain_write = 0;
@@ -220,8 +208,7 @@ int main(int argc, char **argv)
         case 'W': plain_write = 1; break;
         case 'n':
             max_ops = atoi(optarg);
-            if (max_ops < 5 || max_ops > MAXITER)
-                max_ops = MAXITER;
+            if (max_ops < 5 || max_ops > MAXITER) max_ops = MAXITER;
             break;
         default:
             fprintf(stderr, "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-n ops] [-W]\n",
@@ -240,11 +227,9 @@ int main(int argc, char **argv)
         ns++;
     }
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
-        die("socketpair", 0);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) die("socketpair", 0);
     pid_t pid = fork();
-    if (pid < 0)
-        die("fork", 0);
+    if (pid < 0) die("fork", 0);
     if (pid == 0) {
         close(sv[0]);
         _exit(target(prov, ip, sv[1]));
@@ -253,11 +238,9 @@ int main(int argc, char **argv)
     struct fab f;
     fab_open(&f, prov, ip);
     struct hello h;
-    if (read(sv[0], &h, sizeof h) != (ssize_t)sizeof h)
-        die("read hello", 0);
+    if (read(sv[0], &h, sizeof h) != (ssize_t)sizeof h) die("read hello", 0);
     fi_addr_t peer;
-    if (fi_av_insert(f.av, h.name, 1, &peer, 0, NULL) != 1)
-        die("fi_av_insert", -FI_EINVAL);
+    if (fi_av_insert(f.av, h.name, 1, &peer, 0, NULL) != 1) die("fi_av_insert", -FI_EINVAL);
     const char *direct = getenv("CONNEX_FI_SHM_DIRECT");
     if (!strcmp(f.info->fabric_attr->prov_name, "shm") && !(direct && !strcmp(direct, "0")))
         g_write_flags = FI_COMPLETION;
@@ -273,8 +256,7 @@ int main(int argc, char **argv)
         for (int s = 0; s < ns && !rc; s++) {
             size_t len = sizes[s];
             /* warm-up: connection setup, caches */
-            for (int i = 0; i < 5 && !rc; i++)
-                rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
+            for (int i = 0; i < 5 && !rc; i++) rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
             int n = 0;
             double t0 = now_s();
             while (n < max_ops && !rc && (n < 5 || now_s() - t0 < per_size)) {
@@ -283,12 +265,11 @@ int main(int argc, char **argv)
                 lat[n++] = now_s() - a;
             }
             double total = now_s() - t0;
-            if (rc)
-                break;
+            if (rc) break;
             qsort(lat, (size_t)n, sizeof lat[0], cmp_d);
             double mean = total / n;
-            printf("%-11s %9zu B  iters %6d  p50 %9.2f us  mean %9.2f us  bw %8.1f MB/s\n",
-                   names[k], len, n, lat[n / 2] * 1e6, mean * 1e6, (double)len / mean / 1e6);
+            printf("%-11s %9zu B  iters %6d  p50 %9.2f us  mean %9.2f us  bw %8.1f MB/s\n", names[k], len, n,
+                   lat[n / 2] * 1e6, mean * 1e6, (double)len / mean / 1e6);
             fflush(stdout);
         }
     }
@@ -299,7 +280,6 @@ int main(int argc, char **argv)
     int st = 0;
     waitpid(pid, &st, 0);
     fab_close(&f);
-    if (rc)
-        fprintf(stderr, "fi_raw: an op failed\n");
+    if (rc) fprintf(stderr, "fi_raw: an op failed\n");
     return rc ? 2 : (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 2);
 }

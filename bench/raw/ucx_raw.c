@@ -31,8 +31,17 @@
 #include <unistd.h>
 
 #define MAXSZ (16u << 20)
-#define DIE(...) do { fprintf(stderr, "ucx_raw: " __VA_ARGS__); fputc('\n', stderr); exit(2); } while (0)
-#define CK(st, what) do { ucs_status_t s_ = (st); if (s_ != UCS_OK) DIE("%s: %s", what, ucs_status_string(s_)); } while (0)
+#define DIE(...)                                  \
+    do {                                          \
+        fprintf(stderr, "ucx_raw: " __VA_ARGS__); \
+        fputc('\n', stderr);                      \
+        exit(2);                                  \
+    } while (0)
+#define CK(st, what)                                                  \
+    do {                                                              \
+        ucs_status_t s_ = (st);                                       \
+        if (s_ != UCS_OK) DIE("%s: %s", what, ucs_status_string(s_)); \
+    } while (0)
 
 static ucp_context_h ctx;
 static ucp_worker_h wrk;
@@ -74,7 +83,8 @@ static ucs_status_t wait_req(ucs_status_ptr_t r)
 
 static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
-    (void)arg; (void)ep;
+    (void)arg;
+    (void)ep;
     fprintf(stderr, "ucx_raw: endpoint error %s\n", ucs_status_string(st));
 }
 
@@ -99,14 +109,14 @@ static ucp_ep_h connect_to(const void *addr)
 {
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = addr;
     p.err_mode = err_peer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = err_cb;
     ucp_ep_h ep;
     ucs_status_t st = ucp_ep_create(wrk, &p, &ep);
-    if (st == UCS_ERR_UNREACHABLE && err_peer) {   /* same fallback as the backend */
+    if (st == UCS_ERR_UNREACHABLE && err_peer) { /* same fallback as the backend */
         p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
         p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
         st = ucp_ep_create(wrk, &p, &ep);
@@ -174,7 +184,7 @@ int main(int argc, char **argv)
     ucp_address_t *wa;
     size_t wal;
     CK(ucp_worker_get_address(wrk, &wa, &wal), "ucp_worker_get_address");
-    if (pid == 0) {   /* target */
+    if (pid == 0) { /* target */
         ucp_mem_h memh;
         void *buf = map(region, &memh);
         void *rk;
@@ -220,9 +230,8 @@ int main(int argc, char **argv)
     ucp_mem_h memh;
     void *lbuf = map(region, &memh);
 
-    printf("# ucx_raw: UCX %s, UCX_TLS=%s, err mode %s, %d iterations per point\n",
-           ucp_get_version_string(), getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)",
-           err_peer ? "peer" : "none", iters);
+    printf("# ucx_raw: UCX %s, UCX_TLS=%s, err mode %s, %d iterations per point\n", ucp_get_version_string(),
+           getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)", err_peer ? "peer" : "none", iters);
     printf("%-6s %10s %12s %12s %8s\n", "op", "bytes", "p50_us", "MB/s(p50)", "iters");
     double *t = malloc(sizeof(double) * (size_t)iters);
     for (int op = 0; op < 2; op++) {
@@ -231,7 +240,8 @@ int main(int argc, char **argv)
             int it = iters;
             double t_end = 0;
             for (int i = -warm; i < it; i++) {
-                if (i == 0) t_end = now_us() + budget_us;
+                if (i == 0)
+                    t_end = now_us() + budget_us;
                 else if (i >= 3 && now_us() > t_end) {
                     it = i;
                     break;
@@ -243,12 +253,13 @@ int main(int argc, char **argv)
                 double t0 = now_us();
                 if (nb && op == 0) {
                     for (int k = 0; k < nb; k++)
-                        reqs[k] = ucp_get_nbx(ep, (char *)lbuf + (size_t)k * sz, sz, raddr + (uint64_t)k * sz, rkey, &p);
+                        reqs[k] =
+                            ucp_get_nbx(ep, (char *)lbuf + (size_t)k * sz, sz, raddr + (uint64_t)k * sz, rkey, &p);
                     for (int k = 0; k < nb; k++) CK(wait_req(reqs[k]), "get");
                 } else if (nb) {
                     for (int k = 0; k < nb; k++) {
-                        ucs_status_ptr_t r = ucp_put_nbx(ep, (char *)lbuf + (size_t)k * sz, sz,
-                                                         raddr + (uint64_t)k * sz, rkey, &p);
+                        ucs_status_ptr_t r =
+                            ucp_put_nbx(ep, (char *)lbuf + (size_t)k * sz, sz, raddr + (uint64_t)k * sz, rkey, &p);
                         if (UCS_PTR_IS_ERR(r)) CK(UCS_PTR_STATUS(r), "put");
                         if (r) ucp_request_free(r);
                     }

@@ -6,16 +6,16 @@
 
 #include <stddef.h>
 
-#define CX_IP_MAX 48   /* a numeric address with its NUL, as cx_url_t's host */
+#define CX_IP_MAX 48 /* a numeric address with its NUL, as cx_url_t's host */
 
 /* One interface address, as getifaddrs and the routing table describe it. */
 typedef struct cx_ifaddr {
     char name[32];
-    char ip[CX_IP_MAX];      /* numeric */
-    int family;              /* AF_INET or AF_INET6 */
-    int up;                  /* IFF_UP */
-    int loopback;            /* IFF_LOOPBACK */
-    int default_route;       /* the interface holds a default route of its family */
+    char ip[CX_IP_MAX]; /* numeric */
+    int family;         /* AF_INET or AF_INET6 */
+    int up;             /* IFF_UP */
+    int loopback;       /* IFF_LOOPBACK */
+    int default_route;  /* the interface holds a default route of its family */
 } cx_ifaddr_t;
 
 /* 1 for NULL, "", "0.0.0.0" and "::". */

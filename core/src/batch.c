@@ -11,50 +11,50 @@
 
 /* At most this many faults are logged one by one when a batch is refused; the rest are counted. */
 #define CX_BATCH_LOG_MAX 8
-#define ST_PENDING 1   /* an entry's status before it ended (statuses are <= 0) */
+#define ST_PENDING 1 /* an entry's status before it ended (statuses are <= 0) */
 
 enum { PH_PEERS = 0, PH_CHECK, PH_XFER, PH_SIGNAL, PH_DONE };
 
-typedef struct cx_bent {      /* a child: an entry's transfer, or its region query */
-    cx_op_t op;               /* first member: the op is the child */
+typedef struct cx_bent { /* a child: an entry's transfer, or its region query */
+    cx_op_t op;          /* first member: the op is the child */
     cx_batch_t *b;
-    uint32_t idx;             /* entry index */
+    uint32_t idx; /* entry index */
 } cx_bent_t;
 
-typedef struct cx_bpeer {     /* a distinct peer of the batch, and its connect child */
+typedef struct cx_bpeer { /* a distinct peer of the batch, and its connect child */
     cx_op_t op;
     cx_batch_t *b;
     cx_peer_t *p;
-    uint32_t first;           /* the first entry naming it, for the log */
-    const char *name;         /* as the caller named it (while the batch is checked only) */
-    int rc;                   /* CX_OK: up; else its entries end with it */
+    uint32_t first;   /* the first entry naming it, for the log */
+    const char *name; /* as the caller named it (while the batch is checked only) */
+    int rc;           /* CX_OK: up; else its entries end with it */
 } cx_bpeer_t;
 
 struct cx_batch {
     cx_engine_t *e;
     cx_op_t *parent;
-    int xkind;                /* CX_XFER_READ or CX_XFER_WRITE */
+    int xkind; /* CX_XFER_READ or CX_XFER_WRITE */
     int cls;
-    int psig;                 /* put_signal: the last entry carries msg */
+    int psig; /* put_signal: the last entry carries msg */
     size_t n;
-    int *st;                  /* per entry: ST_PENDING, then its status */
-    int *out;                 /* the caller's, or NULL */
-    uint32_t *pidx;           /* per entry: its cx_bpeer */
-    cx_bent_t *ent;           /* n transfer children */
+    int *st;        /* per entry: ST_PENDING, then its status */
+    int *out;       /* the caller's, or NULL */
+    uint32_t *pidx; /* per entry: its cx_bpeer */
+    cx_bent_t *ent; /* n transfer children */
     cx_bpeer_t *peers;
     uint32_t np;
-    cx_bent_t *q;             /* region queries, allocated at the first miss */
+    cx_bent_t *q; /* region queries, allocated at the first miss */
     int phase;
-    size_t out_n;             /* children of the phase not back yet */
-    int refused;              /* a check failed: the batch ends CX_EINVAL */
+    size_t out_n; /* children of the phase not back yet */
+    int refused;  /* a check failed: the batch ends CX_EINVAL */
     void *msg;
     size_t msg_len;
-    cx_op_t **post;           /* bulk post: the collected ops and their endpoints */
+    cx_op_t **post; /* bulk post: the collected ops and their endpoints */
     cx_bep_t **post_ep;
     cx_xfer_t **xs;
     int *rcs;
     size_t npost;
-    cx_batch_t *rnext;        /* the engine's ready list */
+    cx_batch_t *rnext; /* the engine's ready list */
 };
 
 void cx_batch_free(cx_batch_t *b)
@@ -104,10 +104,11 @@ static void query_done(cx_op_t *op, int status)
     if (status == CX_EINVAL) {
         const cx_xfer_t *x = &b->ent[c->idx].op.x;
         cx_warn("batch entry %u: remote range [0x%llx, +%zu) is not inside a region %s registered: "
-                "batch refused", c->idx, (unsigned long long)x->remote, x->len, b->peers[b->pidx[c->idx]].p->url);
+                "batch refused",
+                c->idx, (unsigned long long)x->remote, x->len, b->peers[b->pidx[c->idx]].p->url);
         b->refused = 1;
     } else if (status != CX_OK) {
-        b->st[c->idx] = status;   /* its peer failed or did not answer: the entry ends so */
+        b->st[c->idx] = status; /* its peer failed or did not answer: the entry ends so */
     }
     phase_back(b);
 }
@@ -136,7 +137,7 @@ static void finish(cx_batch_t *b)
 /* Phase 1: every distinct peer resolved; those not up yet connect. */
 static void start_peers(cx_engine_t *e, cx_batch_t *b)
 {
-    b->out_n = 1;   /* held until every child started: none may end the phase early */
+    b->out_n = 1; /* held until every child started: none may end the phase early */
     for (uint32_t k = 0; k < b->np; k++) {
         cx_bpeer_t *bp = &b->peers[k];
         int rc;
@@ -148,14 +149,13 @@ static void start_peers(cx_engine_t *e, cx_batch_t *b)
         }
         switch (bp->p->state) {
         case CX_PEER_UP:
-        case CX_PEER_SUSPECT:
-            bp->rc = CX_OK;
-            break;
-        case CX_PEER_FAILED:
-            bp->rc = CX_EPEER;
-            break;
+        case CX_PEER_SUSPECT: bp->rc = CX_OK; break;
+        case CX_PEER_FAILED: bp->rc = CX_EPEER; break;
         case CX_PEER_LEFT:
-            if (!bp->op.by_url) { bp->rc = CX_EPEER; break; }
+            if (!bp->op.by_url) {
+                bp->rc = CX_EPEER;
+                break;
+            }
             __attribute__((fallthrough));
         default:
             bp->op.hint = bp->p;
@@ -209,13 +209,13 @@ static void bulk_post(cx_engine_t *e, cx_batch_t *b)
         size_t k = 0;
         for (j = i; j < b->npost && b->post[j]->peer == p && b->post_ep[j] == ep; j++) {
             cx_op_t *op = b->post[j];
-            if (op->stage != OPS_IN_BACKEND) continue;   /* ended meanwhile */
+            if (op->stage != OPS_IN_BACKEND) continue; /* ended meanwhile */
             if (p->ep != ep || p->bidx < 0) {
-                cx_op_finish(e, op, CX_EPEER);   /* its endpoint closed before the post */
+                cx_op_finish(e, op, CX_EPEER); /* its endpoint closed before the post */
                 continue;
             }
             b->xs[k] = &op->x;
-            b->post[i + k] = op;   /* compacted in place: i + k <= j */
+            b->post[i + k] = op; /* compacted in place: i + k <= j */
             k++;
         }
         if (!k) continue;
@@ -339,13 +339,16 @@ static int refuse(size_t i, const char *fault, unsigned *nbad)
 }
 
 /* The batch's state, every entry checked; CX_EINVAL (logged per entry) refuses it whole. */
-static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_batch_entry_t *ents, size_t n,
-                     int cls, int *status, const char *what, cx_batch_t **out)
+static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_batch_entry_t *ents, size_t n, int cls,
+                     int *status, const char *what, cx_batch_t **out)
 {
     *out = NULL;
     if (status && n && n <= CX_BATCH_MAX)
         for (size_t i = 0; i < n; i++) status[i] = CX_EINVAL;
-    if (!e) { cx_warn("%s: NULL engine", what); return CX_EINVAL; }
+    if (!e) {
+        cx_warn("%s: NULL engine", what);
+        return CX_EINVAL;
+    }
     if (!ents || !n || n > CX_BATCH_MAX) {
         cx_warn("%s: %s", what, !ents ? "NULL entries" : !n ? "no entries" : "more than CX_BATCH_MAX entries");
         return CX_EINVAL;
@@ -376,8 +379,12 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
         const cx_batch_entry_t *en = &ents[i];
         b->st[i] = ST_PENDING;
         const char *name = sig_peer ? sig_peer : en->peer;
-        if (sig_peer && en->peer && strcmp(en->peer, sig_peer)) rc = refuse(i, "names another peer than the put_signal's", &nbad);
-        if (!name) { rc = refuse(i, "no peer", &nbad); continue; }
+        if (sig_peer && en->peer && strcmp(en->peer, sig_peer))
+            rc = refuse(i, "names another peer than the put_signal's", &nbad);
+        if (!name) {
+            rc = refuse(i, "no peer", &nbad);
+            continue;
+        }
         if (!en->local) rc = refuse(i, "NULL local buffer", &nbad);
         if (!en->len) rc = refuse(i, "zero length", &nbad);
         if (en->remote + en->len < en->remote) rc = refuse(i, "remote range wraps around", &nbad);
@@ -403,7 +410,10 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
                 if (b->np == cap) {
                     uint32_t nc = cap ? cap * 2 : 4;
                     cx_bpeer_t *np = realloc(b->peers, nc * sizeof *np);
-                    if (!np) { cx_batch_free(b); return CX_ENOMEM; }
+                    if (!np) {
+                        cx_batch_free(b);
+                        return CX_ENOMEM;
+                    }
                     b->peers = np;
                     cap = nc;
                 }
@@ -413,7 +423,10 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
                 bp->name = name;
                 bp->p = NULL;
                 bp->rc = CX_OK;
-                if (cx_op_name_peer(e, name, &bp->op)) { rc = refuse(i, "bad peer name", &nbad); continue; }
+                if (cx_op_name_peer(e, name, &bp->op)) {
+                    rc = refuse(i, "bad peer name", &nbad);
+                    continue;
+                }
                 b->np++;
             }
             last_name = name;
@@ -428,7 +441,7 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
         return rc;
     }
     for (uint32_t k = 0; k < b->np; k++) b->peers[k].b = b;
-    for (size_t i = 0; status && i < n; i++) status[i] = CX_ECLOSED;   /* a batch the engine never ran */
+    for (size_t i = 0; status && i < n; i++) status[i] = CX_ECLOSED; /* a batch the engine never ran */
     *out = b;
     return CX_OK;
 }
@@ -447,7 +460,7 @@ static int run_sync(cx_engine_t *e, int xkind, const cx_batch_entry_t *ents, siz
     int rc = batch_new(e, xkind, NULL, ents, n, CX_CLASS_CRITICAL, status, what, &b);
     if (rc) return rc;
     cx_op_t op;
-    return cx_op_run_sync(e, parent_new(e, &op, b));   /* frees b with the op */
+    return cx_op_run_sync(e, parent_new(e, &op, b)); /* frees b with the op */
 }
 
 static int run_async(cx_engine_t *e, cx_batch_t *b, cx_op_t **out)
@@ -469,11 +482,14 @@ static int run_async(cx_engine_t *e, cx_batch_t *b, cx_op_t **out)
     return CX_OK;
 }
 
-static int async_batch(cx_engine_t *e, int xkind, const cx_batch_entry_t *ents, size_t n, cx_class_t cls,
-                       int *status, cx_op_t **out, const char *what)
+static int async_batch(cx_engine_t *e, int xkind, const cx_batch_entry_t *ents, size_t n, cx_class_t cls, int *status,
+                       cx_op_t **out, const char *what)
 {
     if (out) *out = NULL;
-    if (!out) { cx_warn("%s: NULL op pointer", what); return CX_EINVAL; }
+    if (!out) {
+        cx_warn("%s: NULL op pointer", what);
+        return CX_EINVAL;
+    }
     cx_batch_t *b;
     int rc = batch_new(e, xkind, NULL, ents, n, (int)cls, status, what, &b);
     return rc ? rc : run_async(e, b, out);
@@ -505,7 +521,10 @@ int cx_batch_put_signal(cx_engine_t *e, const char *peer, const cx_batch_entry_t
                         size_t msg_len, cx_class_t cls, int *status, cx_op_t **out)
 {
     if (out) *out = NULL;
-    if (!out || !peer) { cx_warn("batch_put_signal: NULL %s", !out ? "op pointer" : "peer"); return CX_EINVAL; }
+    if (!out || !peer) {
+        cx_warn("batch_put_signal: NULL %s", !out ? "op pointer" : "peer");
+        return CX_EINVAL;
+    }
     if (msg_len > CX_MSG_MAX || (msg_len && !msg)) {
         cx_warn("batch_put_signal: bad message (%zu bytes)", msg_len);
         return CX_EINVAL;

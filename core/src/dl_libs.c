@@ -19,8 +19,10 @@
 #endif
 
 /* dlsym into a function pointer without an object -> function pointer cast */
-#define CX_DL_SYM(h, var, name, miss) \
-    do { if (!(*(void **)(&(var)) = dlsym((h), (name)))) (miss) = (name); } while (0)
+#define CX_DL_SYM(h, var, name, miss)                                    \
+    do {                                                                 \
+        if (!(*(void **)(&(var)) = dlsym((h), (name)))) (miss) = (name); \
+    } while (0)
 
 static void *dl_open(const char *soname, char *why, size_t wn)
 {
@@ -37,8 +39,8 @@ static void *dl_open(const char *soname, char *why, size_t wn)
 struct evp_md_st;
 static struct {
     const struct evp_md_st *(*sha256)(void);
-    unsigned char *(*hmac)(const struct evp_md_st *, const void *, int, const unsigned char *, size_t,
-                           unsigned char *, unsigned int *);
+    unsigned char *(*hmac)(const struct evp_md_st *, const void *, int, const unsigned char *, size_t, unsigned char *,
+                           unsigned int *);
     int ok;
 } crypto;
 static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
@@ -101,7 +103,8 @@ static void curl_load_once(void)
         CX_DL_SYM(h, f->multi_cleanup, "curl_multi_cleanup", miss);
         CX_DL_SYM(h, f->slist_append, "curl_slist_append", miss);
         CX_DL_SYM(h, f->slist_free_all, "curl_slist_free_all", miss);
-        if (miss) snprintf(why, sizeof why, "%s lacks %s (libcurl 7.68 or newer is needed)", CX_CURL_SONAME, miss);
+        if (miss)
+            snprintf(why, sizeof why, "%s lacks %s (libcurl 7.68 or newer is needed)", CX_CURL_SONAME, miss);
         else if (cx_curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
             snprintf(why, sizeof why, "curl_global_init failed");
             miss = "init";

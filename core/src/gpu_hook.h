@@ -6,14 +6,14 @@
 #include "connex/backend.h"
 #include "connex/connex.h"
 
-int cx_gpu_hook_mem_kind(const void *addr, size_t len);   /* CX_MEM_* */
+int cx_gpu_hook_mem_kind(const void *addr, size_t len); /* CX_MEM_* */
 /* CX_OK when the backend implements this core's interface (CX_BACKEND_API_VERSION); otherwise
  * CX_EUNSUPPORTED, logged with the backend's name and both versions. */
 int cx_backend_check(const struct cx_backend_ops *ops);
 #define CX_CHOICE_MAX 64
 /* The selection's plan for one backend: what its open is given (cx_backend_params_t). */
 typedef struct cx_open_plan {
-    int planned;               /* 0: no selection layer, each backend's own defaults */
+    int planned; /* 0: no selection layer, each backend's own defaults */
     int gpu_direct;
     char provider[48];
     char domain[64];

@@ -14,7 +14,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 void cx_op_link(cx_engine_t *e, cx_peer_t *p, cx_op_t *op)
 {
     cx_peer_activate(e, p);
@@ -40,7 +39,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     unlink_op(op);
     if (op->peer && op->peer->n_delack) cx_peer_delack_check(e, op->peer);
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
-    if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
+    if (cx_sched_op_finish(e, op, status)) return; /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
     if (op->kind < CX_OPK_COUNT) {
         cx_peer_t *p = op->peer;
@@ -88,7 +87,7 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
         return;
     }
     if (op->forced_status) {
-        status = op->forced_status;   /* the core's own verdict (failure, timeout, close) */
+        status = op->forced_status; /* the core's own verdict (failure, timeout, close) */
     } else if (status == CX_OK && op->peer && proves_alive(e, op)) {
         cx_peer_heard(e, op->peer);
     } else if (status == CX_EPEER && op->peer) {
@@ -164,17 +163,16 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     }
     op->stage = OPS_IN_BACKEND;
     op->forced_status = 0;
-    if (e->bpost && cx_bpost_take(e, op)) return;   /* a batch posts its entries in bulk (batch.h) */
+    if (e->bpost && cx_bpost_take(e, op)) return; /* a batch posts its entries in bulk (batch.h) */
     int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     /* A backend that refuses with CX_EPEER has seen the connection fail (its report may not be
      * read yet): the caller is told so, as for a completion (cx_core_xfer_done). */
-    if (rc != CX_OK && op->stage == OPS_IN_BACKEND)
-        cx_op_finish(e, op, rc);
+    if (rc != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_finish(e, op, rc);
 }
 
 void cx_op_issue(cx_engine_t *e, cx_op_t *op)
 {
-    if (cx_sched_admit(e, op)) return;   /* waits for a credit, or goes in chunks (cx_sched.h) */
+    if (cx_sched_admit(e, op)) return; /* waits for a credit, or goes in chunks (cx_sched.h) */
     cx_op_go(e, op);
 }
 
@@ -214,7 +212,7 @@ void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
     for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) {
         if (op->stage != OPS_WAIT_REGION || op->query_id != qid) continue;
         cx_rregion_t *rr = found ? cx_rregion_find(p, op->x.remote, op->x.len) : NULL;
-        if (op->kind == CX_OPK_BQUERY) {   /* a batch's check: the batch logs a miss */
+        if (op->kind == CX_OPK_BQUERY) { /* a batch's check: the batch logs a miss */
             cx_op_finish(e, op, rr ? CX_OK : CX_EINVAL);
         } else if (!rr) {
             cx_warn("peer %s: remote range [0x%llx, +%zu) is not inside any region it registered", p->url,
@@ -241,7 +239,10 @@ cx_peer_t *cx_op_resolve(cx_engine_t *e, cx_op_t *op, int *rc)
             return NULL;
         }
         p = cx_peer_get_url(e, &op->url);
-        if (!p) { *rc = CX_ENOMEM; return NULL; }
+        if (!p) {
+            *rc = CX_ENOMEM;
+            return NULL;
+        }
     } else {
         p = cx_peer_find(e, &op->lid);
         cx_dir_entry_t de;
@@ -252,7 +253,10 @@ cx_peer_t *cx_op_resolve(cx_engine_t *e, cx_op_t *op, int *rc)
             op->url = du;
             op->by_url = 1;
             p = cx_peer_get_url(e, &du);
-            if (!p) { *rc = CX_ENOMEM; return NULL; }
+            if (!p) {
+                *rc = CX_ENOMEM;
+                return NULL;
+            }
         }
         if (!p) {
             char lid[96];
@@ -272,8 +276,14 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
         cx_op_complete(op, CX_OK);
         return;
     }
-    if (op->kind == CX_OPK_GROUP) { cx_group_op_start(e, op); return; }
-    if (op->kind == CX_OPK_BATCH) { cx_batch_start(e, op); return; }
+    if (op->kind == CX_OPK_GROUP) {
+        cx_group_op_start(e, op);
+        return;
+    }
+    if (op->kind == CX_OPK_BATCH) {
+        cx_batch_start(e, op);
+        return;
+    }
     int rc;
     cx_peer_t *p = cx_op_resolve(e, op, &rc);
     if (!p) {
@@ -285,15 +295,17 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
     switch (p->state) {
     case CX_PEER_UP:
     case CX_PEER_SUSPECT:
-        if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
-        else cx_op_issue(e, op);
+        if (op->kind == CX_OPK_CONNECT)
+            cx_op_finish(e, op, CX_OK);
+        else
+            cx_op_issue(e, op);
         return;
     case CX_PEER_FAILED:
         if (op->kind != CX_OPK_CONNECT) {
             cx_op_finish(e, op, CX_EPEER);
             return;
         }
-        op->stage = OPS_WAIT_PEER;   /* cx_connect waits for the rejoin */
+        op->stage = OPS_WAIT_PEER; /* cx_connect waits for the rejoin */
         if (!p->conn && !p->pending) cx_peer_dial(e, p);
         return;
     case CX_PEER_LEFT:
@@ -325,7 +337,7 @@ void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status)
         op->stage = OPS_DONE;
         cx_op_finish(e, op, status);
     }
-    cx_sched_peer_fail(e, p, status);   /* background transfers: their chunks are all back now */
+    cx_sched_peer_fail(e, p, status); /* background transfers: their chunks are all back now */
 }
 
 void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
@@ -347,8 +359,10 @@ void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
         unlink_op(op);
         cx_op_link(e, p, op);
         op->stage = OPS_QUEUED;
-        if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
-        else cx_op_issue(e, op);
+        if (op->kind == CX_OPK_CONNECT)
+            cx_op_finish(e, op, CX_OK);
+        else
+            cx_op_issue(e, op);
     }
 }
 
@@ -359,8 +373,8 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
         for (cx_op_t *op = p->ops.next, *n; op != &p->ops; op = n) {
             n = op->next;
             if (op->stage == OPS_WAIT_PEER) {
-                int conn_expired = op->kind != CX_OPK_CONNECT && p->state == CX_PEER_CONNECTING &&
-                                   now >= p->connect_deadline_ns;
+                int conn_expired =
+                    op->kind != CX_OPK_CONNECT && p->state == CX_PEER_CONNECTING && now >= p->connect_deadline_ns;
                 if (now >= op->deadline_ns || conn_expired) {
                     cx_warn("peer %s: not reachable within the %s timeout", p->url, conn_expired ? "connect" : "op");
                     cx_op_finish(e, op, op->kind == CX_OPK_CONNECT ? CX_ETIMEDOUT : CX_EPEER);
@@ -408,18 +422,13 @@ void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *
     char why[160];
     snprintf(why, sizeof why, "%s: %s", p->bidx >= 0 ? e->bnames[p->bidx] : "backend", reason ? reason : "error");
     switch (v) {
-    case CX_VERDICT_IGNORE:
-        return;
+    case CX_VERDICT_IGNORE: return;
     case CX_VERDICT_LOCAL:
         cx_info("peer %s: %s (%s): the op ends with a local error, the peer stays %s", p->url, why,
                 cx_cause_name((int)cause), p->state == CX_PEER_UP ? "UP" : "SUSPECT");
         return;
-    case CX_VERDICT_PROBE:
-        cx_peer_probe(e, p, why);
-        return;
-    case CX_VERDICT_FAIL:
-        cx_peer_fail(e, p, why);
-        return;
+    case CX_VERDICT_PROBE: cx_peer_probe(e, p, why); return;
+    case CX_VERDICT_FAIL: cx_peer_fail(e, p, why); return;
     }
 }
 
@@ -435,7 +444,7 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     cx_engine_t *e = cx_engine_of(c);
     cx_peer_t *p = cx_peer_by_inc(e, inc);
-    if (p) cx_peer_heard(e, p);   /* a request from it: it is alive */
+    if (p) cx_peer_heard(e, p); /* a request from it: it is alive */
     return p;
 }
 
@@ -450,8 +459,8 @@ int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
     }
     pthread_rwlock_unlock(&e->reg.lock);
     if (!r) {
-        cx_warn("refused a request for [0x%llx, +%zu): not inside one region registered here",
-                (unsigned long long)addr, len);
+        cx_warn("refused a request for [0x%llx, +%zu): not inside one region registered here", (unsigned long long)addr,
+                len);
         return CX_EINVAL;
     }
     return CX_OK;

@@ -23,7 +23,7 @@ static uint64_t default_window_ns(void)
 uint64_t cx_spin_window_ns(void)
 {
     unsigned long long v;
-    if (cx_opt_get_num("CONNEX_POLL_US", &v) != 1) return default_window_ns();   /* unset or bad (logged) */
+    if (cx_opt_get_num("CONNEX_POLL_US", &v) != 1) return default_window_ns(); /* unset or bad (logged) */
     return (uint64_t)v * 1000ull;
 }
 
@@ -55,7 +55,7 @@ int cx_op_spin(const struct cx_op *op, uint64_t window_ns)
         if (cx_op_is_done(op)) return 1;
         if (!(i % CX_SPIN_CLOCK_EVERY)) {
             if (cx_now_ns() >= end) return 0;
-            sched_yield();   /* 2 vCPUs and three busy threads: let the one with work run */
+            sched_yield(); /* 2 vCPUs and three busy threads: let the one with work run */
         }
     }
 }

@@ -11,10 +11,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#define STG_MAX_PIPES 8   /* one per (kind, device): sim + up to 7 GPUs staged at once */
+#define STG_MAX_PIPES 8 /* one per (kind, device): sim + up to 7 GPUs staged at once */
 
 typedef struct stg_pipe {
-    cx_watch_t w;             /* only wakes epoll: the loop calls cx_staging_progress anyway */
+    cx_watch_t w; /* only wakes epoll: the loop calls cx_staging_progress anyway */
     cx_stage_t *st;
     int kind, device;
     void *ring;
@@ -24,12 +24,12 @@ typedef struct stg_pipe {
 
 typedef struct stg_job {
     cx_engine_t *e;
-    cx_op_t *op;              /* the user's op: completed once, from job_done */
+    cx_op_t *op; /* the user's op: completed once, from job_done */
     stg_pipe_t *pp;
-    int bidx;                 /* the backend the key is for */
-    cx_stage_job_t *sj;       /* NULL once the pipeline freed it (fini) */
+    int bidx;           /* the backend the key is for */
+    cx_stage_job_t *sj; /* NULL once the pipeline freed it (fini) */
     int cancelled;
-    unsigned subs_out;        /* sub-xfers handed to a backend, not yet completed */
+    unsigned subs_out; /* sub-xfers handed to a backend, not yet completed */
     /* The peer may drop the region (REG_DEL, failure) while chunks are still to go: keep the
      * key for the whole transfer. */
     uint8_t *rkey;
@@ -38,7 +38,7 @@ typedef struct stg_job {
 } stg_job_t;
 
 typedef struct stg_sub {
-    cx_op_t op;               /* first: its x is what the backend sees */
+    cx_op_t op; /* first: its x is what the backend sees */
     stg_job_t *job;
     uint32_t index;
     int in_submit, finished, status;
@@ -50,7 +50,7 @@ typedef struct cx_staging {
     /* GPUDirect decision per (backend, memory kind): 0 not yet, 1 stage, 2 direct, < 0 the
      * error CONNEX_GDR=1 gets where it cannot work. */
     int decided[CX_MAX_BACKENDS][3];
-    stg_job_t *jobs;          /* live jobs: deadlines, fini */
+    stg_job_t *jobs; /* live jobs: deadlines, fini */
 } cx_staging_t;
 
 static cx_staging_t *state(cx_engine_t *e)
@@ -68,7 +68,7 @@ int cx_staging_needed(cx_engine_t *e, int bidx, int mem_kind)
 {
     if (mem_kind != CX_MEM_CUDA && mem_kind != CX_MEM_SIM) return 0;
     cx_staging_t *s = state(e);
-    if (!s || bidx < 0 || bidx >= CX_MAX_BACKENDS) return 1;   /* submit reports it */
+    if (!s || bidx < 0 || bidx >= CX_MAX_BACKENDS) return 1; /* submit reports it */
     int *d = &s->decided[bidx][mem_kind];
     if (*d) return *d != 2;
     /* An RDMA backend says what it can register (gpu_caps); zmq never can (a TCP socket reaches
@@ -111,8 +111,9 @@ static stg_pipe_t *pipe_get(cx_engine_t *e, cx_staging_t *s, int kind, int devic
         uint8_t key[CX_KEY_MAX];
         size_t klen = sizeof key;
         *rc = e->be[b].ops->mem_reg(e->be[b].b, pp->ring, pp->ring_len, CX_MEM_HOST, &pp->mh[b], key, &klen);
-        if (*rc) cx_error("staging: backend %s cannot register the %zu-byte ring (%s)", e->bnames[b],
-                          pp->ring_len, cx_strerror(*rc));
+        if (*rc)
+            cx_error("staging: backend %s cannot register the %zu-byte ring (%s)", e->bnames[b], pp->ring_len,
+                     cx_strerror(*rc));
     }
     pp->w = (cx_watch_t){ CX_W_STAGE, pp, s->npipes };
     if (!*rc) *rc = cx_watch_add(e, cx_stage_fd(pp->st), EPOLLIN, &pp->w);
@@ -137,7 +138,6 @@ static void sub_complete(stg_sub_t *sub)
     free(sub);
 }
 
-
 static void chunk_cb(const cx_stage_chunk_t *c)
 {
     stg_job_t *j = c->job_arg;
@@ -146,7 +146,7 @@ static void chunk_cb(const cx_stage_chunk_t *c)
     cx_peer_t *p = op->peer;
     int up = p && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT);
     int rc = !up ? CX_EPEER : j->cancelled ? CX_ECLOSED : cx_peer_ensure_ep(e, p);
-    if (!rc && p->bidx != j->bidx) rc = CX_EPEER;   /* reconnected on another backend: key is stale */
+    if (!rc && p->bidx != j->bidx) rc = CX_EPEER; /* reconnected on another backend: key is stale */
     stg_sub_t *sub = rc ? NULL : calloc(1, sizeof *sub);
     if (!sub) {
         cx_stage_chunk_done(c->job, c->index, rc ? rc : CX_ENOMEM);
@@ -162,9 +162,12 @@ static void chunk_cb(const cx_stage_chunk_t *c)
     so->stage = OPS_IN_BACKEND;
     cx_xfer_t *x = &so->x;
     const cx_xfer_t *px = &op->x;
-    if (px->kind == CX_XFER_READ) x->kind = CX_XFER_READ;
-    else if (px->kind == CX_XFER_PUT_SIGNAL && c->last) x->kind = CX_XFER_PUT_SIGNAL;
-    else x->kind = CX_XFER_WRITE;
+    if (px->kind == CX_XFER_READ)
+        x->kind = CX_XFER_READ;
+    else if (px->kind == CX_XFER_PUT_SIGNAL && c->last)
+        x->kind = CX_XFER_PUT_SIGNAL;
+    else
+        x->kind = CX_XFER_WRITE;
     x->local = c->host;
     x->len = c->len;
     x->local_mh = j->pp->mh[p->bidx];
@@ -188,16 +191,20 @@ static void chunk_cb(const cx_stage_chunk_t *c)
      * that refused the chunk used to be finished here, which freed sub, and then sub->finished
      * was read from freed memory and the chunk completed twice: "chunk_done for chunk 35 that is
      * not on the network", then a double free, seen when a peer died mid-staging over UCX.) */
-    if (sub->finished) sub_complete(sub);   /* completed inside submit */
-    else if (rc != CX_OK) cx_op_finish(e, so, rc);   /* not started: unlink, count, complete */
+    if (sub->finished)
+        sub_complete(sub); /* completed inside submit */
+    else if (rc != CX_OK)
+        cx_op_finish(e, so, rc); /* not started: unlink, count, complete */
 }
 
 /* ---------------------------------------------------------------- jobs */
 
 static void job_unlink(cx_staging_t *s, stg_job_t *j)
 {
-    if (j->prev) j->prev->next = j->next;
-    else s->jobs = j->next;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
     j->prev = j->next = NULL;
 }
@@ -226,7 +233,10 @@ void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     cx_xfer_t *x = &op->x;
     cx_staging_t *s = state(e);
     cx_peer_t *p = op->peer;
-    if (!s) { cx_op_finish(e, op, CX_ENOMEM); return; }
+    if (!s) {
+        cx_op_finish(e, op, CX_ENOMEM);
+        return;
+    }
     int d = s->decided[p->bidx][x->local_mem];
     if (d < 0) {
         cx_warn("%s of %zu bytes %s %s memory refused by the GPUDirect policy (CONNEX_GDR, see above): %s",
@@ -365,14 +375,18 @@ void cx_staging_fini(cx_engine_t *e)
         cx_op_t *op = j->op;
         op->arg = NULL;
         cx_op_finish(e, op, CX_ECLOSED);
-        if (j->subs_out) cx_error("staging: %u chunk(s) never completed by the backend: leaking their records", j->subs_out);
-        else job_free(j);
+        if (j->subs_out)
+            cx_error("staging: %u chunk(s) never completed by the backend: leaking their records", j->subs_out);
+        else
+            job_free(j);
     }
     free(s);
     e->stg = NULL;
 }
 
-struct dbg_arg { cx_staging_debug_t *out; };
+struct dbg_arg {
+    cx_staging_debug_t *out;
+};
 
 static void debug_fn(cx_engine_t *e, void *arg)
 {
@@ -422,8 +436,9 @@ int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len)
     /* Synchronous: a TCP target serves device memory at copy-engine speed, which is far above
      * the socket's; the progress thread stalls for the copy only. */
     int rc = cx_gpu_memcpy(dst, src, len);
-    if (rc) cx_error("target copy of %zu bytes between %s and %s memory failed (%s)", len,
-                     cx_mem_kind_name(kd), cx_mem_kind_name(ks), cx_strerror(rc));
+    if (rc)
+        cx_error("target copy of %zu bytes between %s and %s memory failed (%s)", len, cx_mem_kind_name(kd),
+                 cx_mem_kind_name(ks), cx_strerror(rc));
     return rc;
 }
 

@@ -35,21 +35,20 @@ static void host(cx_probe_t *p, int kind)
     p->ucx_caps = CX_CAP_TCP | CX_CAP_SHM;
     for (int g = 0; g < p->n_gpu; g++) p->gpu[g].gdr_attr = 1;
     switch (kind) {
-    case HOST_EFA:   /* AWS libfabric, built with CUDA: efa with FI_HMEM */
+    case HOST_EFA: /* AWS libfabric, built with CUDA: efa with FI_HMEM */
         snprintf(p->fi_providers, sizeof p->fi_providers, "efa,tcp;ofi_rxm,shm");
         p->fi_efa = p->fi_efa_hmem = 1;
         break;
-    case HOST_IB:    /* MLNX UCX with CUDA: rc/dc/ud on the mlx5 ports */
+    case HOST_IB: /* MLNX UCX with CUDA: rc/dc/ud on the mlx5 ports */
         p->ucx_caps |= CX_CAP_IB | CX_CAP_ROCE;
         p->ucx_cuda = 1;
         break;
-    case HOST_ROCE:  /* no peermem, but the GPUs take dma-buf */
+    case HOST_ROCE: /* no peermem, but the GPUs take dma-buf */
         p->ucx_caps |= CX_CAP_ROCE;
         p->ucx_cuda = 1;
         for (int g = 0; g < p->n_gpu; g++) p->gpu[g].dmabuf_attr = 1;
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -107,7 +106,8 @@ static void ib_host(void **s)
     decide(HOST_IB, NULL);
     assert_string_equal(D.be[0].backend, "ucx");
     const cx_plan_be_t *u = plan_of("ucx");
-    assert_string_equal(u->devices, "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,"
+    assert_string_equal(u->devices,
+                        "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,"
                         "mlx5_10:1,mlx5_11:1");
     assert_int_equal(u->devices_exact, 0);
     assert_int_equal(u->gpudirect, 1);
@@ -199,11 +199,8 @@ static void mixed_pairs(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(efa_host),
-        cmocka_unit_test(ib_host),
-        cmocka_unit_test(roce_host),
-        cmocka_unit_test(tcp_host),
-        cmocka_unit_test(mixed_pairs),
+        cmocka_unit_test(efa_host), cmocka_unit_test(ib_host),     cmocka_unit_test(roce_host),
+        cmocka_unit_test(tcp_host), cmocka_unit_test(mixed_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,8 +15,10 @@ char fx_last_log[512];
 __attribute__((constructor)) static void fx_log_init(void)
 {
     const char *l = getenv("CONNEX_LOG");
-    if (l && strcmp(l, "debug") == 0) cx_log_level = CX_LOG_DEBUG;
-    else if (l && strcmp(l, "info") == 0) cx_log_level = CX_LOG_INFO;
+    if (l && strcmp(l, "debug") == 0)
+        cx_log_level = CX_LOG_DEBUG;
+    else if (l && strcmp(l, "info") == 0)
+        cx_log_level = CX_LOG_INFO;
 }
 
 void cx_log_write(int level, const char *file, int line, const char *fmt, ...)
@@ -83,7 +85,9 @@ void cx_core_region_unpin(void *pin)
 
 int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
 {
-    (void)c; (void)addr; (void)len;
+    (void)c;
+    (void)addr;
+    (void)len;
     return CX_MEM_HOST;
 }
 
@@ -96,7 +100,11 @@ int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
 
 void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok)
 {
-    (void)c; (void)kind; (void)bytes;
-    if (ok) fx.served_ok++;
-    else fx.served_bad++;
+    (void)c;
+    (void)kind;
+    (void)bytes;
+    if (ok)
+        fx.served_ok++;
+    else
+        fx.served_bad++;
 }

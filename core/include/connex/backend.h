@@ -27,42 +27,42 @@ enum { CX_XFER_READ = 0, CX_XFER_WRITE = 1, CX_XFER_PUT_SIGNAL = 2, CX_XFER_MSG 
 
 /* One transfer handed to a backend. Owned by the core; valid until cx_core_xfer_done(). */
 typedef struct cx_xfer {
-    int kind;                  /* CX_XFER_* */
-    void *local;               /* READ: destination; WRITE/PUT_SIGNAL: source; MSG: unused */
-    size_t len;                /* payload bytes (0 only for MSG) */
-    void *local_mh;            /* this backend's handle of the local region (from mem_reg) */
-    int local_mem;             /* CX_MEM_* of the local buffer */
-    uint64_t remote;           /* remote address */
-    uint64_t remote_region;    /* the peer's id of the region holding it */
-    uint64_t remote_base;      /* that region's start address at the peer */
-    const void *rkey;          /* this backend's key blob for that region (may be empty) */
+    int kind;               /* CX_XFER_* */
+    void *local;            /* READ: destination; WRITE/PUT_SIGNAL: source; MSG: unused */
+    size_t len;             /* payload bytes (0 only for MSG) */
+    void *local_mh;         /* this backend's handle of the local region (from mem_reg) */
+    int local_mem;          /* CX_MEM_* of the local buffer */
+    uint64_t remote;        /* remote address */
+    uint64_t remote_region; /* the peer's id of the region holding it */
+    uint64_t remote_base;   /* that region's start address at the peer */
+    const void *rkey;       /* this backend's key blob for that region (may be empty) */
     size_t rkey_len;
-    const void *msg;           /* PUT_SIGNAL and MSG: the message */
+    const void *msg; /* PUT_SIGNAL and MSG: the message */
     size_t msg_len;
-    void *bp[6];               /* backend scratch (list links, request handles, ...) */
+    void *bp[6]; /* backend scratch (list links, request handles, ...) */
 } cx_xfer_t;
 
 /* What a backend can do with GPU memory, for the core's GPUDirect decision (docs/gpu.md). */
 typedef struct cx_backend_gpu_caps {
-    int rdma;                  /* it drives an RDMA NIC (not TCP, not shared memory) */
-    int peermem;               /* it can register GPU virtual addresses (nvidia_peermem) */
-    int dmabuf;                /* it can register GPU memory through a dma-buf fd */
+    int rdma;    /* it drives an RDMA NIC (not TCP, not shared memory) */
+    int peermem; /* it can register GPU virtual addresses (nvidia_peermem) */
+    int dmabuf;  /* it can register GPU memory through a dma-buf fd */
 } cx_backend_gpu_caps_t;
 
 typedef struct cx_backend_params {
     cx_core_t *core;
-    const char *listen_ip;     /* the engine's listen address (numeric; may be 0.0.0.0 or ::) */
-    const char *advertise_ip;  /* the address peers are told (numeric, never a wildcard): bind
+    const char *listen_ip;    /* the engine's listen address (numeric; may be 0.0.0.0 or ::) */
+    const char *advertise_ip; /* the address peers are told (numeric, never a wildcard): bind
                                   or advertise it where listen_ip is a wildcard. NULL: listen_ip */
-    uint64_t incarnation;      /* this engine's incarnation: put it on the wire so the target can
+    uint64_t incarnation;     /* this engine's incarnation: put it on the wire so the target can
                                   tell the core who sent a request (cx_core_peer_by_incarnation) */
     /* The selection's plan for this backend (select/, docs/selection.md): what it opens, exactly.
      * NULL or "" where the plan leaves it to the backend (a build without select/). */
-    int gpu_direct;            /* 1: GPU memory will be registered directly (docs/gpu.md) */
-    const char *provider;      /* libfabric: the provider ("efa", "verbs;ofi_rxm", "tcp;ofi_rxm") */
-    const char *domain;        /* libfabric: the domain (NIC) to open ("rdmap16s27-rdm", "mlx5_0") */
-    const char *net_devices;   /* UCX: the RDMA devices, UCX_NET_DEVICES syntax ("mlx5_0:1,...") */
-    int net_devices_exact;     /* 1: net_devices is the user's list: use it as is, add nothing */
+    int gpu_direct;          /* 1: GPU memory will be registered directly (docs/gpu.md) */
+    const char *provider;    /* libfabric: the provider ("efa", "verbs;ofi_rxm", "tcp;ofi_rxm") */
+    const char *domain;      /* libfabric: the domain (NIC) to open ("rdmap16s27-rdm", "mlx5_0") */
+    const char *net_devices; /* UCX: the RDMA devices, UCX_NET_DEVICES syntax ("mlx5_0:1,...") */
+    int net_devices_exact;   /* 1: net_devices is the user's list: use it as is, add nothing */
 } cx_backend_params_t;
 
 /* The version of this interface. A backend sets .version = CX_BACKEND_API_VERSION; the core
@@ -73,8 +73,8 @@ typedef struct cx_backend_params {
 struct cx_backend_ops {
     /* version and name lead the struct in every version of it, so that the core can read them
      * and name a backend it refuses. */
-    uint32_t version;          /* the CX_BACKEND_API_VERSION it was built against */
-    const char *name;          /* "ucx", "libfabric", "zmq" */
+    uint32_t version; /* the CX_BACKEND_API_VERSION it was built against */
+    const char *name; /* "ucx", "libfabric", "zmq" */
     /* Open the backend. CX_EUNSUPPORTED when it cannot run here (say why in the log). */
     int (*open)(const cx_backend_params_t *p, cx_backend_t **out);
     void (*close)(cx_backend_t *b);
@@ -93,8 +93,7 @@ struct cx_backend_ops {
     int (*poll)(cx_backend_t *b);
 
     /* Register a region; the key blob (up to *key_len bytes) travels to peers. */
-    int (*mem_reg)(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh,
-                   void *key, size_t *key_len);
+    int (*mem_reg)(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len);
     void (*mem_dereg)(cx_backend_t *b, void *mh);
 
     /* Connect to a peer incarnation whose HELLO carried `addr`. `peer` is the core's cookie for

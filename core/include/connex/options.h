@@ -14,25 +14,25 @@
 #include <stddef.h>
 
 typedef enum {
-    CX_OPT_BOOL,    /* 0|1 (also off|on, no|yes, false|true) */
-    CX_OPT_UINT,    /* decimal digits, no sign */
-    CX_OPT_MS,      /* milliseconds: as UINT */
-    CX_OPT_US,      /* microseconds: as UINT */
-    CX_OPT_BYTES,   /* as UINT, with an optional K/M/G suffix (powers of 1024) */
-    CX_OPT_FLOAT,   /* a non-negative decimal number */
-    CX_OPT_ENUM,    /* one of the words in 'allowed' ('|'-separated; '/' separates aliases) */
-    CX_OPT_STRING   /* any text */
+    CX_OPT_BOOL,  /* 0|1 (also off|on, no|yes, false|true) */
+    CX_OPT_UINT,  /* decimal digits, no sign */
+    CX_OPT_MS,    /* milliseconds: as UINT */
+    CX_OPT_US,    /* microseconds: as UINT */
+    CX_OPT_BYTES, /* as UINT, with an optional K/M/G suffix (powers of 1024) */
+    CX_OPT_FLOAT, /* a non-negative decimal number */
+    CX_OPT_ENUM,  /* one of the words in 'allowed' ('|'-separated; '/' separates aliases) */
+    CX_OPT_STRING /* any text */
 } cx_opt_type_t;
 
 typedef struct {
-    const char *name;       /* CONNEX_... */
+    const char *name; /* CONNEX_... */
     cx_opt_type_t type;
-    const char *dflt;       /* the default as text; NULL: unset (the component decides) */
-    unsigned long long min, max;   /* UINT, MS, US, BYTES, FLOAT (whole numbers) */
-    const char *allowed;    /* ENUM: "auto|0/off/no|1/on/yes"; the value is the word's index */
-    const char *component;  /* core, ucx, libfabric, select, gpu */
-    const char *doc;        /* one line */
-    int secret;             /* its value is never printed */
+    const char *dflt;            /* the default as text; NULL: unset (the component decides) */
+    unsigned long long min, max; /* UINT, MS, US, BYTES, FLOAT (whole numbers) */
+    const char *allowed;         /* ENUM: "auto|0/off/no|1/on/yes"; the value is the word's index */
+    const char *component;       /* core, ucx, libfabric, select, gpu */
+    const char *doc;             /* one line */
+    int secret;                  /* its value is never printed */
 } cx_opt_def_t;
 
 /* The table, in order; n entries. */
@@ -49,12 +49,11 @@ int cx_opt_get_str(const char *name, const char **out);
 
 /* Parse one value of a table entry without reading the environment: CX_OK, or CX_EINVAL with a
  * message naming the variable, the value and what is allowed in err. */
-int cx_opt_parse(const cx_opt_def_t *d, const char *s, unsigned long long *num, double *fnum,
-                 char *err, size_t errlen);
+int cx_opt_parse(const cx_opt_def_t *d, const char *s, unsigned long long *num, double *fnum, char *err, size_t errlen);
 
 /* The whole table parsed at once: cx_engine_create loads it into the engine (engine.h) and
  * fails on a bad value; the engine's own reads take their values from there. */
-#define CX_OPT_MAX 64   /* entries the table may hold */
+#define CX_OPT_MAX 64 /* entries the table may hold */
 typedef struct {
     unsigned bad;                       /* variables with a bad value (each logged) */
     unsigned long long num[CX_OPT_MAX]; /* BOOL, ENUM, UINT, MS, US, BYTES: the value or default */
@@ -62,7 +61,7 @@ typedef struct {
     const char *str[CX_OPT_MAX];        /* the text (the environment's or the default), or NULL */
     unsigned char set[CX_OPT_MAX];      /* 1: the environment set it */
 } cx_opts_t;
-int cx_opts_load(cx_opts_t *o);   /* CX_OK, or CX_EINVAL when any value is bad */
+int cx_opts_load(cx_opts_t *o); /* CX_OK, or CX_EINVAL when any value is bad */
 /* A loaded value by name; *set (may be NULL) says whether the environment set it. */
 unsigned long long cx_opts_num(const cx_opts_t *o, const char *name, int *set);
 const char *cx_opts_str(const cx_opts_t *o, const char *name);

@@ -147,8 +147,6 @@ void cx_peer_heard(cx_engine_t *e, cx_peer_t *p)
     }
 }
 
-
-
 void cx_peers_tick(cx_engine_t *e, uint64_t now)
 {
     uint64_t hb = cx_ms_to_ns(e->cfg.heartbeat_ms);
@@ -191,7 +189,7 @@ void cx_peers_tick(cx_engine_t *e, uint64_t now)
                 p->next_reconnect_ns = now + cx_ms_to_ns(p->backoff_ms);
                 cx_peer_dial(e, p);
             } else if (p->state == CX_PEER_CONNECTING) {
-                cx_peer_dial(e, p);   /* a handshake that was cut: try again */
+                cx_peer_dial(e, p); /* a handshake that was cut: try again */
             }
         }
     }
@@ -213,8 +211,10 @@ void cx_peer_on_hb(cx_engine_t *e, cx_peer_t *p, const uint8_t *body, size_t len
     uint8_t kind = cx_rd_u8(&r);
     uint64_t id = cx_rd_u64(&r);
     if (!r.ok) return;
-    if (kind == CX_HB_PROBE && p->conn) send_probe(e, p->conn, CX_HB_ANSWER, id);
-    else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id) probe_answered(e, p, "answer");
+    if (kind == CX_HB_PROBE && p->conn)
+        send_probe(e, p->conn, CX_HB_ANSWER, id);
+    else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id)
+        probe_answered(e, p, "answer");
 }
 
 /* One hop, no forwarding: only a watcher reports what it saw itself. A report about another
