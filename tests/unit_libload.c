@@ -31,6 +31,7 @@ static int mapped(const char *lib)
 
 extern char **environ;
 
+#ifdef CX_HAVE_LIBFABRIC
 /* The process's handler of each signal, to see that an engine leaves them as they were. */
 typedef struct {
     void *h[NSIG];
@@ -51,6 +52,7 @@ static void sigs_same(const sigs_t *a, const sigs_t *b)
     for (int i = 1; i < NSIG; i++)
         if (a->h[i] != b->h[i]) fail_msg("the handler of signal %d (%s) changed", i, strsignal(i));
 }
+#endif
 
 /* The process environment as one string, entries sorted, for before/after comparisons. */
 static char *env_snapshot(void)
