@@ -143,10 +143,12 @@ struct cx_backend_ops {
 /* ---- what the core offers a backend (all on the progress thread) ---- */
 
 /* Complete an xfer with what the transport said: CX_OK, a local error (CX_ERR, CX_ENOMEM,
- * CX_EAGAIN, CX_EINVAL, ...) or CX_EPEER, "the connection failed under it". The caller sees
- * CX_EPEER only when the core has failed the peer; otherwise the core hands it CX_ERR. A backend
- * that reports a cause (cx_core_peer_error) does so before it completes the xfers that cause
- * ended, so that they complete under the core's verdict. */
+ * CX_EAGAIN, CX_EINVAL, ...) or CX_EPEER, "the connection failed under it". The core decides
+ * what the caller sees (docs/semantics.md, "Failure causes"): CX_EPEER while a probe of the peer
+ * is out waits for its verdict; CX_ERR to a peer still up waits briefly for one (a killed peer's
+ * reset may be read after this). A backend that reports a cause (cx_core_peer_error) does so
+ * before it completes the xfers that cause ended, so that they complete under the core's
+ * verdict. */
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status);
 
 /* What a backend saw go wrong on the connection to a peer. The core decides what it means
