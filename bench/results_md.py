@@ -168,12 +168,14 @@ def section_transfer(doc, commit, plot_rel):
     if any(p.get("rounds", 0) > 1 for p in vs):
         out += ["### Paired rounds (`--rounds`)", "",
                 "Each round's connex p50 over the raw p50 of the same round; median, range, and "
-                "`best` (lowest connex p50 over lowest raw p50).", "",
+                "`best` (lowest connex p50 over lowest raw p50). `read x128`: 128 blocks per call "
+                "(`--batch`), one batch against the raw loop posting the same 128 ops.", "",
                 "| op | size | backend | raw | rounds | connex p50 | raw p50 | ratio | range | best |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for p in vs:
             out.append("| %s | %s | %s | %s | %d | %s | %s | %.2f | %.2f-%.2f | %.2f |" % (
-                p["op"], size_str(p["size"]), p["backend"], p["raw"], p["rounds"],
+                p["op"] + (" x%d" % p["batch"] if p.get("batch") else ""), size_str(p["size"]),
+                p["backend"], p["raw"], p["rounds"],
                 us_str(p["p50_us"]), us_str(p["raw_p50_us"]), p["ratio"], p["ratio_min"],
                 p["ratio_max"], p["ratio_best"]))
         out.append("")
