@@ -162,7 +162,8 @@ struct cx_peer {
     int n_their;
     int same_host;
     /* Its process, when same_host and its HELLO named a pid (proc.h): what backends ask of it
-     * (cx_core_peer_process, cx_core_peer_exit_fd). Follows the pid of the latest HELLO. */
+     * (cx_core_peer_process, cx_core_peer_exit_fd). Follows the pid of the latest HELLO until the
+     * peer fails or leaves. */
     cx_proc_t proc;
     char why[192]; /* why this pair uses its backend */
     int bidx;      /* backend in use, -1 none */
