@@ -10,6 +10,7 @@
 #include "connex/connex.h"
 #include "ctl_wire.h"
 #include "metrics.h"
+#include "proc.h"
 #include "queue.h"
 #include "region.h"
 #include "units.h"
@@ -162,6 +163,10 @@ struct cx_peer {
     char their_choice[CX_MAX_BACKENDS][64]; /* their backends, in their order */
     int n_their;
     int same_host;
+    /* Its process, when same_host and its HELLO named a pid (proc.h): what backends ask of it
+     * (cx_core_peer_process, cx_core_peer_exit_fd). Follows the pid of the latest HELLO until the
+     * peer fails or leaves. */
+    cx_proc_t proc;
     char why[192]; /* why this pair uses its backend */
     int bidx;      /* backend in use, -1 none */
     cx_bep_t *ep;

@@ -472,6 +472,21 @@ cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
     return p->ep;
 }
 
+/* The same-host watch answers (proc.h); only a same-host peer's HELLO set a process to follow. */
+int cx_core_peer_process(cx_core_t *c, void *peer)
+{
+    (void)c;
+    cx_peer_t *p = peer;
+    return p && p->same_host ? cx_proc_state(&p->proc) : CX_PROC_UNKNOWN;
+}
+
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer)
+{
+    (void)c;
+    cx_peer_t *p = peer;
+    return p && p->same_host ? cx_proc_exit_fd(&p->proc) : -1;
+}
+
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     cx_engine_t *e = cx_engine_of(c);
