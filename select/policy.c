@@ -1,5 +1,5 @@
 /* The policy: probe -> backends to open (best first), GPUDirect, NIC per GPU, with reasons.
- * Pure: reads nothing but its arguments (cx_select_opts_from_env is the one env reader). */
+ * Pure: reads nothing but its arguments (the options come in parsed, cx_select_opts_from). */
 #include "cx_select.h"
 #include "connex/options.h"
 #include "probe_int.h"
@@ -29,22 +29,18 @@ int cx_sel_fail(cx_decision_t *d, int rc, const char *fmt, ...)
 }
 #define fail cx_sel_fail
 
-void cx_select_opts_from_env(cx_select_opts_t *o, const char *cfg_backend)
+void cx_select_opts_from(cx_select_opts_t *o, const cx_opts_t *opts, const char *cfg_backend)
 {
     memset(o, 0, sizeof *o);
-    const char *e;
-    (void)cx_opt_get_str("CONNEX_BACKEND", &e);
+    const char *e = cx_opts_str(opts, "CONNEX_BACKEND");
     o->backend = (e && *e) ? e : cfg_backend;
-    (void)cx_opt_get_str("CONNEX_NET_DEVICES", &o->net_devices);
+    o->net_devices = cx_opts_str(opts, "CONNEX_NET_DEVICES");
     /* auto|0|1 (aliases off|on, no|yes); a bad value (logged by the parser) stays as it is, for
      * decide_gdr to refuse with its reason. */
-    unsigned long long gdr;
     static const char *const gdr_words[] = { "auto", "0", "1" };
-    if (cx_opt_get_num("CONNEX_GDR", &gdr) == CX_EINVAL)
-        o->gdr = getenv("CONNEX_GDR");
-    else
-        o->gdr = gdr_words[gdr < 3 ? gdr : 0];
-    (void)cx_opt_get_str("CONNEX_FI_PROVIDER", &o->fi_provider);
+    unsigned long long gdr = cx_opts_num(opts, "CONNEX_GDR", NULL);
+    o->gdr = cx_opts_bad(opts, "CONNEX_GDR") ? cx_opts_str(opts, "CONNEX_GDR") : gdr_words[gdr < 3 ? gdr : 0];
+    o->fi_provider = cx_opts_str(opts, "CONNEX_FI_PROVIDER");
 }
 
 static int built(const cx_probe_t *p, const char *name)
