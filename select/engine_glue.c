@@ -3,6 +3,7 @@
 #include "cx_select.h"
 #include "connex/options.h"
 #include "probe_int.h"
+#include "backends.h"
 #include "connex/backend.h"
 #include "connex/connex.h"
 #include "connex/log.h"
@@ -38,16 +39,13 @@ static cx_probe_t *probe_get(const cx_opts_t *opts, unsigned libs)
     return probe_cached;
 }
 
-/* What the policy reads for a backend: RDMA devices (verbs) and GPUs (CUDA) for both network
- * libraries, the library itself; nothing for ZeroMQ. Anything else (auto, or a name the policy
+/* What the policy reads for a backend (its table entry: RDMA devices and GPUs for the network
+ * libraries, the library itself; nothing for ZeroMQ). Anything else (auto, or a name the policy
  * will refuse): all of it. */
 static unsigned libs_for(const char *backend)
 {
-    if (!backend) return CX_PROBE_LIBS;
-    if (!strcmp(backend, "zmq")) return 0;
-    if (!strcmp(backend, "ucx")) return CX_PROBE_VERBS | CX_PROBE_UCX | CX_PROBE_CUDA;
-    if (!strcmp(backend, "libfabric")) return CX_PROBE_VERBS | CX_PROBE_FABRIC | CX_PROBE_CUDA;
-    return CX_PROBE_LIBS;
+    const cx_sel_backend_t *be = backend ? cx_sel_backend(backend) : NULL;
+    return be ? be->probes : CX_PROBE_LIBS;
 }
 
 const char *cx_select_host_id_opts(const cx_opts_t *opts)
