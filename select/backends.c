@@ -11,8 +11,8 @@
 /* ---------------- UCX ---------------- */
 
 /* Its caps from the transports uct listed (RDMA only on active ports). */
-static int ucx_instance(const cx_probe_t *p, const cx_select_opts_t *o, int take_rdma, cx_choice_t *c,
-                        cx_decision_t *d, int forced)
+static int ucx_instance(const cx_probe_t *p, const cx_select_opts_t *o, int take_rdma, cx_choice_t *c, cx_decision_t *d,
+                        int forced)
 {
     (void)o;
     (void)take_rdma; /* UCX is the first choice for RDMA ports */
@@ -112,8 +112,7 @@ static int fab_instance(const cx_probe_t *p, const cx_select_opts_t *o, int want
     snprintf(c->backend, sizeof c->backend, "libfabric");
     if (o->fi_provider && *o->fi_provider) {
         if (strlen(o->fi_provider) >= sizeof c->variant)
-            return cx_sel_fail(d, CX_EINVAL, "CONNEX_FI_PROVIDER is longer than %zu characters",
-                               sizeof c->variant - 1);
+            return cx_sel_fail(d, CX_EINVAL, "CONNEX_FI_PROVIDER is longer than %zu characters", sizeof c->variant - 1);
         if (p->fabric.probed && p->fabric.loaded && !list_has(p->fi_providers, o->fi_provider))
             return cx_sel_fail(d, CX_EUNSUPPORTED,
                                "CONNEX_FI_PROVIDER=%s: libfabric lists no such RDM "
@@ -214,8 +213,8 @@ static const char *fab_inventory(const cx_probe_t *p)
 
 /* ---------------- ZeroMQ ---------------- */
 
-static int zmq_instance(const cx_probe_t *p, const cx_select_opts_t *o, int take_rdma, cx_choice_t *c,
-                        cx_decision_t *d, int forced)
+static int zmq_instance(const cx_probe_t *p, const cx_select_opts_t *o, int take_rdma, cx_choice_t *c, cx_decision_t *d,
+                        int forced)
 {
     (void)p, (void)o, (void)take_rdma, (void)d, (void)forced;
     memset(c, 0, sizeof *c);

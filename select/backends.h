@@ -16,12 +16,12 @@ typedef struct cx_sel_backend {
     /* GB/s measured (rates.h), 0: not measured. tcp_words names the TCP path in the rule's list. */
     double rate_tcp, rate_rdma, rate_shm;
     const char *tcp_words;
-    const char *shm_path;                  /* a same-host pair over it, in words */
-    const char *rdma_words;                /* what it runs on an RDMA port, for the rdma rule */
+    const char *shm_path;                         /* a same-host pair over it, in words */
+    const char *rdma_words;                       /* what it runs on an RDMA port, for the rdma rule */
     const char *rdma_transports, *shm_transports; /* in the plan's transport list */
-    const char *gdr_via;                   /* how it registers GPU memory */
-    const char *unshared;                  /* appended to "not shared" in a pair's reasons */
-    int one_variant; /* an instance runs one provider: one that reaches only shared memory is
+    const char *gdr_via;                          /* how it registers GPU memory */
+    const char *unshared;                         /* appended to "not shared" in a pair's reasons */
+    int one_variant;                 /* an instance runs one provider: one that reaches only shared memory is
                         opened for same-host peers, and it cannot also carry TCP */
     int shows_domain, shows_devices; /* the plan report names its domain / devices */
     /* Its instance on this host: 1 (c filled), 0 not usable (a reason says why), < 0 an error
