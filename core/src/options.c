@@ -308,12 +308,6 @@ unsigned long long cx_opts_num(const cx_opts_t *o, const char *name, int *set)
     return i < N_OPTS ? o->num[i] : 0;
 }
 
-double cx_opts_float(const cx_opts_t *o, const char *name)
-{
-    size_t i = index_of(name);
-    return i < N_OPTS ? o->fnum[i] : 0;
-}
-
 const char *cx_opts_str(const cx_opts_t *o, const char *name)
 {
     size_t i = index_of(name);

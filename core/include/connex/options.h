@@ -73,7 +73,6 @@ int cx_opts_load(cx_opts_t *o); /* CX_OK, or CX_EINVAL when any value is bad */
 /* A loaded value by name; *set (may be NULL) says whether the environment set it. */
 unsigned long long cx_opts_num(const cx_opts_t *o, const char *name, int *set);
 int cx_opts_bad(const cx_opts_t *o, const char *name); /* 1: the environment's value is bad */
-double cx_opts_float(const cx_opts_t *o, const char *name);
 const char *cx_opts_str(const cx_opts_t *o, const char *name);
 
 #endif
