@@ -2,6 +2,7 @@
  * written as JSON and plotted with gnuplot (bandwidth and p50 latency against size, one line per
  * backend, one panel per op). */
 #include "bench.h"
+#include "json_str.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -249,21 +250,6 @@ void cx_bench_soak_json_line(void)
 
 /* ------------------------------------------------------------------ JSON */
 
-static void jstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void jdist(FILE *f, const char *name, const cx_bench_dist_t *d)
 {
     fprintf(f, "\"%s\": {\"n\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f}", name, d->n, d->p50 / 1e3,
@@ -285,26 +271,26 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     char ts[64];
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     fprintf(f, "{\n  \"tool\": \"connex-bench\", \"date\": \"%s\", \"host\": ", ts);
-    jstr(f, host);
+    cx_json_str(f, host);
     fprintf(f, ", \"kernel\": ");
-    jstr(f, u.release);
+    cx_json_str(f, u.release);
     fprintf(f, ", \"cpus\": %ld,\n  \"command\": ", sysconf(_SC_NPROCESSORS_ONLN));
-    jstr(f, o->cmdline);
+    cx_json_str(f, o->cmdline);
     fprintf(f, ",\n  \"transfer\": [");
     for (int i = 0; i < nrows; i++) {
         const cx_bench_row_t *r = &rows[i];
         fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, r->backend);
+        cx_json_str(f, r->backend);
         fprintf(f, ", \"pair\": ");
-        jstr(f, r->pair);
+        cx_json_str(f, r->pair);
         fprintf(f, ", \"baseline\": %s, \"op\": ", r->baseline ? "true" : "false");
-        jstr(f, r->op);
+        cx_json_str(f, r->op);
         fprintf(f,
                 ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
                 "\"gbps\": %.4f, \"round\": %d, \"batch\": %d, \"async\": %s, \"result\": ",
                 r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps, r->round, r->batch,
                 r->async ? "true" : "false");
-        jstr(f, r->note);
+        cx_json_str(f, r->note);
         fputc('}', f);
     }
     static cx_bench_ratio_t rs[MAX_ROWS];
@@ -312,11 +298,11 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     fprintf(f, "\n  ],\n  \"vs_raw\": [");
     for (int i = 0; i < nr; i++) {
         fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, rs[i].backend);
+        cx_json_str(f, rs[i].backend);
         fprintf(f, ", \"raw\": ");
-        jstr(f, rs[i].raw);
+        cx_json_str(f, rs[i].raw);
         fprintf(f, ", \"op\": ");
-        jstr(f, rs[i].op);
+        cx_json_str(f, rs[i].op);
         fprintf(f,
                 ", \"size\": %zu, \"batch\": %d, \"async\": %s, \"rounds\": %d, \"p50_us\": %.3f, "
                 "\"raw_p50_us\": %.3f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
@@ -328,9 +314,9 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     for (int i = 0; i < nfos; i++) {
         const cx_bench_fo_row_t *r = &fos[i];
         fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, r->backend);
+        cx_json_str(f, r->backend);
         fprintf(f, ", \"fault\": ");
-        jstr(f, r->fault);
+        cx_json_str(f, r->fault);
         fprintf(f, ", \"runs\": %d, \"ok\": %d, ", r->runs, r->ok);
         jdist(f, "fault_to_first_event", &r->to_event);
         fputs(", ", f);
@@ -342,7 +328,7 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         fputs(", ", f);
         jdist(f, "engine_up_to_first_transfer", &r->up_rejoin);
         fprintf(f, ", \"note\": ");
-        jstr(f, r->note);
+        cx_json_str(f, r->note);
         fputc('}', f);
     }
     fprintf(f, "\n  ],\n  \"soak\": [");

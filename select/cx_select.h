@@ -165,7 +165,8 @@ typedef struct cx_decision {
 } cx_decision_t;
 
 /* Fill opts from CONNEX_BACKEND (wins over cfg_backend, as connex.h says), CONNEX_NET_DEVICES,
- * CONNEX_GDR, CONNEX_FI_PROVIDER. The strings point into the environment. */
+ * CONNEX_GDR, CONNEX_FI_PROVIDER as the environment holds them now (connex-probe; an engine uses
+ * the table it parsed at create). The strings stay valid until the next call. */
 void cx_select_opts_from_env(cx_select_opts_t *o, const char *cfg_backend);
 
 /* The policy. CX_OK and a decision with n >= 1; CX_EINVAL for a malformed option (unknown
@@ -196,7 +197,8 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
 
 /* ---------------- the engine's entry point ----------------
  * Probe (sysfs root from CONNEX_SYSFS_ROOT, default /sys), decide with the environment's
- * overrides over cfg_backend, log the decision at info level, and fill out[] with the compiled-in
+ * overrides over cfg_backend (read now; cx_engine_create uses cx_select_for_engine_opts with
+ * the table it parsed), log the decision at info level, and fill out[] with the compiled-in
  * ops in the decided order. Returns the count (>= 1) or a negative CX_* code (the log and, when
  * dec is given, dec->error say what is missing). dec (optional) receives the decision: variants,
  * GPUDirect, NIC per GPU, what to advertise (cx_choice_format of dec->be[i]). */
@@ -217,6 +219,15 @@ size_t cx_select_report_plan(const cx_probe_t *p, const cx_decision_t *d, int rc
 void cx_select_log(const cx_probe_t *p, const cx_decision_t *d, int rc);
 
 #pragma GCC visibility pop
+
+/* Internal to libconnex: the same entry points over a parsed CONNEX_* table (connex/options.h)
+ * instead of the environment: cx_engine_create passes its own, so that the selection sees the
+ * values the engine checked at create. */
+struct cx_opts;
+void cx_select_opts_from(cx_select_opts_t *o, const struct cx_opts *opts, const char *cfg_backend);
+const char *cx_select_host_id_opts(const struct cx_opts *opts);
+int cx_select_for_engine_opts(const struct cx_opts *opts, const char *cfg_backend, const struct cx_backend_ops **out,
+                              int max, cx_decision_t *dec);
 
 #ifdef __cplusplus
 }

@@ -10,12 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REASON(d, ...)                                                 \
-    do {                                                               \
-        cx_sel_appendf((d)->reasons, sizeof(d)->reasons, __VA_ARGS__); \
-        cx_sel_appendf((d)->reasons, sizeof(d)->reasons, "\n");        \
-    } while (0)
-
 /* Smaller is nearer. Same switch < same root complex < same NUMA node < unknown < other node. */
 static int pci_dist(const cx_probe_pci_t *a, const cx_probe_pci_t *b, const char **level)
 {

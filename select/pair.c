@@ -2,7 +2,7 @@
  * the unordered pair of advertisements, so both ends agree without negotiating. */
 #include "cx_select.h"
 #include "probe_int.h"
-#include "rates.h"
+#include "backends.h"
 #include "connex/connex.h"
 
 #include <stdio.h>
@@ -36,19 +36,12 @@ int cx_choice_parse(const char *s, cx_choice_t *c)
 
 enum { PATH_NONE = 0, PATH_TCP = 1, PATH_RDMA = 2, PATH_SHM = 3 };
 
-/* libfabric endpoints of different providers cannot address each other: "tcp;ofi_rxm" and
- * "tcp" share the core provider, "efa" and "tcp;ofi_rxm" do not. */
-static int same_core_provider(const char *a, const char *b)
-{
-    size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
-    return la == lb && !strncmp(a, b, la);
-}
-
 static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, unsigned *common)
 {
     *common = 0;
     if (strcmp(a->backend, b->backend)) return PATH_NONE;
-    if (!strcmp(a->backend, "libfabric") && !same_core_provider(a->variant, b->variant)) return PATH_NONE;
+    const cx_sel_backend_t *be = cx_sel_backend(a->backend);
+    if (be && be->pairs && !be->pairs(a, b)) return PATH_NONE;
     unsigned c = a->caps & b->caps;
     *common = c;
     if (c & CX_CAP_RDMA) return PATH_RDMA;
@@ -59,29 +52,33 @@ static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, 
 
 static double path_rate(const char *backend, int path)
 {
-    int ucx = !strcmp(backend, "ucx"), fab = !strcmp(backend, "libfabric");
+    const cx_sel_backend_t *be = cx_sel_backend(backend);
+    if (!be) return 0;
     switch (path) {
-    case PATH_SHM: return ucx ? CX_RATE_SAMEHOST_UCX : fab ? CX_RATE_SAMEHOST_LIBFABRIC_SHM : 0;
-    case PATH_RDMA: return ucx ? CX_RATE_RDMA_UCX : fab ? CX_RATE_RDMA_LIBFABRIC : 0;
-    case PATH_TCP: return ucx ? CX_RATE_TCP_UCX : fab ? CX_RATE_TCP_LIBFABRIC : CX_RATE_TCP_ZMQ;
+    case PATH_SHM: return be->rate_shm;
+    case PATH_RDMA: return be->rate_rdma;
+    case PATH_TCP: return be->rate_tcp;
     }
     return 0;
 }
 
-/* Fixed tie-break independent of either side's order: the build's preference. */
-static int name_rank(const char *b)
-{
-    return !strcmp(b, "ucx") ? 0 : !strcmp(b, "libfabric") ? 1 : !strcmp(b, "zmq") ? 2 : 3;
-}
-
 static const char *path_name(const char *backend, int path, unsigned common)
 {
+    const cx_sel_backend_t *be = cx_sel_backend(backend);
     switch (path) {
-    case PATH_SHM: return !strcmp(backend, "ucx") ? "same host (one tcp/lo lane)" : "shared memory";
+    case PATH_SHM: return be ? be->shm_path : "shared memory";
     case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB) ? "rdma (ib)" : "rdma (roce)";
     case PATH_TCP: return "tcp";
     }
     return "none";
+}
+
+/* An instance's same-host rate over the caps a pair has in common. */
+static double samehost_rate(const cx_choice_t *c, unsigned common)
+{
+    cx_choice_t x = *c;
+    x.caps = common;
+    return cx_sel_samehost_rate(&x);
 }
 
 int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *theirs, int n_theirs, int same_host,
@@ -103,16 +100,17 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
                 path[i] = pth;
                 common[i] = c;
                 /* the lower of the two ends' figures: the same number on both sides */
-                double a = cx_rate_samehost(mine[i].backend, mine[i].variant, c);
-                double b = cx_rate_samehost(theirs[j].backend, theirs[j].variant, c);
+                double a = samehost_rate(&mine[i], c);
+                double b = samehost_rate(&theirs[j], c);
                 local[i] = a < b ? a : b;
             }
         }
         if (path[i] != PATH_NONE)
             order[n++] = i;
-        else if (why)
-            cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend,
-                           !strcmp(mine[i].backend, "libfabric") ? " (or another provider)" : "");
+        else if (why) {
+            const cx_sel_backend_t *be = cx_sel_backend(mine[i].backend);
+            cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend, be ? be->unshared : "");
+        }
     }
     /* insertion sort on (path class, measured rate, name rank): both sides sort the same keys.
      * On one host, RDMA (a loopback through the NIC) first, then every local path (shared memory
@@ -132,7 +130,7 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
             double rx = rate[x], ry = rate[y];
             int better = key[x] != key[y] ? key[x] > key[y]
                 : rx != ry                ? rx > ry
-                                          : name_rank(mine[x].backend) < name_rank(mine[y].backend);
+                                          : cx_sel_backend_rank(mine[x].backend) < cx_sel_backend_rank(mine[y].backend);
             if (!better) break;
             order[j + 1] = y;
             j--;

@@ -6,7 +6,6 @@
  * that leak checkers can only attribute (and suppress) while the library is still mapped, and a
  * libconnex with those backends has them loaded anyway. dlopen of a loaded library only counts. */
 #include "cx_select.h"
-#include "connex/options.h"
 #include "probe_int.h"
 
 #include <ctype.h>
@@ -311,19 +310,17 @@ static void lower(char *s)
     for (; *s; s++) *s = (char)tolower((unsigned char)*s);
 }
 
-void cx_sel_probe_cuda(cx_probe_t *p)
+void cx_sel_probe_cuda(cx_probe_t *p, int mode)
 {
     cx_probe_lib_t *lib = &p->cuda;
-    unsigned long long mode; /* auto|0|1 */
-    (void)cx_opt_get_num("CONNEX_PROBE_CUDA", &mode);
-    if (mode == 1) {
+    if (mode == CX_SEL_CUDA_OFF) {
         snprintf(lib->note, sizeof lib->note, "skipped (CONNEX_PROBE_CUDA=0)");
         return;
     }
     /* cuInit costs hundreds of ms and a driver context's memory: only where a GPU can exist */
     FILE *ctl = fopen("/dev/nvidiactl", "r");
     if (ctl) fclose(ctl);
-    if (!p->n_gpu && !ctl && mode != 2) {
+    if (!p->n_gpu && !ctl && mode != CX_SEL_CUDA_ON) {
         snprintf(lib->note, sizeof lib->note, "skipped: no NVIDIA GPU on PCI and no /dev/nvidiactl");
         return;
     }

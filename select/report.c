@@ -1,5 +1,6 @@
 /* What connex-probe prints and the engine logs: the findings, the decision, the reasons. */
 #include "cx_select.h"
+#include "backends.h"
 #include "probe_int.h"
 #include "connex/connex.h"
 #include "connex/log.h"
@@ -68,9 +69,9 @@ static void plan_text(cx_out_t *o, const cx_probe_t *p, const cx_decision_t *d)
         const cx_plan_be_t *pl = &d->plan[i];
         outf(o, "  %s:", d->be[i].backend);
         if (pl->provider[0]) outf(o, " provider %s,", pl->provider);
-        if (!strcmp(d->be[i].backend, "libfabric"))
-            outf(o, " domain %s,", pl->domain[0] ? pl->domain : "(the provider's)");
-        if (!strcmp(d->be[i].backend, "ucx"))
+        const cx_sel_backend_t *be = cx_sel_backend(d->be[i].backend);
+        if (be && be->shows_domain) outf(o, " domain %s,", pl->domain[0] ? pl->domain : "(the provider's)");
+        if (be && be->shows_devices)
             outf(o, " devices %s%s,",
                  pl->devices[0] ? pl->devices
                                 : "none (tcp on the engine's "

@@ -14,6 +14,7 @@
  * Exit status: 0 when every engine answered, 3 when one did not (it is listed with why), 1 for
  * a usage or setup error. */
 #include "ctl_client.h"
+#include "json_str.h"
 
 #include "connex/connex.h"
 
@@ -46,22 +47,6 @@ static void iso_ms(uint64_t ms, char *out, size_t n)
     gmtime_r(&t, &tm);
     size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(out + k, n - k, ".%03uZ", (unsigned)(ms % 1000));
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void jstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 typedef struct opts {
@@ -213,9 +198,9 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
     }
     if (o->json) {
         printf("%s\n    {\"lid\": ", first ? "" : ",");
-        jstr(stdout, t->lid);
+        cx_json_str(stdout, t->lid);
         printf(", \"url\": ");
-        jstr(stdout, t->url);
+        cx_json_str(stdout, t->url);
         printf(", \"version\": %" PRIu64 ", \"reachable\": %s", t->version, rc ? "false" : "true");
     } else {
         printf("%-28s %-44s %7" PRIu64 "  ", t->lid, t->url, t->version);
@@ -223,9 +208,9 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
     if (rc) {
         if (o->json) {
             printf(", \"error\": ");
-            jstr(stdout, why);
+            cx_json_str(stdout, why);
             printf(", \"status\": ");
-            jstr(stdout, cx_strerror(rc));
+            cx_json_str(stdout, cx_strerror(rc));
             printf("}");
         } else {
             printf("UNREACHABLE (%s: %s)\n", cx_strerror(rc), why);
@@ -235,7 +220,7 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
     }
     if (o->json) {
         printf(", \"incarnation\": \"%016" PRIx64 "\", \"backends\": ", s.incarnation);
-        jstr(stdout, s.backends);
+        cx_json_str(stdout, s.backends);
         printf(", \"peers\": [");
     } else {
         printf("up  incarnation %016" PRIx64 "  backends %s  peers %u\n", s.incarnation, s.backends, s.npeers);
@@ -253,16 +238,16 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
         iso_ms(p.since_ms, since, sizeof since);
         if (o->json) {
             printf("%s\n      {\"lid\": ", i ? "," : "");
-            jstr(stdout, p.lid);
+            cx_json_str(stdout, p.lid);
             printf(", \"url\": ");
-            jstr(stdout, p.url);
+            cx_json_str(stdout, p.url);
             printf(", \"state\": \"%s\", \"backend\": ", state_name(p.state));
-            jstr(stdout, p.backend);
+            cx_json_str(stdout, p.backend);
             printf(", \"transport\": ");
-            jstr(stdout, p.transport);
+            cx_json_str(stdout, p.transport);
             printf(", \"incarnation\": \"%016" PRIx64 "\", \"since\": ", p.incarnation);
             if (p.since_ms)
-                jstr(stdout, since);
+                cx_json_str(stdout, since);
             else
                 printf("null");
             printf(", \"since_ms\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"joins\": %" PRIu64
@@ -285,7 +270,7 @@ static int run_list(const opts_t *o, const cx_auth_t *auth, target_t *t, int n, 
     int bad = 0;
     if (o->json) {
         printf("{\"directory\": ");
-        jstr(stdout, kind);
+        cx_json_str(stdout, kind);
         printf(", \"engines\": [");
     } else {
         printf("directory: %s, %d engine%s\n", kind, n, n == 1 ? "" : "s");
@@ -320,11 +305,11 @@ static void say(const opts_t *o, const char *engine, const char *what, const cha
     iso_ms(ms, when, sizeof when);
     if (o->json) {
         printf("{\"time\": \"%s\", \"engine\": ", when);
-        jstr(stdout, engine);
+        cx_json_str(stdout, engine);
         printf(", \"event\": \"%s\", \"peer\": ", what);
-        jstr(stdout, peer);
+        cx_json_str(stdout, peer);
         printf(", \"incarnation\": \"%016" PRIx64 "\", \"reason\": ", inc);
-        jstr(stdout, reason);
+        cx_json_str(stdout, reason);
         printf("}\n");
     } else {
         printf("%s %-24s %-8s %-24s %016" PRIx64 " %s\n", when, engine, what, peer, inc, reason);

@@ -265,9 +265,7 @@ static void *cx_fi_guard_main(void *arg)
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name)
 {
     if (strcmp(b->prov, "shm") || !self_name) return;
-    unsigned long long on;
-    (void)cx_opt_get_num("CONNEX_FI_SHM_GUARD", &on);
-    if (!on) return;
+    if (!cx_opts_num(b->opts, "CONNEX_FI_SHM_GUARD", NULL)) return;
     struct cx_fi_guard *g = calloc(1, sizeof *g);
     if (!g) return;
     g->epfd = g->stopfd = -1;

@@ -153,6 +153,7 @@ typedef struct cx_fi_shm_wait {
 
 struct cx_backend {
     cx_core_t *core;
+    const struct cx_opts *opts; /* the engine's CONNEX_* table (cx_backend_params_t.opts) */
     uint64_t inc;
     char prov[64];
     struct fi_info *info;

@@ -44,9 +44,7 @@ void cx_fi_rot_init(cx_backend_t *b)
     b->rot_ns = 0;
     if (strcmp(b->prov, "shm") || !b->self_lockw)
         return; /* the guard (fi_guard.c) tells us the lock is held: without it, never */
-    unsigned long long rms;
-    (void)cx_opt_get_num("CONNEX_FI_SHM_ROTATE_MS", &rms); /* 0..600000, default 200 */
-    long ms = (long)rms;
+    long ms = (long)cx_opts_num(b->opts, "CONNEX_FI_SHM_ROTATE_MS", NULL); /* 0..600000, default 200 */
     if (ms && (!b->shm_direct || (b->mr_mode & FI_MR_ENDPOINT))) {
         cx_info("libfabric: shm: no new region when ours is held (%s)",
                 !b->shm_direct ? "direct mode off: ops wait in our region" : "FI_MR_ENDPOINT");

@@ -225,9 +225,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
          * delivery-complete acks, messages) are only seen when we look. Look every
          * CONNEX_FI_POLL_US (default 100; 0: busy-poll, a core, the raw baseline's way), and
          * continuously while an op of ours is in flight or for 100 ms after visible traffic. */
-        unsigned long long pu;
-        (void)cx_opt_get_num("CONNEX_FI_POLL_US", &pu); /* default 100; a bad value is logged */
-        long us = (long)pu;
+        long us = (long)cx_opts_num(b->opts, "CONNEX_FI_POLL_US", NULL); /* default 100 */
         b->busy_poll = us == 0;
         if (us == 0) us = 1000; /* the timer still runs: the kick chain restarts from it */
         b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -284,7 +282,12 @@ static void cx_fi_prepare(void)
 
 static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
 {
+    if (!p || !out) return CX_EINVAL;
     *out = NULL;
+    if (!p->opts) {
+        cx_error("libfabric: open without the engine's options table (cx_backend_params_t.opts)");
+        return CX_EINVAL;
+    }
     /* Without GPU registration, libfabric need not initialise CUDA (a context costs hundreds of
      * MiB). Effective only when nothing in the process initialised libfabric before. */
     cx_fi_prepare();
@@ -295,7 +298,7 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
      * one is opened, so that what HELLO advertised is what runs. Without a plan (a build without
      * select/): CONNEX_FI_PROVIDER, else FI_PROVIDER, else RDMA before TCP. */
     const char *want = p->provider;
-    if (!want || !*want) (void)cx_opt_get_str("CONNEX_FI_PROVIDER", &want);
+    if (!want || !*want) want = cx_opts_str(p->opts, "CONNEX_FI_PROVIDER");
     const char *order1[2] = { want, NULL };
     const char *const *order = cx_fi_default_order;
     const char *const any[2] = { NULL, NULL };
@@ -336,6 +339,7 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
         return CX_ENOMEM;
     }
     b->core = p->core;
+    b->opts = p->opts;
     b->inc = p->incarnation;
     b->info = info;
     b->cq_fd = b->efd = b->evfd = b->tfd = b->qfd = -1;

@@ -208,8 +208,8 @@ void cx_fi_av_later_run(cx_backend_t *b, int closing)
 int cx_fi_shm_direct(cx_backend_t *b)
 {
     if (strcmp(b->prov, "shm")) return 0;
-    unsigned long long mode; /* auto|0|1 */
-    if (cx_opt_get_num("CONNEX_FI_SHM_DIRECT", &mode) == 1 && mode) return mode == 2;
+    unsigned long long mode = cx_opts_num(b->opts, "CONNEX_FI_SHM_DIRECT", NULL); /* auto|0|1 */
+    if (mode) return mode == 2;
     const uint64_t rma_order = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | FI_ORDER_WAS |
         FI_ORDER_SAR | FI_ORDER_SAW;
     const char *nocma = getenv("FI_SHM_DISABLE_CMA");

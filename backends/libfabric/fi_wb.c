@@ -59,10 +59,9 @@ int cx_fi_wb_choose(cx_backend_t *b)
     if (strncmp(b->prov, "tcp", 3) || (b->mr_mode & FI_MR_LOCAL)) return 0;
     /* The options table holds CX_FM_RD_INLINE_DEFAULT as the default, CX_FM_RD_INLINE_MAX as the
      * largest value (unit_options does not see backend headers: keep them in step). */
-    unsigned long long v;
-    (void)cx_opt_get_num("CONNEX_FI_READ_INLINE", &v);
+    unsigned long long v = cx_opts_num(b->opts, "CONNEX_FI_READ_INLINE", NULL);
     b->rd_inline = v > CX_FM_RD_INLINE_MAX ? CX_FM_RD_INLINE_MAX : (size_t)v;
-    (void)cx_opt_get_num("CONNEX_FI_TCP_READ", &v); /* auto|rma|writeback */
+    v = cx_opts_num(b->opts, "CONNEX_FI_TCP_READ", NULL); /* auto|rma|writeback */
     if (v == 2) return 1;
     if (v == 1) return 0;
     int fixed = cx_fi_tcp_read_fixed(b->prov_version);

@@ -197,9 +197,14 @@ out:
 static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
 {
     if (!prm || !out) return CX_EINVAL;
+    if (!prm->opts) {
+        cx_error("ucx: open without the engine's options table (cx_backend_params_t.opts)");
+        return CX_EINVAL;
+    }
     cx_ucx_t *b = calloc(1, sizeof *b);
     if (!b) return CX_ENOMEM;
     b->core = prm->core;
+    b->opts = prm->opts;
     b->inc = prm->incarnation;
     b->gpu_direct = prm->gpu_direct;
     cx_objcache_init(&b->free_ops, sizeof(cx_ucx_op_t), CX_UCX_FREE_OPS_MAX);
@@ -250,8 +255,8 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     }
     cx_ucx_probe_peer_mode(b);
     cx_ucx_rot_init(b);
-    b->bounce_all = cx_ucx_opt("CONNEX_UCX_READ_BOUNCE") == 1; /* auto|1 */
-    b->answer_min = (size_t)cx_ucx_opt("CONNEX_UCX_READ_ANSWER_MIN");
+    b->bounce_all = cx_ucx_opt(b, "CONNEX_UCX_READ_BOUNCE") == 1; /* auto|1 */
+    b->answer_min = (size_t)cx_ucx_opt(b, "CONNEX_UCX_READ_ANSWER_MIN");
     cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(), b->cur->addr_len);
     *out = (cx_backend_t *)b;
     return CX_OK;

@@ -139,7 +139,7 @@ static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm,
     if (prm->net_devices) {
         if (prm->net_devices_exact) dev = prm->net_devices;
     } else {
-        (void)cx_opt_get_str("CONNEX_NET_DEVICES", &dev);
+        dev = cx_opts_str(prm->opts, "CONNEX_NET_DEVICES");
     }
     if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
     if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::")) return CX_OK;
@@ -201,9 +201,7 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
     return CX_OK;
 }
 
-unsigned long long cx_ucx_opt(const char *name)
+unsigned long long cx_ucx_opt(const cx_ucx_t *b, const char *name)
 {
-    unsigned long long v;
-    (void)cx_opt_get_num(name, &v); /* the table's default when unset; a bad value is logged */
-    return v;
+    return cx_opts_num(b->opts, name, NULL); /* the table's default when unset */
 }

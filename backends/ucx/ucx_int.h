@@ -184,6 +184,7 @@ struct cx_ucx_in {
 
 struct cx_ucx {
     cx_core_t *core;
+    const struct cx_opts *opts; /* the engine's CONNEX_* table (cx_backend_params_t.opts) */
     uint64_t inc;
     int gpu_direct; /* the plan registers GPU memory with the NIC */
     ucp_context_h ctx;
@@ -226,7 +227,7 @@ struct cx_ucx {
 /* ucx_env.c */
 int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip);
 int cx_ucx_rdma_usable(void);
-unsigned long long cx_ucx_opt(const char *name); /* a CONNEX_UCX_* number (connex/options.h) */
+unsigned long long cx_ucx_opt(const cx_ucx_t *b, const char *name); /* a CONNEX_UCX_* number, parsed at create */
 
 /* ucx_backend.c */
 cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen);

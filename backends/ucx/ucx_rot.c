@@ -47,8 +47,8 @@
 
 void cx_ucx_rot_init(cx_ucx_t *b)
 {
-    b->rotate_zombies = (int)cx_ucx_opt("CONNEX_UCX_ROTATE_ZOMBIES");
-    b->grace_ns = (uint64_t)cx_ucx_opt("CONNEX_UCX_ROTATE_GRACE_MS") * 1000000ull;
+    b->rotate_zombies = (int)cx_ucx_opt(b, "CONNEX_UCX_ROTATE_ZOMBIES");
+    b->grace_ns = (uint64_t)cx_ucx_opt(b, "CONNEX_UCX_ROTATE_GRACE_MS") * 1000000ull;
 }
 
 /* Endpoints of dead peers count 1; ucp_eps retired because a live peer's worker rotated count

@@ -24,12 +24,12 @@ int cx_backend_check(const struct cx_backend_ops *ops)
 
 #ifdef CONNEX_HAVE_SELECT
 #include "cx_select.h"
-int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
+int cx_select_order(const struct cx_opts *opts, const char *want, const struct cx_backend_ops **out,
+                    char (*choice)[CX_CHOICE_MAX], cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
 {
     cx_decision_t *d = calloc(1, sizeof *d);
     if (!d) return CX_ENOMEM;
-    int n = cx_select_for_engine(want, out, max, d);
+    int n = cx_select_for_engine_opts(opts, want, out, max, d);
     /* out[] follows d->be[] but skips backends that are not compiled in: match by name. */
     for (int i = 0; i < n; i++) {
         choice[i][0] = 0;
@@ -48,7 +48,7 @@ int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*
             }
         if (!choice[i][0]) snprintf(choice[i], CX_CHOICE_MAX, "%s//0x0", out[i]->name);
     }
-    snprintf(host_id, host_len, "%s", cx_select_host_id());
+    snprintf(host_id, host_len, "%s", cx_select_host_id_opts(opts));
     free(d);
     return n;
 }
@@ -68,9 +68,10 @@ int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const ch
     return cx_select_pair(m, nm, t, nt, same_host, order, why, why_len);
 }
 #else
-int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
+int cx_select_order(const struct cx_opts *opts, const char *want, const struct cx_backend_ops **out,
+                    char (*choice)[CX_CHOICE_MAX], cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
 {
+    (void)opts;
     (void)want;
     int n = 0;
     for (int i = 0; cx_backends_builtin[i] && n < max; i++) {

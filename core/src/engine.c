@@ -245,7 +245,7 @@ static int open_backends(cx_engine_t *e)
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
     cx_open_plan_t plan[CX_MAX_BACKENDS];
-    int n = cx_select_order(want, order, choice, plan, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
+    int n = cx_select_order(&e->opts, want, order, choice, plan, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
     if (n < 0) return n;
     for (int i = 0; i < n; i++) {
         const struct cx_backend_ops *ops = order[i];
@@ -258,7 +258,11 @@ static int open_backends(cx_engine_t *e)
         /* The backend opens what the selection planned (provider, NICs, GPUDirect): what HELLO
          * advertises for it (choice[i]) is then what runs. */
         cx_backend_params_t p = {
-            .core = cx_core_of(e), .listen_ip = e->listen_ip, .advertise_ip = e->adv_ip, .incarnation = e->incarnation
+            .core = cx_core_of(e),
+            .listen_ip = e->listen_ip,
+            .advertise_ip = e->adv_ip,
+            .incarnation = e->incarnation,
+            .opts = &e->opts,
         };
         cx_open_plan_params(&plan[i], &p);
         cx_bslot_t *s = &e->be[e->nb];

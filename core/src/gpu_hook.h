@@ -22,9 +22,9 @@ typedef struct cx_open_plan {
 } cx_open_plan_t;
 /* The compiled-in backends to open, best first, for CONNEX_BACKEND/config value `want`; for each,
  * what to advertise about it (choice[i], "backend/variant/caps") and what to open (plan[i]), and
- * this host's id. */
-int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len);
+ * this host's id. The selection reads its CONNEX_* variables from opts, the engine's. */
+int cx_select_order(const struct cx_opts *opts, const char *want, const struct cx_backend_ops **out,
+                    char (*choice)[CX_CHOICE_MAX], cx_open_plan_t *plan, int max, char *host_id, size_t host_len);
 /* plan into the open parameters p (pointing into plan). */
 void cx_open_plan_params(const cx_open_plan_t *plan, cx_backend_params_t *p);
 /* The order (indices into mine) in which a pair tries the backends both sides advertised; the

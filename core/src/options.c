@@ -259,10 +259,28 @@ _Static_assert(N_OPTS <= CX_OPT_MAX, "raise CX_OPT_MAX");
 int cx_opts_load(cx_opts_t *o)
 {
     memset(o, 0, sizeof *o);
+    size_t used = 0;
     for (size_t i = 0; i < N_OPTS; i++) {
         int rc = get(g_opts[i].name, &o->num[i], &o->fnum[i], &o->str[i]);
+        /* A copy of what the environment holds (a bad value too, for a caller that reports it):
+         * a later setenv must not reach a loaded table. */
+        const char *env = rc == 1 ? o->str[i] : rc == CX_EINVAL ? getenv(g_opts[i].name) : NULL;
+        if (env) {
+            size_t l = strlen(env) + 1;
+            if (l > sizeof o->text - used) {
+                cx_error("%s: value of %zu bytes does not fit (all CONNEX_* text values together: at most %d bytes)",
+                         g_opts[i].name, l - 1, CX_OPT_TEXT - 1);
+                rc = CX_EINVAL;
+                o->str[i] = g_opts[i].dflt;
+            } else {
+                memcpy(o->text + used, env, l);
+                o->str[i] = o->text + used;
+                used += l;
+            }
+        }
         if (rc == CX_EINVAL) o->bad++;
         o->set[i] = rc == 1;
+        o->invalid[i] = rc == CX_EINVAL;
     }
     return o->bad ? CX_EINVAL : CX_OK;
 }
@@ -275,6 +293,12 @@ static size_t index_of(const char *name)
         return N_OPTS;
     }
     return (size_t)(d - g_opts);
+}
+
+int cx_opts_bad(const cx_opts_t *o, const char *name)
+{
+    size_t i = index_of(name);
+    return i < N_OPTS && o->invalid[i];
 }
 
 unsigned long long cx_opts_num(const cx_opts_t *o, const char *name, int *set)

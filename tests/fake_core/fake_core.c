@@ -172,7 +172,9 @@ int fc_open_pair(const struct cx_backend_ops *ops, cx_core_t *ca, cx_core_t *cb,
     ca->peer_cookie = cookie_b;
     cb->peer_cookie = cookie_a;
     ca->peer_pid = cb->peer_pid = (uint32_t)getpid(); /* both sides live in this process */
-    cx_backend_params_t pa = { .core = ca, .listen_ip = "127.0.0.1", .incarnation = ca->inc };
-    cx_backend_params_t pb = { .core = cb, .listen_ip = "127.0.0.1", .incarnation = cb->inc };
+    /* as an engine does at create: the environment's CONNEX_* values, parsed once */
+    if (cx_opts_load(&ca->opts) || cx_opts_load(&cb->opts)) return -1;
+    cx_backend_params_t pa = { .core = ca, .listen_ip = "127.0.0.1", .incarnation = ca->inc, .opts = &ca->opts };
+    cx_backend_params_t pb = { .core = cb, .listen_ip = "127.0.0.1", .incarnation = cb->inc, .opts = &cb->opts };
     return ops->open(&pa, ba) || ops->open(&pb, bb) ? -1 : 0;
 }

@@ -6,6 +6,7 @@
 
 #include "connex/backend.h"
 #include "../../core/src/proc.h"
+#include "connex/options.h"
 
 #define FC_MAXMSG 64
 
@@ -31,6 +32,7 @@ struct cx_core {
     int causes[4]; /* peer errors by cx_cause_t */
     int last_cause;
     int served_ok, served_bad;
+    cx_opts_t opts; /* the CONNEX_* table its backend opens with, loaded by fc_open_pair */
 };
 
 typedef struct fc_xfer {

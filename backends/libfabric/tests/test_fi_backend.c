@@ -267,11 +267,14 @@ static void test_tcp_read_choice(void **state)
     assert_true(cx_fi_tcp_read_fixed(FI_VERSION(122, 0)));
 
     static struct cx_backend b; /* large: not on the stack */
+    static cx_opts_t o;         /* what the backend reads CONNEX_FI_TCP_READ from */
     memset(&b, 0, sizeof b);
+    b.opts = &o;
     const char *old = getenv("CONNEX_FI_TCP_READ");
     char saved[64] = "";
     if (old) snprintf(saved, sizeof saved, "%s", old);
     unsetenv("CONNEX_FI_TCP_READ");
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     snprintf(b.prov, sizeof b.prov, "tcp;ofi_rxm");
     b.prov_version = FI_VERSION(117, 0);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
@@ -279,13 +282,18 @@ static void test_tcp_read_choice(void **state)
     b.prov_version = FI_VERSION(118, 0);
     assert_int_equal(cx_fi_wb_choose(&b), 0);
     setenv("CONNEX_FI_TCP_READ", "writeback", 1);
+    assert_int_equal(cx_fi_wb_choose(&b), 0); /* the table was parsed before: the change is not seen */
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
     b.prov_version = FI_VERSION(117, 0);
     setenv("CONNEX_FI_TCP_READ", "rma", 1);
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     assert_int_equal(cx_fi_wb_choose(&b), 0);
     setenv("CONNEX_FI_TCP_READ", "auto", 1);
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
-    setenv("CONNEX_FI_TCP_READ", "bogus", 1); /* refused with a warning: auto */
+    setenv("CONNEX_FI_TCP_READ", "bogus", 1); /* refused (an engine would not start): auto */
+    assert_int_equal(cx_opts_load(&o), CX_EINVAL);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
     b.mr_mode = FI_MR_LOCAL; /* verbs: hardware reads, and no write-back without descriptors */
     assert_int_equal(cx_fi_wb_choose(&b), 0);

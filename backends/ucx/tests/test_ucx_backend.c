@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "fake_core.h"
+#include "connex/options.h"
 
 #include <ucs/config/global_opts.h>
 #include <ucs/debug/log_def.h>
@@ -36,6 +37,7 @@ void cx_ucx_lanes_parse(const char *info, char *buf, size_t n); /* ucx_ep.c */
 static int g_sock = -1;
 static pid_t g_child = -1;
 static cx_backend_t *g_b;
+static cx_opts_t g_opts; /* the CONNEX_* table g_b opened with, as an engine parses it */
 static cx_bep_t *g_ep;
 static uint8_t *g_buf; /* local registered buffer */
 static void *g_mh;
@@ -139,7 +141,8 @@ static void child_main(void)
 {
     fx.peer_inc = PARENT_INC;
     fx.on_msg = child_on_msg;
-    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1", .incarnation = CHILD_INC };
+    if (cx_opts_load(&g_opts)) _exit(10);
+    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1", .incarnation = CHILD_INC, .opts = &g_opts };
     if (OPS.open(&p, &g_b) != CX_OK) _exit(10);
     g_buf = aligned_alloc(4096, BUF_LEN);
     for (size_t i = 0; i < BUF_LEN; i++) g_buf[i] = pat(i, 0);
@@ -195,7 +198,8 @@ static int setup(void **state)
     close(sv[1]);
     g_sock = sv[0];
     fx.peer_inc = CHILD_INC;
-    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1", .incarnation = PARENT_INC };
+    if (cx_opts_load(&g_opts)) return -1;
+    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1", .incarnation = PARENT_INC, .opts = &g_opts };
     if (OPS.open(&p, &g_b) != CX_OK) return -1;
     g_buf = aligned_alloc(4096, BUF_LEN);
     memset(g_buf, 0, BUF_LEN);

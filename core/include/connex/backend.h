@@ -20,6 +20,7 @@ extern "C" {
 typedef struct cx_core cx_core_t;       /* the engine as a backend sees it */
 typedef struct cx_backend cx_backend_t; /* a backend instance, the backend's own struct */
 typedef struct cx_bep cx_bep_t;         /* a backend endpoint to one peer incarnation */
+struct cx_opts;                         /* the CONNEX_* variables, parsed (connex/options.h) */
 
 /* Memory kinds: CX_MEM_HOST, CX_MEM_CUDA, CX_MEM_SIM (connex.h). */
 
@@ -56,6 +57,11 @@ typedef struct cx_backend_params {
                                   or advertise it where listen_ip is a wildcard. NULL: listen_ip */
     uint64_t incarnation;     /* this engine's incarnation: put it on the wire so the target can
                                   tell the core who sent a request (cx_core_peer_by_incarnation) */
+    /* The CONNEX_* variables as parsed at engine create: a backend reads its own from here
+     * (cx_opts_num / cx_opts_str), never from the environment, so a value changed later does
+     * not reach it. Never NULL; the table outlives the backend (closed before it is freed), so
+     * a backend may keep the pointer. */
+    const struct cx_opts *opts;
     /* The selection's plan for this backend (select/, docs/selection.md): what it opens, exactly.
      * NULL or "" where the plan leaves it to the backend (a build without select/). */
     int gpu_direct;          /* 1: GPU memory will be registered directly (docs/gpu.md) */
