@@ -6,6 +6,8 @@
  * that leak checkers can only attribute (and suppress) while the library is still mapped, and a
  * libconnex with those backends has them loaded anyway. dlopen of a loaded library only counts. */
 #include "cx_select.h"
+#include "connex/backend.h"
+#include "connex/options.h"
 #include "probe_int.h"
 
 #include <ctype.h>
@@ -33,17 +35,19 @@ static void cx_sel_unload(void *h)
 /* dlsym into a function pointer without a pedantic object->function pointer cast warning */
 #define CX_SYM(h, var, name) (*(void **)(&(var)) = dlsym((h), (name)))
 
+/* Through the core's loader, which puts back the signal handlers a constructor installs (libucs's
+ * take SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGHUP): probing leaves the process's own. */
 static void *open_first(const char *const *names, cx_probe_lib_t *lib)
 {
+    char why[200] = "?";
     for (int i = 0; names[i]; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        void *h = cx_core_dlopen(names[i], i ? NULL : why, i ? 0 : sizeof why);
         if (h) {
             lib->loaded = 1;
             return h;
         }
     }
-    const char *e = dlerror();
-    snprintf(lib->note, sizeof lib->note, "%s not loadable: %s", names[0], e ? e : "?");
+    snprintf(lib->note, sizeof lib->note, "%s not loadable: %s", names[0], why);
     return NULL;
 }
 
@@ -247,7 +251,7 @@ void cx_sel_probe_ucx(cx_probe_t *p)
         snprintf(lib->note, sizeof lib->note, "libuct.so.0 lacks the uct query API");
         return;
     }
-    void *hp = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+    void *hp = cx_core_dlopen("libucp.so.0", NULL, 0);
     const char *(*ver)(void) = NULL;
     if (hp && CX_SYM(hp, ver, "ucp_get_version_string") && ver) cx_sel_copy(lib->version, sizeof lib->version, ver());
 

@@ -6,7 +6,7 @@
  * here and logs what UCX is configured with. Each case runs in a child process, because a process
  * probes its host once. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* RTLD_NEXT */
+#define _GNU_SOURCE /* RTLD_NOLOAD */
 #endif
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,11 +28,15 @@
 
 static char LOG[256];
 
-/* Interposed on libucp's: logs each setting the UCX backend makes, then does it. */
-ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
+/* Interposed on libucp's: logs each setting the UCX backend makes, then does it. Exported: the
+ * backend looks its UCX functions up in the process's global scope first (backends/ucx/ucx_dl.c),
+ * and finds this one there; the real one is in libucp, which the backend loaded RTLD_LOCAL. */
+__attribute__((visibility("default"))) ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name,
+                                                                      const char *value)
 {
     ucs_status_t (*real)(ucp_config_t *, const char *, const char *);
-    *(void **)(&real) = dlsym(RTLD_NEXT, "ucp_config_modify");
+    void *ucp = dlopen("libucp.so.0", RTLD_NOW | RTLD_NOLOAD);
+    *(void **)(&real) = ucp ? dlsym(ucp, "ucp_config_modify") : NULL;
     FILE *f = LOG[0] ? fopen(LOG, "a") : NULL;
     if (f) {
         fprintf(f, "ucx %s=%s\n", name, value);

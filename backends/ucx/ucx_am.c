@@ -22,9 +22,9 @@ int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, 
     cx_ucx_ack_hdr_put(&w, &(cx_ucx_ack_hdr_t){ .req_id = req_id, .status = (int32_t)status });
     ucp_request_param_t p;
     cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_ACK, c->buf, w.len, NULL, 0, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(ep, CX_UCX_AM_ACK, c->buf, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending an ack failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending an ack failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_ctl_free(c);
         return CX_EPEER;
     }
@@ -59,12 +59,12 @@ static void cx_ucx_in_recv_cb(void *req, ucs_status_t st, size_t length, void *u
 {
     (void)length;
     cx_ucx_in_t *in = user;
-    ucp_request_free(req);
+    cx_ucx_lib.ucp_request_free(req);
     in->pending = 0;
     if (st == UCS_OK) {
         in->ready = 1;
     } else {
-        cx_warn("ucx: receiving a message's data failed: %s", ucs_status_string(st));
+        cx_warn("ucx: receiving a message's data failed: %s", cx_ucx_lib.ucs_status_string(st));
         in->failed = 1;
     }
 }
@@ -132,9 +132,9 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         p.cb.recv_am = cx_ucx_in_recv_cb;
         p.user_data = in;
         in->wk = wk;
-        ucs_status_ptr_t r = ucp_am_recv_data_nbx(wk->w, data, buf, len, &p);
+        ucs_status_ptr_t r = cx_ucx_lib.ucp_am_recv_data_nbx(wk->w, data, buf, len, &p);
         if (UCS_PTR_IS_ERR(r)) {
-            cx_warn("ucx: ucp_am_recv_data_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+            cx_warn("ucx: ucp_am_recv_data_nbx failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
             in->failed = 1;
         } else if (!r) {
             in->ready = 1;
@@ -188,20 +188,20 @@ int cx_ucx_am_init(cx_ucx_wk_t *wk)
     p.arg = wk;
     p.id = CX_UCX_AM_MSG;
     p.cb = cx_ucx_am_msg;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(wk->w, &p);
+    ucs_status_t st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     if (st == UCS_OK) {
         p.id = CX_UCX_AM_ACK;
         p.cb = cx_ucx_am_ack;
-        st = ucp_worker_set_am_recv_handler(wk->w, &p);
+        st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     }
     if (st == UCS_OK) {
         p.id = CX_UCX_AM_UPD;
         p.cb = cx_ucx_am_upd;
-        st = ucp_worker_set_am_recv_handler(wk->w, &p);
+        st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     }
     if (st == UCS_OK) return cx_ucx_read_am_init(wk, &p);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
+        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;
     }
     return CX_OK;

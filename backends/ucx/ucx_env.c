@@ -49,9 +49,9 @@ int cx_ucx_rdma_usable(void)
 
 static int cx_ucx_set(ucp_config_t *cfg, const char *name, const char *val)
 {
-    ucs_status_t st = ucp_config_modify(cfg, name, val);
+    ucs_status_t st = cx_ucx_lib.ucp_config_modify(cfg, name, val);
     if (st != UCS_OK) {
-        cx_warn("ucx: cannot set UCX_%s=%s: %s", name, val, ucs_status_string(st));
+        cx_warn("ucx: cannot set UCX_%s=%s: %s", name, val, cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;
     }
     cx_info("ucx: UCX_%s=%s", name, val);
@@ -172,11 +172,11 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
      * UCT's tcp table (ucp_config_modify hands names it does not know to every transport's
      * table; tcp is the only one with PUT_ENABLE, and "TCP_PUT_ENABLE" matched none). */
     if (!getenv("UCX_TCP_PUT_ENABLE")) {
-        ucs_status_t st = ucp_config_modify(cfg, "PUT_ENABLE", "n");
+        ucs_status_t st = cx_ucx_lib.ucp_config_modify(cfg, "PUT_ENABLE", "n");
         if (st == UCS_OK)
             cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
         else
-            cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", ucs_status_string(st));
+            cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", cx_ucx_lib.ucs_status_string(st));
     }
     /* UCX's tcp transport connects with a blocking connect() by default (UCX_TCP_CONN_NB=n),
      * inside ucp_ep_create on our progress thread: to an address cut off by a partition that
@@ -184,18 +184,18 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
      * 12 s against a 600 ms op timeout. Non-blocking, the op times out on time. Same field
      * rule as above; a user's UCX_TCP_CONN_NB wins. */
     if (!getenv("UCX_TCP_CONN_NB")) {
-        ucs_status_t st = ucp_config_modify(cfg, "CONN_NB", "y");
+        ucs_status_t st = cx_ucx_lib.ucp_config_modify(cfg, "CONN_NB", "y");
         if (st == UCS_OK)
             cx_info("ucx: UCX_TCP_CONN_NB=y (non-blocking tcp connect)");
         else
-            cx_warn("ucx: cannot make tcp connects non-blocking: %s", ucs_status_string(st));
+            cx_warn("ucx: cannot make tcp connects non-blocking: %s", cx_ucx_lib.ucs_status_string(st));
     }
     /* UCX before 1.16 runs put/get on CUDA memory through the v1 protocols, which pick
      * short/bcopy (a CPU memcpy on device memory) instead of GPUDirect zero-copy; the v2
      * protocol selection (UCX_PROTO_ENABLE=y) picks rc/dc zcopy. Newer UCX enables v2 by
      * default, and an explicit UCX_PROTO_ENABLE is the user's choice either way. */
     unsigned maj = 0, min = 0, rel = 0;
-    ucp_get_version(&maj, &min, &rel);
+    cx_ucx_lib.ucp_get_version(&maj, &min, &rel);
     if (!getenv("UCX_PROTO_ENABLE") && (maj == 1 && min < 16) && cx_ucx_rdma_usable())
         (void)cx_ucx_set(cfg, "PROTO_ENABLE", "y");
     return CX_OK;

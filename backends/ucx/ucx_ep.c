@@ -16,7 +16,7 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     if (ue != ep->ue) {
         /* A retiring ucp_ep (rotation) failed: the peer is reached on the current one. UCX fails
          * its own requests; ops of it still waiting for an ack would wait forever. */
-        cx_warn("ucx: a retiring endpoint failed: %s", ucs_status_string(st));
+        cx_warn("ucx: a retiring endpoint failed: %s", cx_ucx_lib.ucs_status_string(st));
         for (cx_ucx_op_t *op = ep->ops.next, *nx; op != &ep->ops; op = nx) {
             nx = op->next;
             if (op->ue == ue) cx_ucx_op_finish(ep->b, op, CX_EPEER);
@@ -26,7 +26,7 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     }
     if (ep->failed) return;
     ep->failed = 1;
-    snprintf(ep->reason, sizeof ep->reason, "ucx: %s", ucs_status_string(st));
+    snprintf(ep->reason, sizeof ep->reason, "ucx: %s", cx_ucx_lib.ucs_status_string(st));
     /* A reset is the peer's kernel closing its connection: its process is gone. UCX 1.13's tcp
      * transport reports that as "Endpoint timeout" as often as "Connection reset", and an
      * unreachable peer the same way: all three mean the peer is gone. Anything else the core
@@ -96,7 +96,7 @@ static void cx_ucx_ue_lanes(cx_ucx_ue_t *ue)
     FILE *f = open_memstream(&text, &tlen);
     ue->tl[0] = 0;
     if (!f) return;
-    ucp_ep_print_info(ue->ep, f);
+    cx_ucx_lib.ucp_ep_print_info(ue->ep, f);
     if (fclose(f) == 0 && text) {
         cx_ucx_lanes_parse(text, ue->tl, sizeof ue->tl);
         if (cx_log_level >= CX_LOG_DEBUG) fputs(text, stderr);
@@ -138,7 +138,7 @@ cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t l
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = cx_ucx_err_cb;
     p.err_handler.arg = ue;
-    ucs_status_t st = b->no_peer_mode ? UCS_ERR_UNREACHABLE : ucp_ep_create(ue->wk->w, &p, &ue->ep);
+    ucs_status_t st = b->no_peer_mode ? UCS_ERR_UNREACHABLE : cx_ucx_lib.ucp_ep_create(ue->wk->w, &p, &ue->ep);
     if (st == UCS_ERR_UNREACHABLE) {
         /* UCX 1.13's sysv and posix transports cannot handle peer failure, so with UCX_TLS
          * limited to them (UCX_TLS=sm) no PEER endpoint exists. Without UCX's error handling
@@ -150,14 +150,14 @@ cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t l
                     getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
         p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
         p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        st = ucp_ep_create(ue->wk->w, &p, &ue->ep);
+        st = cx_ucx_lib.ucp_ep_create(ue->wk->w, &p, &ue->ep);
         if (st == UCS_OK) b->no_peer_mode = 1; /* say it (and let UCX say it) once */
     } else if (st == UCS_OK) {
         ue->peer_mode = 1;
     }
     free(copy);
     if (st != UCS_OK) {
-        cx_warn("ucx: ucp_ep_create failed: %s", ucs_status_string(st));
+        cx_warn("ucx: ucp_ep_create failed: %s", cx_ucx_lib.ucs_status_string(st));
         free(ue);
         *rc = st == UCS_ERR_UNREACHABLE ? CX_EUNSUPPORTED : CX_EPEER;
         return NULL;
@@ -248,24 +248,24 @@ void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force)
      * with the worker), so does a flush-closed PEER one. */
     int forced = force && ue->peer_mode;
     p.flags = forced ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ue->ep, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_ep_close_nbx(ue->ep, &p);
     int zombie = !forced;
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: ucp_ep_close_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: ucp_ep_close_nbx failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         zombie = 1;
     } else if (r && !forced) {
-        ucp_request_free(r);
+        cx_ucx_lib.ucp_request_free(r);
     } else if (r) {
         uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+        while (cx_ucx_lib.ucp_request_check_status(r) == UCS_INPROGRESS) {
             if (cx_ucx_now_ns() > deadline) {
                 cx_error("ucx: forced endpoint close still pending after %d ms", CX_UCX_CLOSE_MS);
                 zombie = 1;
                 break;
             }
-            ucp_worker_progress(ue->wk->w);
+            cx_ucx_lib.ucp_worker_progress(ue->wk->w);
         }
-        ucp_request_free(r);
+        cx_ucx_lib.ucp_request_free(r);
     }
     if (zombie) cx_ucx_zombie(b, ue->wk, !force);
     if (ue->wk != b->cur) cx_ucx_signal(b); /* its retired worker may go now (ucx_rot.c) */

@@ -46,14 +46,14 @@ void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps)
     ucp_context_attr_t a;
     memset(&a, 0, sizeof a);
     a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    if (ucp_context_query(b->ctx, &a) != UCS_OK) return;
+    if (cx_ucx_lib.ucp_context_query(b->ctx, &a) != UCS_OK) return;
     int cuda = (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     int tls = rdma_tls_allowed(), dev = rdma_device_present();
     cx_debug("ucx: GPU caps: CUDA memory type %s, RDMA transports %s, RDMA device %s", cuda ? "yes" : "no",
              tls ? "allowed" : "excluded by UCX_TLS", dev ? "present" : "absent");
     if (!cuda || !tls || !dev) return;
     unsigned major, minor, release;
-    ucp_get_version(&major, &minor, &release);
+    cx_ucx_lib.ucp_get_version(&major, &minor, &release);
     caps->rdma = 1;
     caps->peermem = 1;
     caps->dmabuf = major > 1 || minor >= 14;

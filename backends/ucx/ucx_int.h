@@ -16,6 +16,7 @@
 #include "util/rread.h"
 #include "connex/log.h"
 #include "connex/wire.h"
+#include "ucx_dl.h"
 #include "ucx_wire.h"
 
 #include <stdint.h>

@@ -37,7 +37,7 @@ static void install(void)
 {
     const char *f = getenv("UCX_LOG_FILE");
     if (f && *f) return;
-    ucs_log_push_handler(to_connex);
+    cx_ucx_lib.ucs_log_push_handler(to_connex);
 }
 
 void cx_ucx_log_route(void)

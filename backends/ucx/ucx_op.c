@@ -164,7 +164,7 @@ void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op)
 cx_ucx_op_t *cx_ucx_req_done(void *req, void *user)
 {
     cx_ucx_op_t *op = user;
-    ucp_request_free(req);
+    cx_ucx_lib.ucp_request_free(req);
     if (op->finished || !op->x) {
         cx_ucx_op_release(op->b, op);
         return NULL;

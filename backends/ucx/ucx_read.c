@@ -58,9 +58,9 @@ static void cx_ucx_read_ask(cx_ucx_t *b, cx_ucx_op_t *op)
     cx_ucx_param(&p, op, cx_ucx_rreq_sent_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_RREQ, op->hdr, w.len, NULL, 0, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_RREQ, op->hdr, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending a read request failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending a read request failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_op_finish(b, op, cx_ucx_status(UCS_PTR_STATUS(r)));
     } else if (r) {
         op->pending++;
@@ -157,10 +157,11 @@ static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t re
         cx_wr_t w;
         cx_wr_init(&w, hb, CX_UCX_RDATA_HDR_LEN);
         cx_ucx_rdata_hdr_put(&w, &(cx_ucx_rdata_hdr_t){ .req_id = req_id, .status = st, .offset = off });
-        ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_RDATA, hb, w.len, len ? src + off : NULL, len, &p);
+        ucs_status_ptr_t r =
+            cx_ucx_lib.ucp_am_send_nbx(ep, CX_UCX_AM_RDATA, hb, w.len, len ? src + off : NULL, len, &p);
         if (UCS_PTR_IS_ERR(r)) { /* the reader's op times out */
             cx_warn("ucx: answering read request %llu failed: %s", (unsigned long long)req_id,
-                    ucs_status_string(UCS_PTR_STATUS(r)));
+                    cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
             break;
         }
         if (r) c->refs++;
@@ -199,14 +200,14 @@ int cx_ucx_read_am_init(cx_ucx_wk_t *wk, ucp_am_handler_param_t *p)
 {
     p->id = CX_UCX_AM_RREQ;
     p->cb = cx_ucx_am_rreq;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(wk->w, p);
+    ucs_status_t st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, p);
     if (st == UCS_OK) {
         p->id = CX_UCX_AM_RDATA;
         p->cb = cx_ucx_am_rdata;
-        st = ucp_worker_set_am_recv_handler(wk->w, p);
+        st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, p);
     }
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
+        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;
     }
     return CX_OK;

@@ -200,7 +200,7 @@ void cx_ucx_ctl_unref(cx_ucx_ctl_t *c)
 void cx_ucx_ctl_send_cb(void *req, ucs_status_t st, void *user)
 {
     (void)st;
-    ucp_request_free(req);
+    cx_ucx_lib.ucp_request_free(req);
     cx_ucx_ctl_unref(user);
 }
 
@@ -219,9 +219,9 @@ int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue)
     cx_ucx_upd_put(&w, &(cx_ucx_upd_hdr_t){ .inc = b->inc, .gen = b->cur->gen, .addr = wa, .addr_len = n });
     ucp_request_param_t p;
     cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
-    ucs_status_ptr_t r = ucp_am_send_nbx(ue->ep, CX_UCX_AM_UPD, NULL, 0, c->buf, w.len, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(ue->ep, CX_UCX_AM_UPD, NULL, 0, c->buf, w.len, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending an address update failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending an address update failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_ctl_free(c);
         return CX_EPEER;
     }

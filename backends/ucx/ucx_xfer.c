@@ -101,10 +101,10 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
     cx_ucx_param(&p, op, cx_ucx_am_sent_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_MSG, op->hdr, w.len,
-                                         op->msg_copy ? op->msg_copy : x->msg, x->msg_len, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_MSG, op->hdr, w.len,
+                                                    op->msg_copy ? op->msg_copy : x->msg, x->msg_len, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending a message failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending a message failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_op_finish(b, op, cx_ucx_status(UCS_PTR_STATUS(r)));
     } else if (r == NULL) {
         op->sent = 1;
@@ -118,12 +118,12 @@ static ucs_status_ptr_t cx_ucx_put_flush(cx_ucx_ue_t *ue, cx_ucx_op_t *op, cx_xf
 {
     ucp_request_param_t p;
     cx_ucx_param(&p, NULL, NULL, x);
-    ucs_status_ptr_t r = ucp_put_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_put_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
     if (UCS_PTR_IS_ERR(r)) return r;
-    if (r) ucp_request_free(r);
+    if (r) cx_ucx_lib.ucp_request_free(r);
     op->stage = CX_UCX_OPS_FLUSH;
     cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
-    return ucp_ep_flush_nbx(ue->ep, &p);
+    return cx_ucx_lib.ucp_ep_flush_nbx(ue->ep, &p);
 }
 
 /* The op could not start. sync (from submit): the xfer was not started, the op goes away and
@@ -210,7 +210,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         if (x->len && x->local_mem == CX_MEM_HOST && (b->bounce_all || (none && x->len < b->answer_min))) {
             if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
             cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
-            r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
+            r = cx_ucx_lib.ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
             break;
         }
         if (x->len && x->local_mem == CX_MEM_HOST && none) {
@@ -218,7 +218,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
             return cx_ucx_refused_at_once(b, op, sync);
         }
         cx_ucx_param(&p, op, cx_ucx_rma_cb, x);
-        r = ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
+        r = cx_ucx_lib.ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
         break;
     }
     case CX_XFER_WRITE:
@@ -227,7 +227,8 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
     }
     if (UCS_PTR_IS_ERR(r)) {
         ucs_status_t st = UCS_PTR_STATUS(r);
-        cx_warn("ucx: starting an xfer (kind %d, %zu bytes) failed: %s", x->kind, x->len, ucs_status_string(st));
+        cx_warn("ucx: starting an xfer (kind %d, %zu bytes) failed: %s", x->kind, x->len,
+                cx_ucx_lib.ucs_status_string(st));
         return cx_ucx_not_started(b, op, cx_ucx_status(st), sync);
     }
     if (r) {
@@ -310,5 +311,5 @@ void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, s
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit(bb, ep, xs[i]);
-    if (b && b->cur && ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
+    if (b && b->cur && cx_ucx_lib.ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
 }

@@ -4,12 +4,15 @@
 #define CX_DL_CURL 1
 #include "dl_libs.h"
 
+#include "connex/backend.h"
 #include "connex/connex.h"
 #include "connex/log.h"
+#include "sigkeep.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #ifndef CX_CRYPTO_SONAME
 #define CX_CRYPTO_SONAME "libcrypto.so.3"
@@ -24,14 +27,29 @@
         if (!(*(void **)(&(var)) = dlsym((h), (name)))) (miss) = (name); \
     } while (0)
 
+/* A constructor may install signal handlers (libucs's take SIGSEGV, SIGBUS, SIGILL, SIGFPE and
+ * SIGHUP): what the load changed is put back, so the process keeps its own dispositions whoever
+ * loads the library, an engine or not. The dispositions are saved and restored around the call
+ * only: a thread of the application that sets one at the same moment may see it undone. */
+void *cx_core_dlopen(const char *soname, char *why, size_t wn)
+{
+    cx_sigkeep_t *k = malloc(sizeof *k);
+    if (k) cx_sigkeep_save(k);
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    const char *e = h ? NULL : dlerror();
+    if (!h && why && wn) snprintf(why, wn, "%s", e ? e : "not found");
+    if (k) {
+        char who[96];
+        snprintf(who, sizeof who, "loading %s", soname);
+        cx_sigkeep_restore(k, who);
+    }
+    free(k);
+    return h;
+}
+
 static void *dl_open(const char *soname, char *why, size_t wn)
 {
-    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(why, wn, "%s", e ? e : "not found");
-    }
-    return h;
+    return cx_core_dlopen(soname, why, wn);
 }
 
 /* ---------------------------------------------------------------- libcrypto */

@@ -221,6 +221,12 @@ int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len);
 /* Count a request served here as target (kind is CX_XFER_*; ok=0 counts a rejection). */
 void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok);
 
+/* dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE) for a backend that loads its library at
+ * its first open, from any thread: the signal dispositions of the process are the same after it
+ * as before (a handler a constructor installed is put back, and logged at info). NULL if the
+ * library does not load, with dlerror's reason in why[wn]. */
+void *cx_core_dlopen(const char *soname, char *why, size_t wn);
+
 /* The registry of compiled-in backends, best first (filled in by the build). */
 extern const struct cx_backend_ops *const cx_backends_builtin[];
 
