@@ -111,6 +111,8 @@ void cx_open_plan_params(const cx_open_plan_t *plan, cx_backend_params_t *p)
     /* "" is a plan too (no RDMA device); NULL only without one */
     p->net_devices = plan->planned ? plan->net_devices : NULL; /* "": the plan has no RDMA device */
     p->net_devices_exact = plan->net_devices_exact;
+    p->domains = plan->domains[0] ? plan->domains : NULL;
+    p->gpu_domains = plan->gpu_domains[0] ? plan->gpu_domains : NULL;
 }
 
 /* ---- the public memory calls (connex.h): thin over gpu/ ---- */
