@@ -214,9 +214,9 @@ static void test_stripe_failure(void **state)
     if (!g_net_ok) cxt_skip(g_skip_cap, "stripe: %s", g_skip_why);
     pair_t p;
     pair_open(&p, "1:3");
-    assert_int_equal(write_checked(&p, 21, BIG), CX_OK);    /* rail 1: stripe 1 */
-    read_checked(&p, p.a, p.buf_a, p.buf_b, p.lid_b, 22);   /* stripe 2 */
-    int rc = write_checked(&p, 23, BIG);                    /* stripe 3 fails */
+    assert_int_equal(write_checked(&p, 21, BIG), CX_OK);  /* rail 1: stripe 1 */
+    read_checked(&p, p.a, p.buf_a, p.buf_b, p.lid_b, 22); /* stripe 2 */
+    int rc = write_checked(&p, 23, BIG);                  /* stripe 3 fails */
     fprintf(stderr, "stripe: the write with a failed stripe: %s\n", cx_strerror(rc));
     assert_int_not_equal(rc, CX_OK);
     assert_int_not_equal(rc, CX_EPEER); /* the peer is alive: not its failure */

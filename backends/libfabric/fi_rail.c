@@ -47,13 +47,13 @@ struct cx_fi_hub {
     char dom[CX_FI_RAILS_MAX][64];
     int efd; /* epoll over the rails' wait fds */
     size_t stripe_min;
-    unsigned rr;                           /* rail of the next unstriped op */
-    uint32_t gpu_mask[CX_FI_HUB_GPUS];     /* rails of GPU g (bit i: rail i); 0: every rail */
-    uint64_t bytes[CX_FI_RAILS_MAX];       /* moved by completed stripes, per rail */
-    uint64_t xfers[CX_FI_RAILS_MAX];       /* completed stripes, per rail */
-    int fault_rail;                        /* CONNEX_FI_FAULT_RAIL: R, -1 off */
-    uint64_t fault_at, fault_seen;         /* ... N, and stripes sent on R so far */
-    struct cx_bep *eps;                    /* every hub endpoint */
+    unsigned rr;                       /* rail of the next unstriped op */
+    uint32_t gpu_mask[CX_FI_HUB_GPUS]; /* rails of GPU g (bit i: rail i); 0: every rail */
+    uint64_t bytes[CX_FI_RAILS_MAX];   /* moved by completed stripes, per rail */
+    uint64_t xfers[CX_FI_RAILS_MAX];   /* completed stripes, per rail */
+    int fault_rail;                    /* CONNEX_FI_FAULT_RAIL: R, -1 off */
+    uint64_t fault_at, fault_seen;     /* ... N, and stripes sent on R so far */
+    struct cx_bep *eps;                /* every hub endpoint */
     cx_objcache_t grps;
     uint8_t addr[CX_FI_RAILS_MAX * 520 + 2];
     size_t addr_len;
@@ -111,9 +111,9 @@ static int cx_fi_if_has(const char *ifname, const char *ip)
         char s[64];
         if (!a->ifa_addr || strcmp(a->ifa_name, ifname)) continue;
         int f = a->ifa_addr->sa_family;
-        const void *ad = f == AF_INET    ? (const void *)&((struct sockaddr_in *)a->ifa_addr)->sin_addr
-                         : f == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)a->ifa_addr)->sin6_addr
-                                         : NULL;
+        const void *ad = f == AF_INET ? (const void *)&((struct sockaddr_in *)a->ifa_addr)->sin_addr
+            : f == AF_INET6           ? (const void *)&((struct sockaddr_in6 *)a->ifa_addr)->sin6_addr
+                                      : NULL;
         on = ad && inet_ntop(f, ad, s, sizeof s) && !strcmp(s, ip);
     }
     freeifaddrs(ifa);
@@ -346,8 +346,7 @@ static int cx_fi_hub_connect(cx_backend_t *hb, void *peer, const void *addr, siz
                 free(ep);
                 return rc;
             }
-            cx_info("libfabric: connect: rail %d (%s) to the peer failed (%d): %d rails", i, h->dom[i], rc,
-                    i);
+            cx_info("libfabric: connect: rail %d (%s) to the peer failed (%d): %d rails", i, h->dom[i], rc, i);
             break;
         }
         ep->nrails = i + 1;
@@ -470,8 +469,8 @@ static void cx_fi_hub_faults(cx_backend_t *hb)
         int k = ep->fault_i;
         ep->fault = NULL;
         char why[96];
-        snprintf(why, sizeof why, "rail %d (%s): injected stripe failure (CONNEX_FI_FAULT_RAIL)",
-                 g->rail_of[k], h->dom[g->rail_of[k]]);
+        snprintf(why, sizeof why, "rail %d (%s): injected stripe failure (CONNEX_FI_FAULT_RAIL)", g->rail_of[k],
+                 h->dom[g->rail_of[k]]);
         cx_warn("libfabric: %s", why);
         cx_core_peer_error(hb->core, ep->peer, CX_CAUSE_TRANSPORT, why); /* may disconnect ep */
         cx_fi_grp_sub_end(g, k, CX_EPEER);

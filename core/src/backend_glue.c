@@ -44,6 +44,8 @@ int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*
                 snprintf(plan[i].domain, sizeof plan[i].domain, "%s", pl->domain);
                 snprintf(plan[i].net_devices, sizeof plan[i].net_devices, "%s", pl->devices);
                 plan[i].net_devices_exact = pl->devices_exact;
+                snprintf(plan[i].domains, sizeof plan[i].domains, "%s", pl->domains);
+                snprintf(plan[i].gpu_domains, sizeof plan[i].gpu_domains, "%s", pl->gpu_domains);
                 break;
             }
         if (!choice[i][0]) snprintf(choice[i], CX_CHOICE_MAX, "%s//0x0", out[i]->name);
