@@ -151,6 +151,16 @@ static void test_ib_host(void **state)
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_9 hmem=1 mr_hmem=1");
     assert_null(strstr(t, "NET_DEVICES=gpu"));
     expect(t, "ucx NET_DEVICES=lo\n");
+    /* UCX given several NICs stripes its rendezvous over them: as many rails as NICs, up to 4 */
+    plan_case_t two = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", "mlx5_0:1,mlx5_3:1", NULL };
+    t = run_case(&two);
+    expect(t, "ucx NET_DEVICES=mlx5_0:1,mlx5_3:1\n");
+    expect(t, "ucx MAX_RNDV_RAILS=2\n");
+    plan_case_t six = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm",
+                        "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1", NULL };
+    t = run_case(&six);
+    expect(t, "ucx MAX_RNDV_RAILS=4\n");
+    assert_null(strstr(run_case(&c), "MAX_RNDV_RAILS")); /* lo alone: one rail, UCX's default */
 }
 
 /* RoCE workstation without peermem or a dma-buf finding: verbs, GPU memory staged (no FI_HMEM). */
