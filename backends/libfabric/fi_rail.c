@@ -545,6 +545,16 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
 {
     int rc = cx_fi_open_rails(p, out);
     if (rc == CX_OK || rc == CX_ENOMEM) return rc;
+    /* CONNEX_FI_RAILS with one name: that domain, one rail. */
+    const char *list = NULL;
+    char one[1][64];
+    (void)cx_opt_get_str("CONNEX_FI_RAILS", &list);
+    if (list && *list && !strpbrk(list, ",; ") && cx_fi_split(list, one, 1) == 1) {
+        cx_backend_params_t q = *p;
+        q.domain = one[0];
+        q.domains = NULL;
+        return cx_fi_single_ops.open(&q, out);
+    }
     return cx_fi_single_ops.open(p, out);
 }
 
