@@ -69,6 +69,8 @@ typedef struct cx_bench_row {
     int baseline;                        /* 1: a raw-library or host baseline, not connex */
     char note[96];                       /* "ok (verified)", "skipped: ...", "FAIL: ..." */
     int round;                           /* transfer --rounds: which round measured it (0-based) */
+    int batch;                           /* blocks per call (transfer --batch N); 0: one op per call */
+    int async;                           /* 1: the call's blocks went as async ops, not one batch */
 } cx_bench_row_t;
 
 /* connex-c against the raw loop of its transport (ucx_raw, fi_raw) at one point, paired per round
@@ -76,6 +78,7 @@ typedef struct cx_bench_row {
 typedef struct cx_bench_ratio {
     char backend[40], raw[40], op[16];
     size_t size;
+    int batch, async;       /* the rows' shape (cx_bench_row_t) */
     int n;                  /* rounds with both */
     double cx_p50, raw_p50; /* medians of the rounds' p50s, us */
     double ratio, lo, hi;   /* connex p50 / raw p50 of the same round: median, min, max */

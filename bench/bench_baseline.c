@@ -73,10 +73,13 @@ static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, 
         if (o->sizes[i] <= ((size_t)16 << 20)) /* the raw tools' largest */
             used += (size_t)snprintf(sz + used, sizeof sz - used, "%s%zu", used ? "," : "", o->sizes[i]);
     if (!used) return;
+    /* transfer --batch N: the raw loop posts the same N blocks per call and waits for all. */
     if (!strcmp(tool, "fi_raw"))
-        snprintf(cmd, sizeof cmd, "timeout 120 '%s' -s %s -t %.3f -n %d 2>&1", path, sz, o->budget_ms / 1000.0, iters);
+        snprintf(cmd, sizeof cmd, "timeout 120 '%s' -s %s -t %.3f -n %d -b %d 2>&1", path, sz, o->budget_ms / 1000.0,
+                 iters, o->batch);
     else
-        snprintf(cmd, sizeof cmd, "timeout 120 '%s' %d %s %d 2>&1", path, iters, sz, o->budget_ms);
+        snprintf(cmd, sizeof cmd, "UCX_RAW_BATCH=%d timeout 120 '%s' %d %s %d 2>&1", o->batch, path, iters, sz,
+                 o->budget_ms);
     cx_bench_progress(o, "baseline %s under %s", tool, v->name);
     cx_bench_variant_env(v, 1);
     FILE *f = popen(cmd, "r");
@@ -104,9 +107,13 @@ static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, 
         r.size = (size_t)bytes;
         r.iters = it;
         r.p50_us = p50;
-        r.gbps = (double)bytes / (p50 * 1e3);
+        r.batch = o->batch;
+        r.gbps = (double)bytes * (o->batch ? o->batch : 1) / (p50 * 1e3);
         r.baseline = 1;
-        snprintf(r.note, sizeof r.note, "p50 only");
+        if (o->batch)
+            snprintf(r.note, sizeof r.note, "p50 only, %d blocks per call", o->batch);
+        else
+            snprintf(r.note, sizeof r.note, "p50 only");
         cx_bench_add_row(&r);
         got++;
     }

@@ -301,8 +301,9 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         jstr(f, r->op);
         fprintf(f,
                 ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
-                "\"gbps\": %.4f, \"round\": %d, \"result\": ",
-                r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps, r->round);
+                "\"gbps\": %.4f, \"round\": %d, \"batch\": %d, \"async\": %s, \"result\": ",
+                r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps, r->round, r->batch,
+                r->async ? "true" : "false");
         jstr(f, r->note);
         fputc('}', f);
     }
@@ -317,9 +318,11 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         fprintf(f, ", \"op\": ");
         jstr(f, rs[i].op);
         fprintf(f,
-                ", \"size\": %zu, \"rounds\": %d, \"p50_us\": %.3f, \"raw_p50_us\": %.3f, \"ratio\": %.3f, "
-                "\"ratio_min\": %.3f, \"ratio_max\": %.3f, \"ratio_best\": %.3f}",
-                rs[i].size, rs[i].n, rs[i].cx_p50, rs[i].raw_p50, rs[i].ratio, rs[i].lo, rs[i].hi, rs[i].best);
+                ", \"size\": %zu, \"batch\": %d, \"async\": %s, \"rounds\": %d, \"p50_us\": %.3f, "
+                "\"raw_p50_us\": %.3f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
+                "\"ratio_best\": %.3f}",
+                rs[i].size, rs[i].batch, rs[i].async ? "true" : "false", rs[i].n, rs[i].cx_p50, rs[i].raw_p50,
+                rs[i].ratio, rs[i].lo, rs[i].hi, rs[i].best);
     }
     fprintf(f, "\n  ],\n  \"failover\": [");
     for (int i = 0; i < nfos; i++) {

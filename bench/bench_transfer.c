@@ -231,6 +231,8 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
     }
     cx_bench_row_fill(&r, samples, n);
     r.gbps *= sh->nb ? sh->nb : 1; /* every block of the call */
+    r.batch = sh->nb;
+    r.async = sh->async;
     static const char *const oks[] = { "ok (every op verified)", "ok (every op checked at the peer)",
                                        "ok (every op checked on arrival)" };
     snprintf(r.note, sizeof r.note, "%s", oks[op]);

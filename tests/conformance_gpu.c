@@ -328,6 +328,105 @@ static void test_many_at_once(void **state)
     expect_ring_idle(E, "after 12 concurrent put_signals");
 }
 
+/* Batches whose entries are device memory on either side (docs/gpu.md): each entry goes through
+ * the staging ring as its own staged op, so the entries' copies and transfers overlap; every
+ * entry is checked byte for byte, and the ring is idle afterwards. */
+#define NB 24
+static const size_t bsizes[] = { 1, 4097, 65537, MB + 3 };
+static void batch_layout(int i, cxt_peer_t **to, size_t *lo, size_t *ro, size_t *n)
+{
+    *to = i & 1 ? &PD : &PH;
+    *n = bsizes[i % 4];
+    *lo = (size_t)i * (MB + 8192) + 5;        /* disjoint local ranges, odd offsets */
+    *ro = (size_t)(i / 2) * (MB + 8192) + 13; /* disjoint per peer */
+}
+
+static void test_batch(void **state)
+{
+    (void)state;
+    cx_batch_entry_t ents[NB];
+    int st[NB];
+    char rep[256], what[96];
+    assert_int_equal(cxt_peer_cmd(&PH, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    assert_int_equal(cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    /* Reads into device memory, from host and device regions in one batch. */
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        assert_int_equal(cxt_mem_set(D + lo, 0, n), 0);
+        ents[i] = (cx_batch_entry_t){ .peer = to->url, .local = D + lo, .remote = to->base + ro, .len = n };
+    }
+    uint64_t t0 = cxt_now_ns();
+    int rc = cx_batch_read(E, ents, NB, st);
+    fprintf(stderr, "batch read of %d device entries: %s, %.3f ms\n", NB, cx_strerror(rc), cxt_ms_since(t0));
+    assert_int_equal(rc, CX_OK);
+    cx_staging_debug_t d;
+    assert_int_equal(cx_staging_debug(E, &d), CX_OK);
+    fprintf(stderr, "staged ops live at once during the batch: at most %d\n", d.jobs_max);
+    assert_true(d.jobs_max > 1); /* the entries' staging overlapped */
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        if (st[i]) fail_msg("batch read entry %d: %s", i, cx_strerror(st[i]));
+        long long bad = cxt_mem_check(D + lo, n, PSEED, ro);
+        if (bad >= 0) fail_msg("batch read entry %d (%zu B): wrong byte at %lld", i, n, bad);
+    }
+    expect_ring_idle(E, "after a batch read");
+
+    /* Writes from device memory, then a batch put_signal whose message the device peer checks. */
+    assert_int_equal(cxt_mem_fill(D, LS, TSEED, 0), 0);
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        ents[i] = (cx_batch_entry_t){ .peer = to->url, .local = D + lo, .remote = to->base + ro, .len = n };
+    }
+    t0 = cxt_now_ns();
+    rc = cx_batch_write(E, ents, NB, st);
+    fprintf(stderr, "batch write of %d device entries: %s, %.3f ms\n", NB, cx_strerror(rc), cxt_ms_since(t0));
+    assert_int_equal(rc, CX_OK);
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        if (st[i]) fail_msg("batch write entry %d: %s", i, cx_strerror(st[i]));
+        snprintf(what, sizeof what, "batch write entry %d (%zu B)", i, n);
+        expect_peer_hash(to, ro, n, cxt_mem_hash(D + lo, n), what);
+    }
+    expect_ring_idle(E, "after a batch write");
+
+    /* put_signal: 8 device entries to the device peer; the message names the last range, which
+     * the peer checks when the message arrives (every entry is in place before it). */
+    enum { NS = 8 };
+    assert_int_equal(cxt_mem_fill(D, LS, TSEED + 1, 0), 0);
+    for (int i = 0; i < NS; i++)
+        ents[i] = (cx_batch_entry_t){ .peer = NULL,
+                                      .local = D + (size_t)i * (MB + 8192) + 3,
+                                      .remote = PD.base + (size_t)i * MB + 7,
+                                      .len = MB - 9 };
+    char msg[128];
+    snprintf(msg, sizeof msg, "CHK %" PRIx64 " %zu %" PRIx64, PD.base + (size_t)(NS - 1) * MB + 7, MB - 9,
+             cxt_mem_hash(D + (size_t)(NS - 1) * (MB + 8192) + 3, MB - 9));
+    cx_op_t *op = NULL;
+    assert_int_equal(cx_batch_put_signal(E, PD.url, ents, NS, msg, strlen(msg), CX_CLASS_CRITICAL, st, &op), CX_OK);
+    assert_int_equal(cx_op_wait(op, 60000), CX_OK);
+    char line[512];
+    if (cxt_peer_expect(&PD, "MSG ", 20000, line, sizeof line)) fail_msg("batch put_signal: no message");
+    if (!strstr(line, " CHK OK")) fail_msg("batch put_signal: peer said '%s'", line);
+    for (int i = 0; i < NS; i++) {
+        if (st[i]) fail_msg("batch put_signal entry %d: %s", i, cx_strerror(st[i]));
+        snprintf(what, sizeof what, "batch put_signal entry %d", i);
+        expect_peer_hash(&PD, (size_t)i * MB + 7, MB - 9, cxt_mem_hash(D + (size_t)i * (MB + 8192) + 3, MB - 9), what);
+    }
+    expect_ring_idle(E, "after a batch put_signal");
+    /* What the later cases expect: our pattern TSEED, the peers' PSEED. */
+    assert_int_equal(cxt_mem_fill(D, LS, TSEED, 0), 0);
+    assert_int_equal(cxt_peer_cmd(&PH, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    assert_int_equal(cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+}
+
 struct reader {
     const char *url;
     uint64_t raddr;
@@ -639,6 +738,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_peer_initiated, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_stats, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_many_at_once, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_batch, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_timeout_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_device_peer_killed_and_stopped, cxt_watchdog_setup, cxt_watchdog_teardown),

@@ -9,8 +9,9 @@
  * our own region's lock; another run spun in fi_read on the dead peer's lock).
  *
  * Nothing inside the provider can tell a dead holder from a slow one, so this file does it from
- * outside, with what only we know: which processes have exited. A guard thread waits on a
- * pidfd per shm peer; once a peer has exited, it looks at two locks, the dead peer's region's
+ * outside, with what only we know: which processes have exited. A guard thread waits on an
+ * exit fd per shm peer (the core's, cx_core_peer_exit_fd: its same-host watch follows the
+ * peer's process); once a peer has exited, it looks at two locks, the dead peer's region's
  * and our own, and releases one that stays held through CX_FI_GUARD_HELD_MS of samples (a live
  * holder keeps it for microseconds; a dead one never lets go).
  *
@@ -35,7 +36,6 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -53,8 +53,8 @@ typedef struct cx_fi_gpeer {
     const void *id;         /* the backend's endpoint, NULL once dropped */
     uint64_t keep_until_ns; /* dropped: freed then at the latest */
     int exited;             /* looked at after its exit: freed when dropped */
-    int pidfd;
-    uint8_t *head; /* our own mapping of the peer region's head */
+    int exit_fd;            /* the core's: readable once the peer's process has exited */
+    uint8_t *head;          /* our own mapping of the peer region's head */
     char name[64];
 } cx_fi_gpeer_t;
 
@@ -170,8 +170,8 @@ static cx_fi_gpeer_t *cx_fi_guard_slot(struct cx_fi_guard *g, uint64_t tok)
 /* With mu held. */
 static void cx_fi_guard_free_slot(struct cx_fi_guard *g, cx_fi_gpeer_t *p)
 {
-    epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
-    close(p->pidfd);
+    epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->exit_fd, NULL);
+    close(p->exit_fd);
     munmap(p->head, CX_FI_GUARD_HEAD);
     *p = g->peers[--g->npeers];
 }
@@ -244,7 +244,7 @@ static void *cx_fi_guard_main(void *arg)
             pthread_mutex_lock(&g->mu);
             cx_fi_gpeer_t *p = cx_fi_guard_slot(g, tok);
             if (p) {
-                epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->pidfd, NULL); /* exited once is exited */
+                epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->exit_fd, NULL); /* exited once is exited */
                 snprintf(name, sizeof name, "%s", p->name);
             }
             pthread_mutex_unlock(&g->mu);
@@ -325,13 +325,15 @@ const int *cx_fi_guard_self(cx_backend_t *b, const char *name)
     return (const int *)(const void *)(head + g->lock_off);
 }
 
-const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name)
+const int *cx_fi_guard_add(cx_backend_t *b, const void *id, int exit_fd, const char *name)
 {
     struct cx_fi_guard *g = b->guard;
-    if (!g || !pid) return NULL;
-    cx_fi_gpeer_t p = { .id = id, .pidfd = -1 };
+    if (!g) {
+        if (exit_fd >= 0) close(exit_fd);
+        return NULL;
+    }
+    cx_fi_gpeer_t p = { .id = id, .exit_fd = exit_fd };
     snprintf(p.name, sizeof p.name, "%s", name);
-    p.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
     p.head = cx_fi_guard_map(name);
     pthread_mutex_lock(&g->mu);
     cx_fi_guard_expire(g);
@@ -345,15 +347,15 @@ const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const 
             g->cap = cap;
         }
     }
-    int ok = g->npeers < g->cap && p.pidfd >= 0 && p.head && !epoll_ctl(g->epfd, EPOLL_CTL_ADD, p.pidfd, &ev);
+    int ok = g->npeers < g->cap && p.exit_fd >= 0 && p.head && !epoll_ctl(g->epfd, EPOLL_CTL_ADD, p.exit_fd, &ev);
     if (ok) g->peers[g->npeers++] = p;
     pthread_mutex_unlock(&g->mu);
     if (!ok) {
         cx_info("libfabric: shm: no spinlock guard for %s (%s)", name,
-                p.pidfd < 0   ? "pidfd_open failed"
+                p.exit_fd < 0 ? "the core does not follow its process"
                     : !p.head ? "region not mapped"
                               : "no room");
-        if (p.pidfd >= 0) close(p.pidfd);
+        if (p.exit_fd >= 0) close(p.exit_fd);
         if (p.head) munmap(p.head, CX_FI_GUARD_HEAD);
         return NULL;
     }
@@ -393,7 +395,7 @@ void cx_fi_guard_stop(cx_backend_t *b)
     b->self_lockw = NULL; /* the mappings go now */
     for (cx_bep_t *ep = b->eps; ep; ep = ep->next) ep->lockw = NULL;
     for (int i = 0; i < g->npeers; i++) {
-        close(g->peers[i].pidfd);
+        close(g->peers[i].exit_fd);
         munmap(g->peers[i].head, CX_FI_GUARD_HEAD);
     }
     if (g->released) cx_info("libfabric: shm: the guard released %" PRIu64 " spinlock(s) of killed peers", g->released);

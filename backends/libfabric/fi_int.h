@@ -110,11 +110,11 @@ struct cx_bep {
     void *peer;
     fi_addr_t fa;
     int used;           /* an op was posted: rxm has (or is making) a connection */
-    int pidfd;          /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
+    int exit_fd;        /* shm: the core's fd for the peer's exit (cx_fi_peer_dead), or -1 */
     int dead;           /* shm: seen dead at a post; reported at the next progress */
-    unsigned pid_posts; /* shm: posts, its pidfd looked at every CX_FI_PID_POSTS */
+    unsigned pid_posts; /* shm: posts, its exit fd looked at every CX_FI_PID_POSTS */
     char shm_name[64];  /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
-    uint32_t pid;       /* shm: the peer process, 0 unknown */
+    uint32_t pid;       /* shm: the process its region names carry (fi_rot.c), 0 unknown */
     uint32_t peer_gen;  /* shm: the rotation of the peer's endpoint we post to (fi_rot.c) */
     const int *lockw;   /* shm: its region's spinlock, in the guard's mapping, or NULL */
     int nq;             /* its ops waiting in the backlog: later ops queue behind them */
@@ -151,7 +151,7 @@ typedef struct cx_fi_moved {
 #define CX_FI_AV_LATER 64               /* shm peers' addresses waiting for their removal */
 #define CX_FI_AV_LATER_NS 1000000000ull /* how long a dropped shm peer stays in the AV */
 typedef struct cx_fi_shm_wait {
-    int pidfd;
+    int exit_fd; /* the core's (cx_core_peer_exit_fd) */
     uint64_t until_ns;
     char name[64];
 } cx_fi_shm_wait_t;
@@ -341,7 +341,9 @@ void cx_fi_av_later_run(cx_backend_t *b, int closing);
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name);
 /* Our own region is `name` from now on (a rotation): its lock word, or NULL (guard unchanged). */
 const int *cx_fi_guard_self(cx_backend_t *b, const char *name);
-const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name);
+/* Guards the region `name` of the peer whose endpoint is id, until exit_fd (the core's
+ * cx_core_peer_exit_fd, now the guard's: closed here on failure) turns readable. */
+const int *cx_fi_guard_add(cx_backend_t *b, const void *id, int exit_fd, const char *name);
 void cx_fi_guard_del(cx_backend_t *b, const void *id);
 void cx_fi_guard_stop(cx_backend_t *b);
 /* Whether a region's spinlock (lockw: NULL without the guard) is held beyond a live holder's

@@ -337,7 +337,6 @@ static int cx_fi_hub_connect(cx_backend_t *hb, void *peer, const void *addr, siz
     if (!ep) return CX_ENOMEM;
     ep->b = hb;
     ep->peer = peer;
-    ep->pidfd = -1;
     for (int i = 0; i < k; i++) {
         int rc = cx_fi_addr_rail(addr, addr_len, i, &part, &pl, &rn);
         if (rc == CX_OK) rc = cx_fi_single_ops.connect(h->rail[i], peer, part, pl, &ep->rail[i]);

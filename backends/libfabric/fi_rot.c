@@ -56,20 +56,6 @@ void cx_fi_rot_init(cx_backend_t *b)
     b->rot_any_ns = CX_FI_ROT_ANY * b->rot_ns;
 }
 
-/* Whether process pid is stopped: by a signal (T) or a tracer (t). */
-static int cx_fi_pid_stopped(uint32_t pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%u/stat", pid);
-    FILE *f = fopen(path, "re");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *p = strrchr(buf, ')'); /* the command name may hold anything but the last ')' */
-    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
-}
-
 int cx_fi_rot_due(cx_backend_t *b, uint64_t now)
 {
     uint64_t held = now - b->wedged_ns;
@@ -77,10 +63,11 @@ int cx_fi_rot_due(cx_backend_t *b, uint64_t now)
     if (held < b->rot_ns || now < b->rot_look_ns) return 0;
     /* Only a process that maps our region can hold its lock: one of our shm peers, nearly
      * always. A stopped one is the holder we are waiting for; a preempted live one lets go
-     * soon, and losing what the old region holds would cost its senders an op timeout. */
+     * soon, and losing what the old region holds would cost its senders an op timeout. The
+     * core's same-host watch knows the process (stopped by a signal or a tracer). */
     b->rot_look_ns = now + CX_FI_ROT_LOOK_NS;
     for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
-        if (ep->pid && ep->pid != (uint32_t)getpid() && cx_fi_pid_stopped(ep->pid)) return 1;
+        if (ep->pid && cx_core_peer_process(b->core, ep->peer) == CX_PROC_STOPPED) return 1;
     return 0;
 }
 
@@ -224,7 +211,7 @@ static void cx_fi_rot_move(cx_backend_t *b, cx_bep_t *ep, const char *name, uint
     ep->fa = fa;
     ep->peer_gen = gen;
     cx_fi_guard_del(b, ep);
-    ep->lockw = ep->pid ? cx_fi_guard_add(b, ep, ep->pid, name) : NULL;
+    ep->lockw = ep->pid ? cx_fi_guard_add(b, ep, cx_core_peer_exit_fd(b->core, ep->peer), name) : NULL;
     cx_fi_shm_remember(ep, name, strlen(name) + 1);
     if (ep->nq) cx_fi_kick(b); /* its queued ops post to the new region */
     cx_info("libfabric: shm: peer process %u moved to region %s (generation %u)", ep->pid, name, gen);

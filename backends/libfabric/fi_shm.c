@@ -96,7 +96,8 @@ static void cx_fi_shm_unlink(const char *name)
 }
 
 /* The core fails a peer as soon as its death begins (the same-host watch sees it when the
- * kernel starts unmapping its memory); its pidfd turns readable only once it has exited. So a
+ * kernel starts unmapping its memory); the core's exit fd turns readable only once it has
+ * exited. So a
  * peer not yet dead at disconnect is watched for a while (it may also be alive: stopped, or cut
  * off by a timeout, and then its region stays). */
 #define CX_FI_SHM_WAIT_NS 30000000000ull
@@ -110,10 +111,10 @@ void cx_fi_shm_reap(cx_bep_t *ep)
         return;
     }
     cx_backend_t *b = ep->b;
-    if (ep->pidfd < 0 || b->shm_nwait == CX_FI_SHM_WAITS) return; /* the next open's sweep removes it */
+    if (ep->exit_fd < 0 || b->shm_nwait == CX_FI_SHM_WAITS) return; /* the next open's sweep removes it */
     cx_fi_shm_wait_t *w = &b->shm_wait[b->shm_nwait++];
-    w->pidfd = ep->pidfd;
-    ep->pidfd = -1; /* now the wait's */
+    w->exit_fd = ep->exit_fd;
+    ep->exit_fd = -1; /* now the wait's */
     w->until_ns = cx_fi_now_ns() + CX_FI_SHM_WAIT_NS;
     memcpy(w->name, ep->shm_name, sizeof w->name);
 }
@@ -126,14 +127,14 @@ void cx_fi_shm_progress(cx_backend_t *b, int closing)
     b->shm_next_ns = now + CX_FI_SHM_CHECK_NS;
     for (int i = 0; i < b->shm_nwait;) {
         cx_fi_shm_wait_t *w = &b->shm_wait[i];
-        struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+        struct pollfd p = { .fd = w->exit_fd, .events = POLLIN };
         int gone = poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP));
         if (!gone && !closing && now < w->until_ns) {
             i++;
             continue;
         }
         if (gone) cx_fi_shm_unlink(w->name);
-        close(w->pidfd);
+        close(w->exit_fd);
         *w = b->shm_wait[--b->shm_nwait];
     }
 }

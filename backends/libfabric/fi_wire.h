@@ -77,7 +77,7 @@ typedef struct cx_fi_addr {    /* the address blob in HELLO */
     uint32_t fmt;              /* fi_info addr_format */
     const uint8_t *name;       /* fi_getname bytes, never empty */
     size_t name_len;
-    uint32_t pid; /* shm: the peer process (pidfd), else informative */
+    uint32_t pid; /* shm: the process its region names carry (fi_rot.c), else informative */
 } cx_fi_addr_t;
 
 typedef struct cx_fi_key { /* a region's key blob */

@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -307,8 +306,8 @@ static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
     return cx_fi_key_decode(x->rkey, x->rkey_len, x->remote, raddr, rkey);
 }
 
-/* The pidfd is looked at once every CX_FI_PID_POSTS posts to the peer, the first included: a
- * poll() per post was a syscall per op, about a third of the 1.5-2 us that 4 KiB shm reads took
+/* The core's exit fd for the peer (cx_core_peer_exit_fd) is looked at once every CX_FI_PID_POSTS
+ * posts to the peer, the first included: a poll() per post was a syscall per op, about a third of the 1.5-2 us that 4 KiB shm reads took
  * above the raw fi_read loop, and a clock read to space them out cost as much again on this
  * VM. Posting to a peer that has just died is harmless (its CMA fails, the op ends in error);
  * a spinlock the peer left held is the guard's to release (fi_guard.c). */
@@ -317,8 +316,8 @@ static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
 int cx_fi_peer_dead(cx_bep_t *ep)
 {
     if (ep->dead) return 1;
-    if (ep->pidfd < 0 || ep->pid_posts++ % CX_FI_PID_POSTS) return 0;
-    struct pollfd p = { .fd = ep->pidfd, .events = POLLIN };
+    if (ep->exit_fd < 0 || ep->pid_posts++ % CX_FI_PID_POSTS) return 0;
+    struct pollfd p = { .fd = ep->exit_fd, .events = POLLIN };
     if (poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP))) {
         ep->dead = 1;
         cx_fi_kick(ep->b);
@@ -495,7 +494,7 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     x->bp[0] = op;
     int r = cx_fi_start(b, op);
     if (r == -FI_ENOTCONN) {
-        /* Its peer exited (shm pidfd): never reported from inside submit, so the op waits in the
+        /* Its peer exited (the core's exit fd): never reported from inside submit, so the op waits in the
          * backlog, whose next pass reports the peer gone and then completes it (CX_EPEER). */
         cx_fi_backlog_add(b, op);
         cx_fi_kick(b);
@@ -571,16 +570,17 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     cx_fi_av_later_cancel(b, ep->fa); /* the same address back: it stays */
     ep->b = b;
     ep->peer = peer;
-    ep->pidfd = -1;
+    ep->exit_fd = -1;
     ep->peer_gen = gen;
     /* shm takes a spinlock inside the peer's shared region to queue a command; a peer killed
-     * while holding it makes every later post spin forever (libfabric 1.17). A pidfd tells us
-     * the peer is gone before we post, long before the control channel's verdict arrives. */
+     * while holding it makes every later post spin forever (libfabric 1.17). The core's exit fd
+     * (its same-host watch follows the peer's process) tells us the peer is gone before we post,
+     * long before the control channel's verdict arrives. */
     if (shm && pid) {
         ep->pid = pid;
-        ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+        ep->exit_fd = cx_core_peer_exit_fd(b->core, peer);
         cx_fi_shm_remember(ep, name, name_len);
-        if (ep->shm_name[0]) ep->lockw = cx_fi_guard_add(b, ep, pid, ep->shm_name);
+        if (ep->shm_name[0]) ep->lockw = cx_fi_guard_add(b, ep, cx_core_peer_exit_fd(b->core, peer), ep->shm_name);
     }
     ep->next = b->eps;
     if (b->eps) b->eps->prev = ep;
@@ -632,7 +632,7 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
     }
     cx_fi_guard_del(b, ep);
     cx_fi_shm_reap(ep);
-    if (ep->pidfd >= 0) close(ep->pidfd);
+    if (ep->exit_fd >= 0) close(ep->exit_fd);
     if (ep->prev)
         ep->prev->next = ep->next;
     else

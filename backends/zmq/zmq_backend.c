@@ -185,13 +185,16 @@ static int zmq_be_connect(cx_backend_t *b, void *peer, const void *addr, size_t 
     return CX_OK;
 }
 
-/* outstanding list: bp[0] next, bp[1] prev, bp[2] request id */
+/* outstanding list, oldest first: bp[0] next, bp[1] prev, bp[2] request id */
 static void out_add(struct cx_bep *e, cx_xfer_t *x)
 {
-    x->bp[1] = NULL;
-    x->bp[0] = e->head;
-    if (e->head) e->head->bp[1] = x;
-    e->head = x;
+    x->bp[0] = NULL;
+    x->bp[1] = e->tail;
+    if (e->tail)
+        e->tail->bp[0] = x;
+    else
+        e->head = x;
+    e->tail = x;
 }
 
 static void out_del(struct cx_bep *e, cx_xfer_t *x)
@@ -201,7 +204,10 @@ static void out_del(struct cx_bep *e, cx_xfer_t *x)
         p->bp[0] = n;
     else
         e->head = n;
-    if (n) n->bp[1] = p;
+    if (n)
+        n->bp[1] = p;
+    else
+        e->tail = p;
 }
 
 static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)

@@ -36,8 +36,10 @@ int cx_zmq_rep_get(const void *buf, size_t len, cx_zmq_rep_t *r);
 struct cx_bep {
     void *sock; /* DEALER */
     int fd;
-    void *peer;      /* core's cookie */
-    cx_xfer_t *head; /* outstanding xfers: bp[0] next, bp[1] prev, bp[2] id */
+    void *peer; /* core's cookie */
+    /* Outstanding xfers, oldest first (bp[0] next, bp[1] prev, bp[2] id): the target serves a
+     * DEALER's requests in order, so a reply is for the oldest or close to it. */
+    cx_xfer_t *head, *tail;
     struct cx_bep *next, *prev;
 };
 

@@ -10,9 +10,14 @@
  * providers such as tcp;ofi_rxm serve reads only while the target drives its CQ).
  *
  * usage: fi_raw [-p provider] [-a address] [-s size,size,...] [-t seconds per size] [-n ops per size] [-W]
+ *               [-b blocks per call]
  *   default provider: $CONNEX_FI_PROVIDER, else tcp;ofi_rxm; address (tcp only) 127.0.0.1;
  *   sizes 4096,16384,1048576,16777216; 2 s per size, at most -n ops (default and cap 100000)
- * Output: one line per op and size: p50 and mean latency, bandwidth = size / mean.
+ *   -b N: each timed op is N blocks of the size laid end to end, posted back to back (FI_MORE on
+ *   all but the last, as the backend posts a batch), then N completions waited for: the raw
+ *   counterpart of connex-bench transfer --batch N.
+ * Output: one line per op and size: p50 and mean latency per call, bandwidth = the call's bytes /
+ * mean.
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -32,6 +37,9 @@
 #include <unistd.h>
 
 #define MAXSZ ((size_t)16 << 20)
+#define MAXBATCH 65536
+
+static size_t g_region = MAXSZ; /* both sides' buffer: MAXSZ, or the largest batch */
 #define MAXITER 100000
 
 struct fab {
@@ -88,12 +96,12 @@ static void fab_open(struct fab *f, const char *prov, const char *ip)
         (r = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) || (r = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
         (r = fi_enable(f->ep)))
         die("endpoint setup", r);
-    f->buf = aligned_alloc(4096, MAXSZ);
+    f->buf = aligned_alloc(4096, g_region);
     if (!f->buf) die("aligned_alloc", -FI_ENOMEM);
-    memset(f->buf, 0x5a, MAXSZ);
+    memset(f->buf, 0x5a, g_region);
     /* requested_key 1: unique in this domain, which providers without FI_MR_PROV_KEY need */
-    if ((r = fi_mr_reg(f->domain, f->buf, MAXSZ, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 1, 0, &f->mr,
-                       NULL)))
+    if ((r = fi_mr_reg(f->domain, f->buf, g_region, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 1, 0,
+                       &f->mr, NULL)))
         die("fi_mr_reg", r);
     if (f->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
         if ((r = fi_mr_bind(f->mr, &f->ep->fid, 0)) || (r = fi_mr_enable(f->mr))) die("fi_mr_bind", r);
@@ -157,18 +165,18 @@ enum { OP_READ, OP_WRITE_DC, OP_WRITE };
 
 static int g_write_flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
 
-static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h, struct fi_context2 *ctx)
+/* One op on block `off` of both buffers; more: FI_MORE (another post follows at once). */
+static int post_at(struct fab *f, int op, size_t len, size_t off, int more, fi_addr_t peer, const struct hello *h,
+                   struct fi_context2 *ctx)
 {
     void *desc = fi_mr_desc(f->mr);
+    char *lb = (char *)f->buf + off;
+    uint64_t ra = h->addr + off;
     ssize_t r;
     do {
-        if (op == OP_READ) {
-            r = fi_read(f->ep, f->buf, len, desc, peer, h->addr, h->key, ctx);
-        } else if (op == OP_WRITE) {
-            r = fi_write(f->ep, f->buf, len, desc, peer, h->addr, h->key, ctx);
-        } else {
-            struct iovec iov = { .iov_base = f->buf, .iov_len = len };
-            struct fi_rma_iov riov = { .addr = h->addr, .len = len, .key = h->key };
+        if (op == OP_READ && more) {
+            struct iovec iov = { .iov_base = lb, .iov_len = len };
+            struct fi_rma_iov riov = { .addr = ra, .len = len, .key = h->key };
             struct fi_msg_rma m = { .msg_iov = &iov,
                                     .desc = &desc,
                                     .iov_count = 1,
@@ -176,11 +184,44 @@ static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct 
                                     .rma_iov = &riov,
                                     .rma_iov_count = 1,
                                     .context = ctx };
-            r = fi_writemsg(f->ep, &m, (uint64_t)g_write_flags);
+            r = fi_readmsg(f->ep, &m, FI_COMPLETION | FI_MORE);
+        } else if (op == OP_READ) {
+            r = fi_read(f->ep, lb, len, desc, peer, ra, h->key, ctx);
+        } else if (op == OP_WRITE && !more) {
+            r = fi_write(f->ep, lb, len, desc, peer, ra, h->key, ctx);
+        } else {
+            uint64_t flags = op == OP_WRITE ? FI_COMPLETION : (uint64_t)g_write_flags;
+            struct iovec iov = { .iov_base = lb, .iov_len = len };
+            struct fi_rma_iov riov = { .addr = ra, .len = len, .key = h->key };
+            struct fi_msg_rma m = { .msg_iov = &iov,
+                                    .desc = &desc,
+                                    .iov_count = 1,
+                                    .addr = peer,
+                                    .rma_iov = &riov,
+                                    .rma_iov_count = 1,
+                                    .context = ctx };
+            r = fi_writemsg(f->ep, &m, flags | (more ? FI_MORE : 0));
         }
         if (r == -FI_EAGAIN) fi_cq_read(f->cq, NULL, 0);
     } while (r == -FI_EAGAIN);
     return (int)r;
+}
+
+static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h, struct fi_context2 *ctx)
+{
+    return post_at(f, op, len, 0, 0, peer, h, ctx);
+}
+
+/* One call: nb blocks (1: a single op), each posted, then every completion waited for. */
+static int call(struct fab *f, int op, size_t len, int nb, fi_addr_t peer, const struct hello *h,
+                struct fi_context2 *ctx)
+{
+    if (nb <= 1) return post(f, op, len, peer, h, ctx) || wait_one(f);
+    for (int k = 0; k < nb; k++)
+        if (post_at(f, op, len, (size_t)k * len, k + 1 < nb, peer, h, &ctx[k])) return -1;
+    for (int k = 0; k < nb; k++)
+        if (wait_one(f)) return -1;
+    return 0;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -199,19 +240,28 @@ int main(int argc, char **argv)
     int max_ops = MAXITER;
     const char *ip = "127.0.0.1";
     int o;
-    while ((o = getopt(argc, argv, "p:a:s:t:n:Wh")) != -1) {
+    int nb = 0;
+    while ((o = getopt(argc, argv, "p:a:s:t:n:b:Wh")) != -1) {
         switch (o) {
         case 'p': prov = optarg; break;
         case 'a': ip = optarg; break;
         case 's': snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
         case 't': per_size = atof(optarg); break;
         case 'W': plain_write = 1; break;
+        case 'b':
+            nb = atoi(optarg);
+            if (nb < 0 || nb > MAXBATCH) {
+                fprintf(stderr, "fi_raw: -b %s: not in 0..%d\n", optarg, MAXBATCH);
+                return 1;
+            }
+            break;
         case 'n':
             max_ops = atoi(optarg);
             if (max_ops < 5 || max_ops > MAXITER) max_ops = MAXITER;
             break;
         default:
-            fprintf(stderr, "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-n ops] [-W]\n",
+            fprintf(stderr,
+                    "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-n ops] [-W] [-b blocks]\n",
                     argv[0]);
             return 1;
         }
@@ -224,8 +274,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "fi_raw: size %s out of range (1..%zu)\n", t, MAXSZ);
             return 1;
         }
+        if (nb > 1 && sizes[ns] * (size_t)nb > g_region) g_region = sizes[ns] * (size_t)nb;
         ns++;
     }
+    struct fi_context2 *ctxs = calloc(nb > 1 ? (size_t)nb : 1, sizeof *ctxs);
+    if (!ctxs) die("calloc", -FI_ENOMEM);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) die("socketpair", 0);
     pid_t pid = fork();
@@ -244,11 +297,12 @@ int main(int argc, char **argv)
     const char *direct = getenv("CONNEX_FI_SHM_DIRECT");
     if (!strcmp(f.info->fabric_attr->prov_name, "shm") && !(direct && !strcmp(direct, "0")))
         g_write_flags = FI_COMPLETION;
-    printf("# fi_raw provider=%s (%s), one op at a time, target busy-polls its CQ, write = %s\n",
-           f.info->fabric_attr->prov_name, f.info->domain_attr->name,
+    char shape[48] = "one op at a time";
+    if (nb > 1) snprintf(shape, sizeof shape, "%d blocks per call", nb);
+    printf("# fi_raw provider=%s (%s), %s, target busy-polls its CQ, write = %s\n", f.info->fabric_attr->prov_name,
+           f.info->domain_attr->name, shape,
            g_write_flags == FI_COMPLETION ? "plain fi_writemsg (shm direct)" : "delivery-complete");
     static double lat[MAXITER];
-    struct fi_context2 ctx;
     int ops[3] = { OP_READ, OP_WRITE_DC, OP_WRITE };
     const char *names[3] = { "read", "write", "write_plain" };
     int rc = 0;
@@ -256,12 +310,12 @@ int main(int argc, char **argv)
         for (int s = 0; s < ns && !rc; s++) {
             size_t len = sizes[s];
             /* warm-up: connection setup, caches */
-            for (int i = 0; i < 5 && !rc; i++) rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
+            for (int i = 0; i < 5 && !rc; i++) rc = call(&f, ops[k], len, nb, peer, &h, ctxs);
             int n = 0;
             double t0 = now_s();
             while (n < max_ops && !rc && (n < 5 || now_s() - t0 < per_size)) {
                 double a = now_s();
-                rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
+                rc = call(&f, ops[k], len, nb, peer, &h, ctxs);
                 lat[n++] = now_s() - a;
             }
             double total = now_s() - t0;
@@ -269,7 +323,7 @@ int main(int argc, char **argv)
             qsort(lat, (size_t)n, sizeof lat[0], cmp_d);
             double mean = total / n;
             printf("%-11s %9zu B  iters %6d  p50 %9.2f us  mean %9.2f us  bw %8.1f MB/s\n", names[k], len, n,
-                   lat[n / 2] * 1e6, mean * 1e6, (double)len / mean / 1e6);
+                   lat[n / 2] * 1e6, mean * 1e6, (double)len * (nb > 1 ? nb : 1) / mean / 1e6);
             fflush(stdout);
         }
     }
@@ -280,6 +334,7 @@ int main(int argc, char **argv)
     int st = 0;
     waitpid(pid, &st, 0);
     fab_close(&f);
+    free(ctxs);
     if (rc) fprintf(stderr, "fi_raw: an op failed\n");
     return rc ? 2 : (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 2);
 }

@@ -223,7 +223,7 @@ static void bulk_post(cx_engine_t *e, cx_batch_t *b)
         s->ops->submit_batch(s->b, ep, b->xs, k, b->rcs);
         for (size_t m = 0; m < k; m++) {
             cx_op_t *op = b->post[i + m];
-            if (b->rcs[m] != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_finish(e, op, b->rcs[m]);
+            if (b->rcs[m] != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_backend_status(e, op, b->rcs[m]);
         }
     }
     b->npost = 0;

@@ -10,6 +10,7 @@
 #include "connex/connex.h"
 #include "ctl_wire.h"
 #include "metrics.h"
+#include "proc.h"
 #include "queue.h"
 #include "region.h"
 #include "units.h"
@@ -81,6 +82,7 @@ struct cx_op {
     uint64_t query_id;
     int status;
     int forced_status;                 /* set before a disconnect: the status the xfer completes with */
+    uint64_t settle_ns;                /* OPS_WAIT_VERDICT after a local error: ends CX_ERR at this time (ops.c) */
     void (*fn)(cx_engine_t *, void *); /* CX_OPK_EXEC */
     void *arg;
     void *msg_copy; /* put_signal's message, copied so the caller may reuse its buffer */
@@ -139,8 +141,9 @@ enum {
     OPS_RSTAGE,      /* served by the target's core over the control connection (rstage.h) */
     OPS_HANDOFF,     /* started by a driving caller, left for the progress thread (drive.h) */
     OPS_WAIT_VERDICT
-}; /* its connection failed under it while the peer is probed: ends CX_EPEER
-                           * if the peer fails, CX_ERR if the probe is answered (cause.h) */
+}; /* its connection failed under it while the peer is probed, or it ended with a local error
+    * (settle_ns): ends CX_EPEER if the peer fails, CX_ERR if the probe is answered or the
+    * settle time passes with the peer still up (cause.h, ops.c) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -160,6 +163,10 @@ struct cx_peer {
     char their_choice[CX_MAX_BACKENDS][64]; /* their backends, in their order */
     int n_their;
     int same_host;
+    /* Its process, when same_host and its HELLO named a pid (proc.h): what backends ask of it
+     * (cx_core_peer_process, cx_core_peer_exit_fd). Follows the pid of the latest HELLO until the
+     * peer fails or leaves. */
+    cx_proc_t proc;
     char why[192]; /* why this pair uses its backend */
     int bidx;      /* backend in use, -1 none */
     cx_bep_t *ep;
@@ -448,6 +455,9 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status); /* unlink from peer,
 void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);
 void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p); /* peer came up: issue waiting ops */
 void cx_ops_tick(cx_engine_t *e, uint64_t now);
+/* An op a backend refused or completed with `status` (not a core verdict): ended now, or held
+ * for the peer's verdict (cx_core_xfer_done). */
+void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status);
 void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p); /* probe answered: parked ops CX_ERR */
 void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found);
 

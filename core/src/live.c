@@ -130,7 +130,9 @@ fail:
 
 void cx_live_advert(const cx_engine_t *e, uint32_t *pid, int32_t *fd)
 {
-    *pid = e->live && e->live->held ? (uint32_t)getpid() : 0;
+    /* The pid goes out even without a page: a same-host peer follows the process through it
+     * (proc.h) whether or not the death watch runs. */
+    *pid = (uint32_t)getpid();
     *fd = e->live && e->live->held ? e->live->memfd : -1;
 }
 

@@ -78,6 +78,47 @@ static int proves_alive(const cx_engine_t *e, const cx_op_t *op)
     return p->bidx >= 0 && p->bidx < e->nb && e->be[p->bidx].ops->software_target;
 }
 
+/* How long an op a backend ended with a local error (CX_ERR) waits for the peer's verdict. A
+ * killed peer's connections all close at once, but the backend's (its provider cancels the ops
+ * posted on it: libfabric rxm, FI_ECANCELED) may be read before the control connection's or the
+ * same-host watch's news of the death, in the same progress turn or the next. Told CX_ERR, a
+ * caller would not hand the work to another replica (connex-bench soak, 1,000 kills on
+ * libfabric tcp: 2 of 7.9 million ops). A local error that is one reaches the caller this much
+ * later, give or take a tick. */
+#define CX_SETTLE_NS (20 * CX_NS_PER_MS)
+
+/* Ops of a caller linked to their peer (the ones cx_peer_ops_fail ends): not a staging chunk's,
+ * a group step's or a background transfer's piece, which their owners end. */
+static int may_wait_verdict(const cx_op_t *op)
+{
+    return op->next && !op->arg && op->kind < CX_OPK_COUNT;
+}
+
+void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status)
+{
+    cx_peer_t *p = op->peer;
+    if (p && may_wait_verdict(op)) {
+        /* The connection failed under it. While the peer is probed the op waits for the
+         * verdict (CX_EPEER if the peer fails, CX_ERR if it answers). Otherwise it stays
+         * CX_EPEER: a backend that saw its connection fail before the core judged the peer (a
+         * process killed, its reset or the same-host watch not read yet) reports a dead peer
+         * more often than not, and a caller told CX_ERR would not hand the work elsewhere
+         * (connex-bench soak, 1000 kills: a few hundred ops ended CX_ERR that way). */
+        if (status == CX_EPEER && p->probing) {
+            op->stage = OPS_WAIT_VERDICT;
+            op->settle_ns = 0;
+            return;
+        }
+        /* A local error to a peer still up: the verdict may be on its way (CX_SETTLE_NS). */
+        if (status == CX_ERR && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
+            op->stage = OPS_WAIT_VERDICT;
+            op->settle_ns = cx_now_ns() + CX_SETTLE_NS;
+            return;
+        }
+    }
+    cx_op_finish(e, op, status);
+}
+
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
 {
     cx_op_t *op = (cx_op_t *)x;
@@ -87,23 +128,11 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
         return;
     }
     if (op->forced_status) {
-        status = op->forced_status; /* the core's own verdict (failure, timeout, close) */
-    } else if (status == CX_OK && op->peer && proves_alive(e, op)) {
-        cx_peer_heard(e, op->peer);
-    } else if (status == CX_EPEER && op->peer) {
-        /* The connection failed under it. While the peer is probed the op waits for the
-         * verdict (CX_EPEER if the peer fails, CX_ERR if it answers). Otherwise it stays
-         * CX_EPEER: a backend that saw its connection fail before the core judged the peer (a
-         * process killed, its reset or the same-host watch not read yet) reports a dead peer
-         * more often than not, and a caller told CX_ERR would not hand the work elsewhere
-         * (connex-bench soak, 1000 kills: a few hundred ops ended CX_ERR that way). */
-        cx_peer_t *p = op->peer;
-        if (p->probing && op->next && !op->arg && op->kind < CX_OPK_COUNT) {
-            op->stage = OPS_WAIT_VERDICT;
-            return;
-        }
+        cx_op_finish(e, op, op->forced_status); /* the core's own verdict (failure, timeout, close) */
+        return;
     }
-    cx_op_finish(e, op, status);
+    if (status == CX_OK && op->peer && proves_alive(e, op)) cx_peer_heard(e, op->peer);
+    cx_op_backend_status(e, op, status);
 }
 
 /* The probe of a peer ended with an answer: ops whose connection failed under them meanwhile
@@ -167,7 +196,7 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     /* A backend that refuses with CX_EPEER has seen the connection fail (its report may not be
      * read yet): the caller is told so, as for a completion (cx_core_xfer_done). */
-    if (rc != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_finish(e, op, rc);
+    if (rc != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_backend_status(e, op, rc);
 }
 
 void cx_op_issue(cx_engine_t *e, cx_op_t *op)
@@ -389,6 +418,9 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_VERDICT) {
                 cx_warn("peer %s: op timed out while the peer was probed", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
+            } else if (op->stage == OPS_WAIT_VERDICT && op->settle_ns && now >= op->settle_ns && !p->probing) {
+                cx_info("peer %s: still up after an op's local error: the op ends with it", p->url);
+                cx_op_finish(e, op, CX_ERR);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
                 cx_warn("peer %s: region query unanswered within the op timeout", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
@@ -438,6 +470,21 @@ cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
     cx_peer_t *p = peer;
     if (!p || !p->ep || p->bidx < 0 || p->bidx >= e->nb || e->be[p->bidx].b != b) return NULL;
     return p->ep;
+}
+
+/* The same-host watch answers (proc.h); only a same-host peer's HELLO set a process to follow. */
+int cx_core_peer_process(cx_core_t *c, void *peer)
+{
+    (void)c;
+    cx_peer_t *p = peer;
+    return p && p->same_host ? cx_proc_state(&p->proc) : CX_PROC_UNKNOWN;
+}
+
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer)
+{
+    (void)c;
+    cx_peer_t *p = peer;
+    return p && p->same_host ? cx_proc_exit_fd(&p->proc) : -1;
 }
 
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)

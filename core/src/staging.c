@@ -50,7 +50,8 @@ typedef struct cx_staging {
     /* GPUDirect decision per (backend, memory kind): 0 not yet, 1 stage, 2 direct, < 0 the
      * error CONNEX_GDR=1 gets where it cannot work. */
     int decided[CX_MAX_BACKENDS][3];
-    stg_job_t *jobs; /* live jobs: deadlines, fini */
+    stg_job_t *jobs;      /* live jobs: deadlines, fini */
+    int njobs, njobs_max; /* live jobs now, and the most at once (cx_staging_debug) */
 } cx_staging_t;
 
 static cx_staging_t *state(cx_engine_t *e)
@@ -207,6 +208,7 @@ static void job_unlink(cx_staging_t *s, stg_job_t *j)
         s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
     j->prev = j->next = NULL;
+    s->njobs--;
 }
 
 static void job_free(stg_job_t *j)
@@ -285,6 +287,7 @@ void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     j->next = s->jobs;
     if (s->jobs) s->jobs->prev = j;
     s->jobs = j;
+    if (++s->njobs > s->njobs_max) s->njobs_max = s->njobs;
     /* Start the first copies now rather than on the next loop turn. */
     cx_stage_progress(pp->st);
 }
@@ -407,6 +410,8 @@ static void debug_fn(cx_engine_t *e, void *arg)
         o->jobs++;
         o->subs += j->subs_out;
     }
+    o->jobs_max = s->njobs_max;
+    s->njobs_max = s->njobs; /* the next call reports from here on */
 }
 
 int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out)

@@ -32,6 +32,7 @@ void cx_staging_fini(cx_engine_t *e);
 /* For tests (through cx_exec, any thread but the progress thread): ring slots and live jobs. */
 typedef struct cx_staging_debug {
     int pipes, jobs;            /* rings created; staged ops not yet completed */
+    int jobs_max;               /* the most staged ops live at once since the previous call */
     unsigned subs;              /* chunks handed to a backend, not yet completed */
     uint32_t slots, slots_free; /* over every ring */
     uint64_t jobs_ok, jobs_failed;

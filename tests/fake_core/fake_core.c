@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void fc_reset(cx_core_t *c)
 {
@@ -39,6 +40,26 @@ cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
     (void)b;
     (void)peer;
     return NULL;
+}
+
+/* The peer's process, through the core's own look-ups (core/src/proc.c), following peer_pid. */
+static cx_proc_t *fc_proc(cx_core_t *c, void *peer)
+{
+    if (peer != c->peer_cookie || !c->peer_pid) return NULL;
+    cx_proc_follow(&c->proc, c->peer_pid);
+    return &c->proc;
+}
+
+int cx_core_peer_process(cx_core_t *c, void *peer)
+{
+    cx_proc_t *pr = fc_proc(c, peer);
+    return pr ? cx_proc_state(pr) : CX_PROC_UNKNOWN;
+}
+
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer)
+{
+    cx_proc_t *pr = fc_proc(c, peer);
+    return pr ? cx_proc_exit_fd(pr) : -1;
 }
 
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation)
@@ -150,6 +171,7 @@ int fc_open_pair(const struct cx_backend_ops *ops, cx_core_t *ca, cx_core_t *cb,
     cb->peer_inc = ca->inc;
     ca->peer_cookie = cookie_b;
     cb->peer_cookie = cookie_a;
+    ca->peer_pid = cb->peer_pid = (uint32_t)getpid(); /* both sides live in this process */
     cx_backend_params_t pa = { .core = ca, .listen_ip = "127.0.0.1", .incarnation = ca->inc };
     cx_backend_params_t pb = { .core = cb, .listen_ip = "127.0.0.1", .incarnation = cb->inc };
     return ops->open(&pa, ba) || ops->open(&pb, bb) ? -1 : 0;

@@ -5,6 +5,7 @@
 #define CX_FAKE_CORE_H
 
 #include "connex/backend.h"
+#include "../../core/src/proc.h"
 
 #define FC_MAXMSG 64
 
@@ -12,6 +13,8 @@ struct cx_core {
     uint64_t inc;            /* this side's incarnation */
     uint64_t peer_inc;       /* the one other side */
     void *peer_cookie;       /* what peer_by_incarnation answers for it */
+    uint32_t peer_pid;       /* its process (fc_open_pair: this one); 0: unknown */
+    cx_proc_t proc;          /* what cx_core_peer_process answers from, as the core does */
     int refuse;              /* deliver_msg answers CX_EAGAIN */
     uint64_t reg_lo, reg_hi; /* when reg_hi: region_check refuses what is not inside */
     int region_checks;       /* region_check calls (served requests) */

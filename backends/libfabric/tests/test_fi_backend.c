@@ -528,7 +528,7 @@ static void test_region_lock_held_by_stopped_process(void **state)
 
 /* The same stopped holder, with the rotation on (fi_rot.c): A moves to a new region, tells B,
  * and every op in both directions completes while the holder is still stopped. First as one of
- * A's peers (the test passes the holder's pid off as B's): A moves once it has been held
+ * A's peers (A's core answers for B with the holder's process): A moves once it has been held
  * rot_ns. Then a holder that is no peer of A's: A waits rot_any_ns, not rot_ns. */
 static void test_stopped_holder_new_region(void **state)
 {
@@ -538,7 +538,7 @@ static void test_stopped_holder_new_region(void **state)
     uint64_t rot_ns = ba->rot_ns, rot_any_ns = ba->rot_any_ns;
     ba->rot_ns = 100000000ull;
     ba->rot_any_ns = 10000000000ull;
-    uint32_t gen0 = ba->rot_gen, b_pid = ab->pid;
+    uint32_t gen0 = ba->rot_gen, b_pid = ca.peer_pid;
     char old_name[64], path[128];
     memcpy(old_name, ba->shm_self, sizeof old_name);
     snprintf(path, sizeof path, "/dev/shm/%s", old_name);
@@ -548,7 +548,7 @@ static void test_stopped_holder_new_region(void **state)
     assert_int_equal(ops->address(ba, addr0, &len0), CX_OK);
 
     pid_t c = stopped_holder();
-    ab->pid = (uint32_t)c;
+    ca.peer_pid = (uint32_t)c;
     held_ops_t o;
     held_ops_submit(&o, 3);
     uint64_t t0 = now_ms();
@@ -556,7 +556,7 @@ static void test_stopped_holder_new_region(void **state)
     print_message("holder stopped (a peer): %d of 5 ops left after %llu ms; generation %u, "
                   "region %s\n",
                   left, (unsigned long long)(now_ms() - t0), ba->rot_gen, ba->shm_self);
-    ab->pid = b_pid;
+    ca.peer_pid = b_pid;
     assert_int_equal(left, 0);
     assert_true(now_ms() - t0 < 2000);
     held_ops_check(&o, 3);

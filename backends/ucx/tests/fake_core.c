@@ -57,6 +57,21 @@ cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
     return NULL;
 }
 
+/* The UCX backend follows no peer process: nothing to tell. */
+int cx_core_peer_process(cx_core_t *c, void *peer)
+{
+    (void)c;
+    (void)peer;
+    return CX_PROC_UNKNOWN;
+}
+
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer)
+{
+    (void)c;
+    (void)peer;
+    return -1;
+}
+
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     (void)c;

@@ -75,7 +75,7 @@ typedef struct cx_backend_params {
 /* The version of this interface. A backend sets .version = CX_BACKEND_API_VERSION; the core
  * refuses one built against another version (cx_backend_check). Bump it on any change of the
  * layout of struct cx_backend_ops or of the contract of a call (an op's or a cx_core_* one). */
-#define CX_BACKEND_API_VERSION 3
+#define CX_BACKEND_API_VERSION 4
 
 struct cx_backend_ops {
     /* version and name lead the struct in every version of it, so that the core can read them
@@ -150,10 +150,12 @@ struct cx_backend_ops {
 /* ---- what the core offers a backend (all on the progress thread) ---- */
 
 /* Complete an xfer with what the transport said: CX_OK, a local error (CX_ERR, CX_ENOMEM,
- * CX_EAGAIN, CX_EINVAL, ...) or CX_EPEER, "the connection failed under it". The caller sees
- * CX_EPEER only when the core has failed the peer; otherwise the core hands it CX_ERR. A backend
- * that reports a cause (cx_core_peer_error) does so before it completes the xfers that cause
- * ended, so that they complete under the core's verdict. */
+ * CX_EAGAIN, CX_EINVAL, ...) or CX_EPEER, "the connection failed under it". The core decides
+ * what the caller sees (docs/semantics.md, "Failure causes"): CX_EPEER while a probe of the peer
+ * is out waits for its verdict; CX_ERR to a peer still up waits briefly for one (a killed peer's
+ * reset may be read after this). A backend that reports a cause (cx_core_peer_error) does so
+ * before it completes the xfers that cause ended, so that they complete under the core's
+ * verdict. */
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status);
 
 /* What a backend saw go wrong on the connection to a peer. The core decides what it means
@@ -176,6 +178,22 @@ typedef enum cx_cause cx_cause_t;
 /* A backend saw an error on the connection to a peer (the cookie given to connect). `reason` is
  * for the log and the peer's event. The core may disconnect endpoints from inside the call. */
 void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *reason);
+/* What the core knows of a peer's process (the same-host watch, core/src/proc.h). */
+enum cx_proc_state {
+    CX_PROC_UNKNOWN = 0, /* not on this host, no pid in its HELLO, or nothing to tell */
+    CX_PROC_ALIVE = 1,
+    CX_PROC_STOPPED = 2, /* stopped by a signal (SIGSTOP) or a tracer: alive, but not running */
+    CX_PROC_EXITED = 3,  /* exited for good: the kernel has torn its memory down */
+};
+/* The process of `peer` (a connect cookie), looked at now: CX_PROC_*. A pidfd poll and a read of
+ * /proc/<pid>/stat: for decisions taken now and then (every 50 ms), not per op. */
+int cx_core_peer_process(cx_core_t *c, void *peer);
+/* A new fd, the caller's to close (close-on-exec), that turns readable (POLLIN) once the process
+ * of `peer` has exited; it keeps naming that process after the peer restarts or is forgotten.
+ * -1 when the core does not follow its process (not on this host, no pid, an old kernel). For a
+ * backend thread to wait on, or a cheap poll on a hot path. What an exit means for the peer is
+ * still the core's: the backend reports CX_CAUSE_PEER_GONE. */
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer);
 /* Resolve the sender of an incoming request. NULL: unknown (refuse the request). */
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation);
 /* The endpoint the core holds for `peer` (a connect cookie) on backend instance `b`, in O(1):

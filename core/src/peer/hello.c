@@ -139,6 +139,9 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->n_their = h->nb;
     for (int j = 0; j < h->nb; j++) snprintf(p->their_choice[j], sizeof p->their_choice[j], "%s", h->b[j].choice);
     p->same_host = h->host_id[0] && !strcmp(h->host_id, e->host_id);
+    /* The pidfd first: where the watch then maps the page, the page proves that pid was this
+     * incarnation's when the pidfd was opened. */
+    cx_proc_follow(&p->proc, p->same_host ? h->live_pid : 0);
     if (p->same_host) cx_live_watch(e, p, h->live_pid, h->live_fd, h->incarnation);
     for (int j = 0; j < h->nb; j++)
         for (int i = 0; i < e->nb; i++) {

@@ -107,6 +107,9 @@ void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason)
     cx_peer_drop_ep(e, p, CX_EPEER);
     cx_peer_ops_fail(e, p, CX_EPEER);
     cx_rregions_free(p);
+    /* Its endpoint is gone: no backend asks about this process any more (an exit fd handed out
+     * is the backend's own), and a failed peer holds no fd. Its next HELLO follows it again. */
+    cx_proc_forget(&p->proc);
     if (was_up) {
         p->state = CX_PEER_FAILED;
         cx_event_emit(e, p, CX_EVENT_FAILED, reason);
@@ -131,6 +134,7 @@ void cx_peer_left(cx_engine_t *e, cx_peer_t *p)
     cx_peer_drop_ep(e, p, CX_EPEER);
     cx_peer_ops_fail(e, p, CX_EPEER);
     cx_rregions_free(p);
+    cx_proc_forget(&p->proc);
     p->state = CX_PEER_LEFT;
     p->reconnect = 0;
     cx_event_emit(e, p, CX_EVENT_LEFT, "clean close (BYE)");
