@@ -184,6 +184,45 @@ static int domain_nic(const cx_probe_t *p, const cx_decision_t *d, int first, in
     return -1;
 }
 
+/* A NIC's libfabric domain name: EFA's RDM domains carry "-rdm". */
+static void nic_domain(const cx_probe_t *p, int n, int efa, char *buf, size_t len)
+{
+    snprintf(buf, len, "%.*s%s", CX_SEL_NAME - 5, p->rdma[n].name, efa ? "-rdm" : "");
+}
+
+/* Multi-rail: the NICs serving the GPUs (nicmap.c: each GPU's nearest by PCIe distance), or on a
+ * host without GPUs every usable NIC of the kind; the planned domain first. A region on GPU g
+ * then moves over g's NIC, host memory over all of them. NICs no GPU is near (a DGX's storage
+ * NICs) are left out where there are GPUs, as for UCX. */
+static void plan_rails(const cx_probe_t *p, const cx_decision_t *d, int efa, cx_plan_be_t *pl)
+{
+    char nm[CX_SEL_NAME + 8];
+    int use[CX_SEL_MAX_RDMA] = { 0 }, cnt = 0, by_gpu = 0;
+    for (int g = 0; g < d->n_gpu; g++) {
+        int n = d->nic_of_gpu[g];
+        if (n >= 0 && n < CX_SEL_MAX_RDMA && nic_ok(&p->rdma[n], efa)) use[n] = by_gpu = 1;
+    }
+    for (int i = 0; i < p->n_rdma && i < CX_SEL_MAX_RDMA; i++) {
+        if (!by_gpu) use[i] = nic_ok(&p->rdma[i], efa);
+        cnt += use[i];
+    }
+    pl->domains[0] = pl->gpu_domains[0] = 0;
+    if (cnt < 2) return; /* one NIC: no rails */
+    cx_sel_appendf(pl->domains, sizeof pl->domains, "%s", pl->domain);
+    for (int i = 0; i < p->n_rdma && i < CX_SEL_MAX_RDMA; i++) {
+        if (!use[i]) continue;
+        nic_domain(p, i, efa, nm, sizeof nm);
+        if (strcmp(nm, pl->domain)) cx_sel_appendf(pl->domains, sizeof pl->domains, ",%s", nm);
+    }
+    for (int g = 0; g < d->n_gpu; g++) {
+        int n = d->nic_of_gpu[g];
+        if (n < 0 || !nic_ok(&p->rdma[n], efa)) continue;
+        nic_domain(p, n, efa, nm, sizeof nm);
+        cx_sel_appendf(pl->gpu_domains, sizeof pl->gpu_domains, "%s%d=%s", pl->gpu_domains[0] ? ";" : "",
+                       p->gpu[g].ordinal >= 0 ? p->gpu[g].ordinal : g, nm);
+    }
+}
+
 static void fab_plan(const cx_probe_t *p, const cx_select_opts_t *o, cx_decision_t *d, int i, cx_plan_be_t *pl)
 {
     (void)o;
@@ -191,9 +230,15 @@ static void fab_plan(const cx_probe_t *p, const cx_select_opts_t *o, cx_decision
     cx_sel_copy(pl->provider, sizeof pl->provider, c->variant);
     int efa = !strncmp(c->variant, "efa", 3), verbs = !strncmp(c->variant, "verbs", 5);
     int n = (efa || verbs) ? domain_nic(p, d, i == 0, efa) : -1;
-    if (n >= 0) snprintf(pl->domain, sizeof pl->domain, "%.*s%s", CX_SEL_NAME - 5, p->rdma[n].name, efa ? "-rdm" : "");
+    if (n >= 0) nic_domain(p, n, efa, pl->domain, sizeof pl->domain);
+    if (n >= 0 && i == 0) plan_rails(p, d, efa, pl);
     REASON(d, "plan: libfabric opens provider %s%s%s%s", pl->provider, pl->domain[0] ? ", domain " : "", pl->domain,
-           pl->domain[0] && p->n_gpu ? " (the NIC of GPU 0; one domain per instance)" : "");
+           pl->domain[0] && p->n_gpu ? " (the NIC of GPU 0)" : "");
+    if (pl->domains[0])
+        REASON(d,
+               "plan: libfabric rails %s: transfers from CONNEX_STRIPE_MIN on striped over them, "
+               "a GPU's over its nearest NIC (%s)",
+               pl->domains, pl->gpu_domains[0] ? pl->gpu_domains : "no GPU");
 }
 
 static void fab_gdr_why(const cx_probe_t *p, const cx_choice_t *c, char *why, size_t len)

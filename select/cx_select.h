@@ -145,6 +145,10 @@ typedef struct cx_plan_be {
     char devices[256];        /* UCX: its RDMA devices ("mlx5_0:1,..."); "": none (TCP and
                                    shared memory over the engine's interface) */
     int devices_exact;        /* devices is the user's CONNEX_NET_DEVICES list, used as given */
+    char domains[256];        /* libfabric on RDMA: every NIC of the provider's kind, the rails
+                                   it opens and stripes over, `domain` first ("": one domain) */
+    char gpu_domains[512];    /* libfabric: each GPU's rails, "0=mlx5_0;1=mlx5_1" (CUDA ordinal
+                                   = its nearest NIC(s)); "": none */
     char transports[64];      /* what it carries peers over ("rc,dc,ud (ib)", "efa", "tcp") */
     int gpudirect;            /* GPU (CUDA) memory registered with the NIC by this backend */
     char gpudirect_via[96];   /* the capabilities behind it, or why it is off */

@@ -71,6 +71,7 @@ static void plan_text(cx_out_t *o, const cx_probe_t *p, const cx_decision_t *d)
         if (pl->provider[0]) outf(o, " provider %s,", pl->provider);
         const cx_sel_backend_t *be = cx_sel_backend(d->be[i].backend);
         if (be && be->shows_domain) outf(o, " domain %s,", pl->domain[0] ? pl->domain : "(the provider's)");
+        if (pl->domains[0]) outf(o, " rails %s,", pl->domains);
         if (be && be->shows_devices)
             outf(o, " devices %s%s,",
                  pl->devices[0] ? pl->devices
@@ -301,6 +302,10 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
         jstr(&o, pl->provider);
         outf(&o, ",\"domain\":");
         jstr(&o, pl->domain);
+        outf(&o, ",\"rails\":");
+        jstr(&o, pl->domains);
+        outf(&o, ",\"gpu_rails\":");
+        jstr(&o, pl->gpu_domains);
         outf(&o, ",\"devices\":");
         jstr(&o, pl->devices);
         outf(&o, ",\"devices_exact\":%s,\"transports\":", pl->devices_exact ? "true" : "false");

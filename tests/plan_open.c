@@ -127,6 +127,10 @@ static void test_efa_host(void **state)
     plan_case_t c = { "p4d-24xlarge-efa.layout", "efa+hmem,tcp;ofi_rxm,shm", NULL, NULL };
     const char *t = run_case(&c);
     expect_first_open(t, "open prov=efa domain=rdmap16s27-rdm hmem=1 mr_hmem=1");
+    /* multi-rail: every EFA is opened as a rail of its own, GPU 0's first */
+    expect(t, "open prov=efa domain=rdmap32s27-rdm hmem=1 mr_hmem=1\n");
+    expect(t, "open prov=efa domain=rdmap144s27-rdm hmem=1 mr_hmem=1\n");
+    expect(t, "open prov=efa domain=rdmap160s27-rdm hmem=1 mr_hmem=1\n");
     assert_null(strstr(t, "prov=tcp")); /* no fallback to another provider */
     assert_null(strstr(t, "prov=verbs"));
     expect(t, "ucx NET_DEVICES=lo\n");
@@ -141,12 +145,26 @@ static void test_ib_host(void **state)
     plan_case_t c = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", NULL, NULL };
     const char *t = run_case(&c);
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_0 hmem=1 mr_hmem=1");
+    /* the rails: the eight compute NICs (those nearest a GPU), not the storage ones */
+    expect(t, "open prov=verbs;ofi_rxm domain=mlx5_11 hmem=1 mr_hmem=1\n");
+    assert_null(strstr(t, "domain=mlx5_1 "));
+    assert_null(strstr(t, "domain=mlx5_2 "));
     plan_case_t pin = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", "gpu0=mlx5_9,gpu1=mlx5_10",
                         NULL };
     t = run_case(&pin);
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_9 hmem=1 mr_hmem=1");
     assert_null(strstr(t, "NET_DEVICES=gpu"));
     expect(t, "ucx NET_DEVICES=lo\n");
+    /* UCX given several NICs stripes its rendezvous over them: as many rails as NICs, up to 4 */
+    plan_case_t two = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", "mlx5_0:1,mlx5_3:1", NULL };
+    t = run_case(&two);
+    expect(t, "ucx NET_DEVICES=mlx5_0:1,mlx5_3:1\n");
+    expect(t, "ucx MAX_RNDV_RAILS=2\n");
+    plan_case_t six = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm",
+                        "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1", NULL };
+    t = run_case(&six);
+    expect(t, "ucx MAX_RNDV_RAILS=4\n");
+    assert_null(strstr(run_case(&c), "MAX_RNDV_RAILS")); /* lo alone: one rail, UCX's default */
 }
 
 /* RoCE workstation without peermem or a dma-buf finding: verbs, GPU memory staged (no FI_HMEM). */

@@ -122,6 +122,11 @@ struct cx_bep {
     uint64_t q_blocked; /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;    /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
+    /* A hub's endpoint (fi_rail.c): one endpoint per rail both sides have. */
+    int nrails;
+    struct cx_bep *rail[CX_FI_RAILS_MAX];
+    struct cx_fi_grp *fault; /* a stripe failed by CONNEX_FI_FAULT_RAIL, reported at progress */
+    int fault_i;
 };
 
 typedef struct cx_fi_mh {
@@ -151,9 +156,13 @@ typedef struct cx_fi_shm_wait {
     char name[64];
 } cx_fi_shm_wait_t;
 
+struct cx_fi_hub;
 struct cx_backend {
     cx_core_t *core;
     const struct cx_opts *opts; /* the engine's CONNEX_* table (cx_backend_params_t.opts) */
+    struct cx_fi_hub *hub;      /* set: this instance is a hub of rails, nothing below is open */
+    struct cx_backend *owner;   /* a rail: its hub (every xfer it is given is a stripe) */
+    int rail_idx;
     uint64_t inc;
     char prov[64];
     struct fi_info *info;
@@ -230,6 +239,13 @@ struct cx_backend {
     uint64_t last_sweep_ns;
     uint64_t sweep_gap_ns; /* between hot sweeps: doubles from 1 ms after a connect */
 };
+
+/* fi_rail.c: multi-rail (README.md, "Multi-rail"). cx_fi_open_rails: CX_OK with *out a hub,
+ * or CX_EUNSUPPORTED when fewer than two rails are asked for or open (the caller opens one). */
+int cx_fi_open_rails(const cx_backend_params_t *p, cx_backend_t **out);
+void cx_fi_hub_sub_done(cx_backend_t *rail, cx_xfer_t *sx, int status);
+extern const struct cx_backend_ops cx_fi_single_ops; /* fi_setup.c: one domain */
+void cx_fi_prepare(void);                            /* fi_setup.c: libfabric's env defaults */
 
 /* fi_mr.c */
 int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind, struct fid_mr **mr);
@@ -354,8 +370,18 @@ static inline int cx_fi_lock_held(const cx_backend_t *b, const int *lockw)
     if (cx_fi_lock_try((int *)(uintptr_t)lockw, b->lock_free, b->lock_held)) return 0;
     return cx_fi_lock_wait(b, lockw);
 }
-uint64_t cx_fi_now_ns(void);                                       /* fi_cq.c: CLOCK_MONOTONIC */
-void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps); /* fi_mr.c */
+uint64_t cx_fi_now_ns(void); /* fi_cq.c: CLOCK_MONOTONIC */
+void cx_fi_gpu_caps(
+    cx_backend_t *b,
+    cx_backend_gpu_caps_t
+        *caps); /* fi_rail.c: multi-rail (README.md, "Multi-rail"). cx_fi_open_rails: CX_OK with *out a hub,
+ * or CX_EUNSUPPORTED when fewer than two rails are asked for or open (the caller opens one). */
+int cx_fi_open_rails(const cx_backend_params_t *p, cx_backend_t **out);
+void cx_fi_hub_sub_done(cx_backend_t *rail, cx_xfer_t *sx, int status);
+extern const struct cx_backend_ops cx_fi_single_ops; /* fi_setup.c: one domain */
+void cx_fi_prepare(void);                            /* fi_setup.c: libfabric's env defaults */
+
+/* fi_mr.c */
 void cx_fi_report_dead(cx_backend_t *b);
 
 /* fi_cq.c */

@@ -274,13 +274,13 @@ static void cx_fi_env_defaults_once(void)
     if (access("/dev/nvidiactl", F_OK) != 0) cx_fi_env_default("FI_HMEM", "system");
 }
 
-static void cx_fi_prepare(void)
+void cx_fi_prepare(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, cx_fi_env_defaults_once);
 }
 
-static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
+static int cx_fi_open_one(const cx_backend_params_t *p, cx_backend_t **out)
 {
     if (!p || !out) return CX_EINVAL;
     *out = NULL;
@@ -410,10 +410,11 @@ static void cx_fi_ep_transport(cx_backend_t *b, cx_bep_t *ep, char *buf, size_t 
     snprintf(buf, n, "%s%s%s", prov, dom[0] ? "/" : "", dom);
 }
 
-const struct cx_backend_ops cx_libfabric_ops = {
+/* One domain; the exported table (fi_rail.c) opens one of these or a hub of several. */
+const struct cx_backend_ops cx_fi_single_ops = {
     .version = CX_BACKEND_API_VERSION,
     .name = "libfabric",
-    .open = cx_fi_open,
+    .open = cx_fi_open_one,
     .close = cx_fi_close,
     .address = cx_fi_address,
     .wait_fd = cx_fi_wait_fd,

@@ -156,3 +156,49 @@ int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr)
     *raddr = (k->flags & CX_FI_KEY_VIRT) ? remote : remote - k->base;
     return CX_OK;
 }
+
+/* Walks a multi-rail blob of `ver`, lengths u16 (addresses) or u8 (keys); a blob of `single`
+ * is rail 0 alone. */
+static int cx_fi_rail_part(const void *buf, size_t len, int i, int ver, int single, int wide, const uint8_t **part,
+                           size_t *part_len, int *n)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, buf, buf ? len : 0);
+    uint8_t v = cx_rd_u8(&r);
+    *part = NULL;
+    *part_len = 0;
+    *n = 0;
+    if (!r.ok) return CX_EINVAL;
+    if (v == single) {
+        *n = 1;
+        if (i != 0) return CX_EINVAL;
+        *part = buf;
+        *part_len = len;
+        return CX_OK;
+    }
+    if (v != ver) return CX_EINVAL;
+    int cnt = cx_rd_u8(&r);
+    if (!r.ok || cnt < 1 || cnt > CX_FI_RAILS_MAX) return CX_EINVAL;
+    for (int k = 0; k < cnt; k++) {
+        size_t pl = wide ? cx_rd_u16(&r) : cx_rd_u8(&r);
+        const uint8_t *p = cx_rd_bytes(&r, pl);
+        if (!p || !pl) return CX_EINVAL;
+        if (k == i) {
+            *part = p;
+            *part_len = pl;
+        }
+    }
+    if (!cx_rd_done(&r) || i < 0 || i >= cnt) return CX_EINVAL;
+    *n = cnt;
+    return CX_OK;
+}
+
+int cx_fi_addr_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n)
+{
+    return cx_fi_rail_part(buf, len, i, CX_FI_ADDRS_VERSION, CX_FI_ADDR_VERSION, 1, part, part_len, n);
+}
+
+int cx_fi_key_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n)
+{
+    return cx_fi_rail_part(buf, len, i, CX_FI_KEYS_VERSION, CX_FI_KEY_VERSION, 0, part, part_len, n);
+}

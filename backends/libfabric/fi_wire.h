@@ -47,6 +47,10 @@ enum {
 #define CX_FI_KEY_VERSION 1  /* key blob: version, flags, registered base, key */
 #define CX_FI_KEY_VIRT 1u    /* flag: the provider addresses regions by virtual address */
 #define CX_FI_KEY_LEN 18
+/* Multi-rail (fi_rail.c): one blob per engine and one per region still, carrying every rail's. */
+#define CX_FI_ADDRS_VERSION 3 /* address blob: u8 3, u8 n, n x (u16 length, a version-2 blob) */
+#define CX_FI_KEYS_VERSION 2  /* key blob: u8 2, u8 n, n x (u8 length, a version-1 blob) */
+#define CX_FI_RAILS_MAX 8
 
 typedef struct cx_fi_hdr {
     uint8_t type; /* CX_FM_*; the decoder leaves telling them apart to the caller */
@@ -98,6 +102,12 @@ int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off
 
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a);
 int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a);
+
+/* Rail i's part of an address blob (version 2: the blob itself is rail 0's, the only one) or of a
+ * key blob (version 1 likewise), pointing into buf; *n: how many rails the blob carries. Every
+ * part is length-checked, not decoded (cx_fi_addr_get / cx_fi_key_get do that). */
+int cx_fi_addr_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n);
+int cx_fi_key_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n);
 
 void cx_fi_key_put(cx_wr_t *w, const cx_fi_key_t *k);
 int cx_fi_key_get(const void *buf, size_t len, cx_fi_key_t *k);

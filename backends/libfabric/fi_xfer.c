@@ -21,8 +21,14 @@ void cx_fi_kick(cx_backend_t *b)
 
 cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer)
 {
-    cx_bep_t *ce = cx_core_peer_ep(b->core, b, peer); /* every message asks: O(1) */
-    if (ce) return ce;
+    if (b->owner) {
+        /* A rail: the core knows its hub's endpoint, which holds this rail's. */
+        cx_bep_t *he = cx_core_peer_ep(b->core, b->owner, peer);
+        if (he && b->rail_idx < he->nrails && he->rail[b->rail_idx]) return he->rail[b->rail_idx];
+    } else {
+        cx_bep_t *ce = cx_core_peer_ep(b->core, b, peer); /* every message asks: O(1) */
+        if (ce) return ce;
+    }
     for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
         if (ep->peer == peer) return ep;
     return NULL;
@@ -103,7 +109,11 @@ void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
     }
     cx_xfer_t *x = op->x;
     op->x = NULL;
-    if (x) cx_core_xfer_done(b->core, x, status);
+    if (!x) return;
+    if (b->owner)
+        cx_fi_hub_sub_done(b, x, status); /* a stripe: its hub completes the core's xfer */
+    else
+        cx_core_xfer_done(b->core, x, status);
 }
 
 /* ---- acks: ops waiting for the target's answer, by sequence ---- */
@@ -520,6 +530,14 @@ void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
     cx_fi_addr_t a;
+    /* A multi-rail peer's blob: this single-domain backend talks to its first rail. */
+    const uint8_t *part;
+    size_t part_len;
+    int nr;
+    if (cx_fi_addr_rail(addr, addr_len, 0, &part, &part_len, &nr) == CX_OK) {
+        addr = part;
+        addr_len = part_len;
+    }
     if (cx_fi_addr_get(addr, addr_len, &a)) {
         cx_warn("libfabric: connect: malformed address blob (%zu bytes)", addr_len);
         return CX_EINVAL;

@@ -130,6 +130,23 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
  * keeps UCX's default. The RDMA devices are the selection's plan's (the NICs of the GPUs, or every
  * active one); a build without select/ takes every RDMA port sysfs lists. CONNEX_NET_DEVICES as a
  * list of devices, or UCX_NET_DEVICES, replaces all of it. */
+/* Multi-rail: UCX stripes a rendezvous transfer over up to UCX_MAX_RNDV_RAILS lanes of the
+ * devices it is given (default 2; at most 4 in UCX 1.13, UCP_MAX_RAILS), picking by distance to
+ * the memory for GPU buffers. With the plan's NICs (every NIC of the GPUs, or of the host) it
+ * may use as many of them as there are, up to that limit. Eager messages stay on one lane
+ * (UCX_MAX_EAGER_RAILS 1): they are small, and striping them only reorders. A user's value wins. */
+#define CX_UCX_RAILS_MAX 4
+static void cx_ucx_rails(ucp_config_t *cfg, const char *rdma)
+{
+    if (getenv("UCX_MAX_RNDV_RAILS") || !rdma || !*rdma) return;
+    int n = 1;
+    for (const char *c = rdma; *c; c++) n += *c == ',';
+    if (n < 2) return;
+    char v[8];
+    snprintf(v, sizeof v, "%d", n < CX_UCX_RAILS_MAX ? n : CX_UCX_RAILS_MAX);
+    (void)cx_ucx_set(cfg, "MAX_RNDV_RAILS", v);
+}
+
 static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip)
 {
     const char *dev = NULL;
@@ -141,7 +158,11 @@ static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm,
     } else {
         dev = cx_opts_str(prm->opts, "CONNEX_NET_DEVICES");
     }
-    if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
+    if (dev && *dev) {
+        if (cx_ucx_set(cfg, "NET_DEVICES", dev) != CX_OK) return CX_EINVAL;
+        cx_ucx_rails(cfg, dev);
+        return CX_OK;
+    }
     if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::")) return CX_OK;
     char ifn[IF_NAMESIZE + 1], rdma[512], list[600];
     if (cx_ucx_ip_ifname(listen_ip, ifn, sizeof ifn)) {
@@ -154,6 +175,7 @@ static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm,
         cx_ucx_rdma_ports(rdma, sizeof rdma);
     snprintf(list, sizeof list, "%s%s%s", ifn, rdma[0] ? "," : "", rdma);
     (void)cx_ucx_set(cfg, "NET_DEVICES", list);
+    cx_ucx_rails(cfg, rdma);
     return CX_OK;
 }
 

@@ -44,6 +44,8 @@ int cx_select_order(const struct cx_opts *opts, const char *want, const struct c
                 snprintf(plan[i].domain, sizeof plan[i].domain, "%s", pl->domain);
                 snprintf(plan[i].net_devices, sizeof plan[i].net_devices, "%s", pl->devices);
                 plan[i].net_devices_exact = pl->devices_exact;
+                snprintf(plan[i].domains, sizeof plan[i].domains, "%s", pl->domains);
+                snprintf(plan[i].gpu_domains, sizeof plan[i].gpu_domains, "%s", pl->gpu_domains);
                 break;
             }
         if (!choice[i][0]) snprintf(choice[i], CX_CHOICE_MAX, "%s//0x0", out[i]->name);
@@ -112,6 +114,8 @@ void cx_open_plan_params(const cx_open_plan_t *plan, cx_backend_params_t *p)
     /* "" is a plan too (no RDMA device); NULL only without one */
     p->net_devices = plan->planned ? plan->net_devices : NULL; /* "": the plan has no RDMA device */
     p->net_devices_exact = plan->net_devices_exact;
+    p->domains = plan->domains[0] ? plan->domains : NULL;
+    p->gpu_domains = plan->gpu_domains[0] ? plan->gpu_domains : NULL;
 }
 
 /* ---- the public memory calls (connex.h): thin over gpu/ ---- */

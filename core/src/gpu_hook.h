@@ -19,6 +19,8 @@ typedef struct cx_open_plan {
     char domain[64];
     char net_devices[256];
     int net_devices_exact;
+    char domains[256];     /* libfabric: every rail's domain, comma-separated */
+    char gpu_domains[512]; /* libfabric: the rails of each GPU, "0=a,b;1=c" */
 } cx_open_plan_t;
 /* The compiled-in backends to open, best first, for CONNEX_BACKEND/config value `want`; for each,
  * what to advertise about it (choice[i], "backend/variant/caps") and what to open (plan[i]), and

@@ -140,8 +140,38 @@ static void key(const uint8_t *data, size_t size)
     if (k.base && cx_fi_key_target(&k, k.base - 1, &ra) != CX_EINVAL) abort();
 }
 
+/* Multi-rail blobs: every part lies inside the input, the count is the same for every rail, and
+ * a rail past the count is refused; each part goes through the single-rail decoder. */
+static void rails(const uint8_t *data, size_t size)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        const uint8_t *p;
+        size_t pl;
+        int n0 = 0;
+        int (*get)(const void *, size_t, int, const uint8_t **, size_t *, int *) =
+            kind ? cx_fi_key_rail : cx_fi_addr_rail;
+        if (get(data, size, 0, &p, &pl, &n0) != CX_OK) continue;
+        if (n0 < 1 || n0 > CX_FI_RAILS_MAX) abort();
+        for (int i = 0; i < n0; i++) {
+            int n = 0;
+            if (get(data, size, i, &p, &pl, &n) != CX_OK || n != n0 || !pl) abort();
+            inside(p, pl, data, size);
+            if (kind) {
+                cx_fi_key_t k;
+                (void)cx_fi_key_get(p, pl, &k);
+            } else {
+                cx_fi_addr_t a;
+                (void)cx_fi_addr_get(p, pl, &a);
+            }
+        }
+        int n = 0;
+        if (get(data, size, n0, &p, &pl, &n) != CX_EINVAL) abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    rails(data, size);
     message(data, size);
     ack(data, size);
     rts(data, size);

@@ -274,6 +274,20 @@ int main(int argc, char **argv)
     PUT_WR("fi", "key-virt", 64,
            cx_fi_key_put(&w_, &(cx_fi_key_t){ .flags = CX_FI_KEY_VIRT, .base = 0x7f0000001000ull, .key = 0x1234 }));
     PUT_WR("fi", "key-offset", 64, cx_fi_key_put(&w_, &(cx_fi_key_t){ .flags = 0, .base = 0x10000, .key = 3 }));
+    /* multi-rail (fi_rail.c): two rails' addresses in one blob, two rails' keys in one */
+    uint8_t rab[512], rkb[64];
+    cx_wr_t aw, kw;
+    cx_wr_init(&aw, rab, sizeof rab);
+    cx_fi_addr_put(&aw, &fa);
+    cx_wr_init(&kw, rkb, sizeof rkb);
+    cx_fi_key_put(&kw, &(cx_fi_key_t){ .flags = CX_FI_KEY_VIRT, .base = 0x7f0000001000ull, .key = 0x1234 });
+    PUT_WR("fi", "addr-rails", 1100, cx_wr_u8(&w_, CX_FI_ADDRS_VERSION); cx_wr_u8(&w_, 2);
+           cx_wr_blob16(&w_, rab, aw.len); cx_wr_blob16(&w_, rab, aw.len));
+    PUT_WR(
+        "fi", "key-rails", 128, cx_wr_u8(&w_, CX_FI_KEYS_VERSION); cx_wr_u8(&w_, 2); for (int r_ = 0; r_ < 2; r_++) {
+            cx_wr_u8(&w_, (uint8_t)kw.len);
+            cx_wr_bytes(&w_, rkb, kw.len);
+        });
 #endif
     return 0;
 }

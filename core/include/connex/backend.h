@@ -69,12 +69,19 @@ typedef struct cx_backend_params {
     const char *domain;      /* libfabric: the domain (NIC) to open ("rdmap16s27-rdm", "mlx5_0") */
     const char *net_devices; /* UCX: the RDMA devices, UCX_NET_DEVICES syntax ("mlx5_0:1,...") */
     int net_devices_exact;   /* 1: net_devices is the user's list: use it as is, add nothing */
+    /* libfabric multi-rail: every NIC (domain) to open, comma-separated ("mlx5_0,mlx5_1"): one
+     * domain, CQ, AV and endpoint per rail, large transfers striped over them. NULL or a single
+     * name: the one `domain` above. */
+    const char *domains;
+    /* libfabric: the rails of each GPU, "0=mlx5_0,mlx5_1;1=mlx5_2" (names from `domains`): a
+     * region on GPU g moves over g's rails, host memory over all. NULL or "": every rail. */
+    const char *gpu_domains;
 } cx_backend_params_t;
 
 /* The version of this interface. A backend sets .version = CX_BACKEND_API_VERSION; the core
  * refuses one built against another version (cx_backend_check). Bump it on any change of the
  * layout of struct cx_backend_ops or of the contract of a call (an op's or a cx_core_* one). */
-#define CX_BACKEND_API_VERSION 3
+#define CX_BACKEND_API_VERSION 4
 
 struct cx_backend_ops {
     /* version and name lead the struct in every version of it, so that the core can read them
