@@ -290,7 +290,13 @@ static cx_cause_t cx_fi_err_cause(int err)
         return CX_CAUSE_LOCAL;
     case FI_ECONNRESET:
     case FI_ECONNABORTED:
-    case FI_ENOTCONN: return CX_CAUSE_PEER_GONE; /* the peer's end reset the connection */
+    case FI_ENOTCONN:
+        /* The peer's end closed or reset the connection: a killed process does, but so does a
+         * live peer whose core closed its data endpoint on a verdict of its own (a probe, an op
+         * timeout). Read as the peer's death, that failed a live pair (conformance_cause). A
+         * death is also seen by the control connection's reset and the same-host watch, at the
+         * same moment: the probe costs it nothing. */
+        return CX_CAUSE_TRANSPORT;
     default: return CX_CAUSE_TRANSPORT;
     }
 }
