@@ -173,35 +173,25 @@ static int post_at(struct fab *f, int op, size_t len, size_t off, int more, fi_a
     char *lb = (char *)f->buf + off;
     uint64_t ra = h->addr + off;
     ssize_t r;
+    struct iovec iov = { .iov_base = lb, .iov_len = len };
+    struct fi_rma_iov riov = { .addr = ra, .len = len, .key = h->key };
+    struct fi_msg_rma m = { .msg_iov = &iov,
+                            .desc = &desc,
+                            .iov_count = 1,
+                            .addr = peer,
+                            .rma_iov = &riov,
+                            .rma_iov_count = 1,
+                            .context = ctx };
     do {
-        if (op == OP_READ && more) {
-            struct iovec iov = { .iov_base = lb, .iov_len = len };
-            struct fi_rma_iov riov = { .addr = ra, .len = len, .key = h->key };
-            struct fi_msg_rma m = { .msg_iov = &iov,
-                                    .desc = &desc,
-                                    .iov_count = 1,
-                                    .addr = peer,
-                                    .rma_iov = &riov,
-                                    .rma_iov_count = 1,
-                                    .context = ctx };
+        if (op == OP_READ && more)
             r = fi_readmsg(f->ep, &m, FI_COMPLETION | FI_MORE);
-        } else if (op == OP_READ) {
+        else if (op == OP_READ)
             r = fi_read(f->ep, lb, len, desc, peer, ra, h->key, ctx);
-        } else if (op == OP_WRITE && !more) {
+        else if (op == OP_WRITE && !more)
             r = fi_write(f->ep, lb, len, desc, peer, ra, h->key, ctx);
-        } else {
-            uint64_t flags = op == OP_WRITE ? FI_COMPLETION : (uint64_t)g_write_flags;
-            struct iovec iov = { .iov_base = lb, .iov_len = len };
-            struct fi_rma_iov riov = { .addr = ra, .len = len, .key = h->key };
-            struct fi_msg_rma m = { .msg_iov = &iov,
-                                    .desc = &desc,
-                                    .iov_count = 1,
-                                    .addr = peer,
-                                    .rma_iov = &riov,
-                                    .rma_iov_count = 1,
-                                    .context = ctx };
-            r = fi_writemsg(f->ep, &m, flags | (more ? FI_MORE : 0));
-        }
+        else
+            r = fi_writemsg(f->ep, &m,
+                            (op == OP_WRITE ? FI_COMPLETION : (uint64_t)g_write_flags) | (more ? FI_MORE : 0));
         if (r == -FI_EAGAIN) fi_cq_read(f->cq, NULL, 0);
     } while (r == -FI_EAGAIN);
     return (int)r;
