@@ -176,7 +176,9 @@ static void test_default_advertised(void **state)
 {
     (void)state;
     char want[CX_IP_MAX];
-    assert_int_equal(cx_advertise_resolve("0.0.0.0", NULL, want, sizeof want), 0);
+    static cx_opts_t o;
+    assert_int_equal(cx_opts_load(&o), CX_OK);
+    assert_int_equal(cx_advertise_resolve(&o, "0.0.0.0", NULL, want, sizeof want), 0);
     assert_false(cx_ip_is_wildcard(want));
     cx_engine_t *e = wildcard_engine("adv-default", NULL);
     assert_url_host(cx_engine_local_url(e), want);

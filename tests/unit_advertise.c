@@ -85,7 +85,9 @@ static const char *resolve(const char *listen, const char *want, int *rc)
 {
     static char out[CX_IP_MAX];
     out[0] = 0;
-    *rc = cx_advertise_resolve(listen, want, out, sizeof out);
+    static cx_opts_t o;
+    (void)cx_opts_load(&o);
+    *rc = cx_advertise_resolve(&o, listen, want, out, sizeof out);
     return out;
 }
 

@@ -103,7 +103,10 @@ static int parse(int argc, char **argv, opts_t *o)
 
 static int load_token(const opts_t *o, cx_auth_t **auth)
 {
-    if (!o->token_file) return cx_auth_load(NULL, auth);
+    static cx_opts_t env; /* CONNEX_AUTH_TOKEN(_FILE): the environment, through the options table */
+    if (cx_opts_load(&env) && (cx_opts_bad(&env, "CONNEX_AUTH_TOKEN") || cx_opts_bad(&env, "CONNEX_AUTH_TOKEN_FILE")))
+        return CX_EINVAL;
+    if (!o->token_file) return cx_auth_load(&env, NULL, auth);
     char buf[CX_AUTH_TOKEN_MAX + 2];
     int fd = open(o->token_file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -115,7 +118,7 @@ static int load_token(const opts_t *o, cx_auth_t **auth)
     if (n < 0) n = 0;
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) n--;
     buf[n] = 0;
-    int rc = cx_auth_load(buf, auth);
+    int rc = cx_auth_load(&env, buf, auth);
     explicit_bzero(buf, sizeof buf);
     return rc;
 }

@@ -97,18 +97,11 @@ static int host_ifaddrs(cx_ifaddr_t *out, int max)
     return n;
 }
 
-/* CONNEX_ADVERTISE_IP, through the options table (connex/options.h). */
-static const char *advertise_env(void)
-{
-    const char *v = NULL;
-    return cx_opt_get_str("CONNEX_ADVERTISE_IP", &v) >= 0 ? v : NULL; /* connex/options.h */
-}
-
-int cx_advertise_resolve(const char *listen_ip, const char *want, char *out, size_t len)
+int cx_advertise_resolve(const cx_opts_t *o, const char *listen_ip, const char *want, char *out, size_t len)
 {
     const char *from = "config.advertise_ip";
     if (!want || !*want) {
-        want = advertise_env();
+        want = cx_opts_str(o, "CONNEX_ADVERTISE_IP");
         from = "CONNEX_ADVERTISE_IP";
     }
     if (want && *want) {

@@ -66,12 +66,10 @@ static int read_token_file(const char *path, cx_auth_t *a)
     return CX_OK;
 }
 
-int cx_auth_load(const char *cfg_token, cx_auth_t **out)
+int cx_auth_load(const cx_opts_t *o, const char *cfg_token, cx_auth_t **out)
 {
     *out = NULL;
-    const char *env, *file;
-    (void)cx_opt_get_str("CONNEX_AUTH_TOKEN", &env);
-    (void)cx_opt_get_str("CONNEX_AUTH_TOKEN_FILE", &file);
+    const char *env = cx_opts_str(o, "CONNEX_AUTH_TOKEN"), *file = cx_opts_str(o, "CONNEX_AUTH_TOKEN_FILE");
     const char *tok = NULL, *src = NULL;
     if (cfg_token) {
         tok = cfg_token;

@@ -13,6 +13,8 @@
 #ifndef CX_AUTH_H
 #define CX_AUTH_H
 
+#include "connex/options.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,9 +43,9 @@ typedef struct cx_auth_frame {
 } cx_auth_frame_t;
 
 /* The token from cfg_token, else CONNEX_AUTH_TOKEN, else the file named by
- * CONNEX_AUTH_TOKEN_FILE. *out is NULL when none is set (authentication off). CX_EINVAL (logged)
- * for an empty, oversized or unreadable token. */
-int cx_auth_load(const char *cfg_token, cx_auth_t **out);
+ * CONNEX_AUTH_TOKEN_FILE, both from the options table `o`. *out is NULL when none is set
+ * (authentication off). CX_EINVAL (logged) for an empty, oversized or unreadable token. */
+int cx_auth_load(const cx_opts_t *o, const char *cfg_token, cx_auth_t **out);
 void cx_auth_free(cx_auth_t *a);
 
 /* Wire form of an AUTH frame body: exactly CX_AUTH_BODY bytes. get: 0 or CX_EINVAL. */

@@ -212,7 +212,7 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     if (!e->cfg.connect_timeout_ms) e->cfg.connect_timeout_ms = 5000;
     if (!e->cfg.recv_queue_max) e->cfg.recv_queue_max = 4096;
     if (!e->cfg.recv_queue_bytes) e->cfg.recv_queue_bytes = 256ull << 20;
-    cx_sched_config(&e->cfg);
+    cx_sched_config(&e->cfg, &e->opts);
     if (e->cfg.heartbeat_timeout_ms <= e->cfg.heartbeat_ms) {
         cx_error("engine: heartbeat_timeout_ms (%u) must exceed heartbeat_ms (%u)", e->cfg.heartbeat_timeout_ms,
                  e->cfg.heartbeat_ms);
@@ -221,7 +221,7 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     e->cfg.model = e->model;
     snprintf(e->model, sizeof e->model, "%s", cfg->model);
     e->cfg.listen_ip = e->listen_ip;
-    if (cx_advertise_resolve(e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
+    if (cx_advertise_resolve(&e->opts, e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
     e->cfg.advertise_ip = e->adv_ip;
     const char *m = cx_opts_str(&e->opts, "CONNEX_METRICS");
     char mip[48];
@@ -326,6 +326,7 @@ static void engine_free(cx_engine_t *e)
     pthread_mutex_destroy(&e->qmu);
     pthread_mutex_destroy(&e->plock);
     cx_auth_free(e->auth);
+    explicit_bzero(&e->opts, sizeof e->opts); /* it holds CONNEX_AUTH_TOKEN's copy */
     free(e);
 }
 
@@ -352,7 +353,7 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->drive = cx_opts_num(&e->opts, "CONNEX_DRIVE", NULL) != 0;
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
-    if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);
+    if (!rc) rc = cx_auth_load(&e->opts, cfg->auth_token, &e->auth);
     if (!rc)
         rc = cx_msgq_init(&e->msgq, e->cfg.recv_queue_max, e->cfg.recv_queue_bytes);
     else
@@ -367,7 +368,7 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
         if (getrandom(&e->incarnation, sizeof e->incarnation, 0) != sizeof e->incarnation)
             e->incarnation = cx_now_ns() ^ ((uint64_t)getpid() << 32);
     e->next_query_id = 1;
-    e->spin_ns = e->pwin_ns = cx_spin_window_ns();
+    e->spin_ns = e->pwin_ns = cx_spin_window_ns(&e->opts);
 
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

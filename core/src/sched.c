@@ -25,7 +25,7 @@ enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
 #define CHUNK_SHRINK 16u
 #define BG_FLOOR_NS (100 * CX_NS_PER_MS)
 
-void cx_sched_config(cx_config_t *cfg)
+void cx_sched_config(cx_config_t *cfg, const cx_opts_t *o)
 {
     if (!cfg->credits_critical) cfg->credits_critical = 64;
     if (!cfg->credits_background) cfg->credits_background = 2;
@@ -37,8 +37,9 @@ void cx_sched_config(cx_config_t *cfg)
         cx_info("background_chunk %u rounded to %llu bytes (whole 4 KiB pages)", cfg->background_chunk,
                 (unsigned long long)c);
     cfg->background_chunk = (uint32_t)c;
-    unsigned long long on;
-    if (cx_opt_get_num("CONNEX_CLASSES", &on) == 1) cfg->classes_off = !on;
+    int set = 0;
+    unsigned long long on = cx_opts_num(o, "CONNEX_CLASSES", &set);
+    if (set) cfg->classes_off = !on;
 }
 
 static int peer_live(const cx_peer_t *p)
