@@ -30,6 +30,8 @@ static const cx_opt_def_t g_opts[] = {
       "poll window before sleeping (unset: 50 on hosts with 8+ CPUs, else 0)", 0 },
     { "CONNEX_DRIVE", B, "1", 0, 0, NULL, "core",
       "0: every op goes through the progress thread; 1: callers drive their own ops", 0 },
+    { "CONNEX_DRIVE_SLEEP", B, "1", 0, 0, NULL, "core",
+      "without a poll window, a caller driving its op sleeps on the transports' wait fds (0: hands it off)", 0 },
     { "CONNEX_CLASSES", B, NULL, 0, 0, NULL, "core",
       "off: no traffic classes, every op issued at once (unset: config.classes_off)", 0 },
     { "CONNEX_SAME_HOST_WATCH", B, "1", 0, 0, NULL, "core", "0: no shared-memory liveness watch of same-host peers",
