@@ -103,8 +103,9 @@ static void test_wedged_fifo_live_peer_ops(void **state)
     (void)state;
     const char *w = getenv("CONNEX_UCX_FAULT_WEDGE"), *be = getenv("CONNEX_BACKEND"), *tls = getenv("UCX_TLS");
     if (!w || strcmp(w, "1") || !be || strcmp(be, "ucx") || !tls || !strstr(tls, "posix"))
-        cxt_skip("ucx_wedge", "run with CONNEX_BACKEND=ucx, UCX_TLS=posix,cma,self and CONNEX_UCX_FAULT_WEDGE=1 "
-                              "(tests/CMakeLists.txt)");
+        cxt_skip("ucx_wedge",
+                 "run with CONNEX_BACKEND=ucx, UCX_TLS=posix,cma,self and CONNEX_UCX_FAULT_WEDGE=1 "
+                 "(tests/CMakeLists.txt)");
     log_capture();
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "wedged", 0, 0, 20000, OP_TIMEOUT_MS), 0);
@@ -152,9 +153,10 @@ static void test_wedged_fifo_live_peer_ops(void **state)
     int st[NB];
     for (int i = 0; i < NB; i++) {
         const cxt_peer_t *p = i & 1 ? &c : &b;
-        ents[i] = (cx_batch_entry_t){
-            .peer = p->lid, .local = bat + (size_t)i * CHUNK, .remote = p->base + (4u << 20) + (uint64_t)i * CHUNK, .len = CHUNK
-        };
+        ents[i] = (cx_batch_entry_t){ .peer = p->lid,
+                                      .local = bat + (size_t)i * CHUNK,
+                                      .remote = p->base + (4u << 20) + (uint64_t)i * CHUNK,
+                                      .len = CHUNK };
     }
     assert_int_equal(cx_batch_read_async(e, ents, NB, CX_CLASS_CRITICAL, st, &bop), CX_OK);
     usleep(100 * 1000); /* everything posted on E's worker, waiting for the stopped B */
