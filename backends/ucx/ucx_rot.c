@@ -485,6 +485,15 @@ static int cx_ucx_take_off(cx_ucx_t *b, cx_ucx_op_t *op)
     return 1;
 }
 
+/* Does an op of an endpoint still wait on wk? */
+static int cx_ucx_wk_posted(const cx_ucx_t *b, const cx_ucx_wk_t *wk)
+{
+    for (const cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
+        for (const cx_ucx_op_t *op = ep->ops.next; op != &ep->ops; op = op->next)
+            if (op->ue && op->ue->wk == wk && !op->finished) return 1;
+    return 0;
+}
+
 /* A retired worker whose receive FIFO is in doubt (a dead peer may have left a slot of it
  * unfilled) had its grace, and ops of live peers are still posted on it: their answers (a get's
  * data, a flush's completion, a message's ack) queue behind that slot and never come. So
@@ -497,9 +506,11 @@ static int cx_ucx_take_off(cx_ucx_t *b, cx_ucx_op_t *op)
  * way dies with its worker). A message (or put_signal) already sent may have been delivered, its
  * ack being what is stuck: posting it again could deliver it twice, so it ends with CX_ERR,
  * which the core turns into the verdict's status (CX_EPEER if the peer fails meanwhile).
- * Returns CX_EAGAIN (nothing done) while an endpoint still has its current ucp_ep there. */
+ * Returns CX_EAGAIN (nothing done) when no op waits there, or while an endpoint still has its
+ * current ucp_ep there. */
 static int cx_ucx_rescue(cx_ucx_t *b, cx_ucx_wk_t *wk)
 {
+    if (!cx_ucx_wk_posted(b, wk)) return CX_EAGAIN; /* retiring ucp_eps only: they close on their own */
     for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
         if (ep->ue && ep->ue->wk == wk && (ep->failed || cx_ucx_retarget(b, ep) != CX_OK)) return CX_EAGAIN;
     int moved = 0, ended = 0;
