@@ -464,7 +464,7 @@ static int cx_ucx_take_off(cx_ucx_t *b, cx_ucx_op_t *op)
     int again = x->kind == CX_XFER_READ || x->kind == CX_XFER_WRITE ||
         (x->kind == CX_XFER_PUT_SIGNAL && op->stage != CX_UCX_OPS_AM);
     cx_ucx_op_t *nop = again ? cx_objcache_get(&b->free_ops) : NULL;
-    if (!nop) { /* a message the peer may have delivered (its ack is what is missing) */
+    if (!nop) { /* a message the peer may have delivered (its ack is what is missing), or no memory */
         cx_ucx_op_finish(b, op, CX_ERR);
         return 0;
     }
@@ -551,8 +551,8 @@ static int cx_ucx_rescue(cx_ucx_t *b, cx_ucx_wk_t *wk)
     cx_ucx_signal(b);
     cx_info("ucx: worker generation %u (its receive FIFO in doubt) still had ops of live peers after its "
             "grace: %d posted again on the current worker, %d messages ended (CX_ERR: the peer may have "
-            "them); destroyed in %.2f ms with %d zombie endpoints",
-            gen, moved, ended, (double)(cx_ucx_now_ns() - t0) / 1e6, z);
+            "them); destroyed in %.2f ms with %d zombie endpoints (%llu ops posted again in all)",
+            gen, moved, ended, (double)(cx_ucx_now_ns() - t0) / 1e6, z, (unsigned long long)b->rescued);
     return CX_OK;
 }
 
