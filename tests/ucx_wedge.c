@@ -164,6 +164,7 @@ static void test_wedged_fifo_live_peer_ops(void **state)
     uint64_t t_kill = cxt_now_ns();
     cxt_peer_crash(&c);
     if (cxt_wait_event(e, c.lid, CX_EVENT_FAILED, 5000, NULL, NULL)) fail_msg("no FAILED for the killed peer");
+    uint64_t t_failed = cxt_now_ns();
     usleep(200 * 1000); /* E's worker is wedged and rotated by now */
     cxt_peer_signal(&b, SIGCONT);
 
@@ -178,7 +179,7 @@ static void test_wedged_fifo_live_peer_ops(void **state)
     if ((rc = cx_op_wait(ps, BOUND_MS))) fail_msg("put_signal to B: %s", cx_strerror(rc));
     rc = cx_op_wait(bop, BOUND_MS);
     if (rc == CX_EINPROGRESS) fail_msg("the batch still ran %d ms after the kill", BOUND_MS);
-    double ms_all = cxt_ms_since(t0), ms_kill = cxt_ms_since(t_kill);
+    double ms_all = cxt_ms_since(t0), ms_kill = cxt_ms_since(t_kill), ms_failed = cxt_ms_since(t_failed);
     int dead = 0;
     for (int i = 0; i < NB; i++) {
         if (!(i & 1)) {
@@ -223,9 +224,9 @@ static void test_wedged_fifo_live_peer_ops(void **state)
     assert_int_equal(cx_send_msg(e, b.lid, snd.msg, sizeof snd.msg), CX_OK);
 
     fprintf(stderr,
-            "ucx_wedge: ops to the live peer done %.0f ms after they started (%.0f ms after the kill); message "
-            "%s after %.0f ms; %d of %d entries to the killed peer CX_EPEER\n",
-            ms_all, ms_kill, cx_strerror(snd.rc), snd.ms, dead, NB / 2);
+            "ucx_wedge: ops to the live peer done %.0f ms after they started (%.0f ms after the kill, %.0f ms "
+            "after its FAILED); message %s after %.0f ms; %d of %d entries to the killed peer CX_EPEER\n",
+            ms_all, ms_kill, ms_failed, cx_strerror(snd.rc), snd.ms, dead, NB / 2);
     cxt_peer_stop(&b);
     cx_engine_destroy(e);
     munmap(r, RS);
