@@ -60,6 +60,8 @@ static const cx_opt_def_t g_opts[] = {
       "rotate the worker at this many dead endpoints (0: not for zombies)", 0 },
     { "CONNEX_UCX_ROTATE_GRACE_MS", MS, "5000", 0, 3600000, NULL, "ucx",
       "grace period before a rotated worker is closed", 0 },
+    { "CONNEX_UCX_FAULT_WEDGE", B, "0", 0, 0, NULL, "ucx",
+      "tests: a worker whose receive FIFO is in doubt is no longer progressed, as if wedged", 0 },
     { "CONNEX_FI_PROVIDER", S, NULL, 0, 0, NULL, "libfabric,select",
       "libfabric provider (efa, verbs;ofi_rxm, tcp;ofi_rxm, shm)", 0 },
     { "CONNEX_FI_RAILS", S, NULL, 0, 0, NULL, "libfabric",
