@@ -1,6 +1,6 @@
 /* The ZeroMQ backend alone, behind the fake core (tests/fake_core): two instances against each
  * other through the vtable, and raw frames from a DEALER of the test's own against a target's
- * ROUTER. Requests are single frames (zmq_be_submit); a target must refuse every frame that does
+ * ROUTER. Requests are single frames (cx_zmq_submit); a target must refuse every frame that does
  * not add up with a clear status, never crash or write outside what the header names. */
 #include "fake_core.h"
 #include "zmq_int.h"
