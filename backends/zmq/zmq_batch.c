@@ -108,8 +108,7 @@ void cx_zmq_batch_reply(struct cx_backend *b, struct cx_bep *e, cx_xfer_t *x, zm
         cx_warn("zmq: malformed reply to a %u-entry batch frame: its entries fail", n);
         bad = 1;
     }
-    for (uint32_t i = 0; i < n; i++)
-        st[i] = bad ? CX_ERR : rep.status != CX_OK ? rep.status : cx_zmq_brep_st(&rep, i);
+    for (uint32_t i = 0; i < n; i++) st[i] = bad ? CX_ERR : rep.status != CX_OK ? rep.status : cx_zmq_brep_st(&rep, i);
     if (!bad && x->kind == CX_XFER_READ) {
         if (read_data(fx, st, n, parts, np, 0)) {
             cx_warn("zmq: reply to a %u-entry batch read does not carry its bytes: its entries fail", n);
