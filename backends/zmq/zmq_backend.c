@@ -110,8 +110,9 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
         return CX_ERR;
     }
     char plain[160];
-    snprintf(plain, sizeof plain, strchr(adv, ':') ? "tcp://[%s]%s" : "tcp://%s%s", adv, port);
-    if (cx_zmq_addr_put(b->endpoint, sizeof b->endpoint, plain, strchr(adv, ':') != NULL)) {
+    int v6 = strchr(adv, ':') != NULL;
+    snprintf(plain, sizeof plain, v6 ? "tcp://[%s]%s" : "tcp://%s%s", adv, port);
+    if (cx_zmq_addr_put(b->endpoint, sizeof b->endpoint, plain, v6)) {
         cx_error("zmq: endpoint %s too long", plain);
         zmq_be_close(b);
         return CX_ERR;
