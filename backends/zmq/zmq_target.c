@@ -39,18 +39,26 @@ static void breply(struct cx_backend *b, zmq_msg_t *ident, uint64_t id, int stat
     zmq_msg_t idc, head;
     zmq_msg_init(&idc);
     zmq_msg_copy(&idc, ident);
-    int k = 0, ok = zmq_msg_init_size(&head, cx_zmq_brep_size(n)) == 0;
+    int k = 0, have_head = zmq_msg_init_size(&head, cx_zmq_brep_size(n)) == 0;
+    int ok = have_head;
     if (ok) {
         cx_zmq_brep_put(zmq_msg_data(&head), id, status, b->tst, n);
-        ok = zmq_msg_send(&idc, b->router, ZMQ_SNDMORE) >= 0;
-        if (!ok) zmq_msg_close(&head);
+        ok = zmq_msg_send(&idc, b->router, ZMQ_SNDMORE) >= 0 &&
+            zmq_msg_send(&head, b->router, np ? ZMQ_SNDMORE : 0) >= 0;
     }
-    if (ok) ok = zmq_msg_send(&head, b->router, np ? ZMQ_SNDMORE : 0) >= 0;
-    for (; ok && k < np; k++) ok = zmq_msg_send(&parts[k], b->router, k + 1 < np ? ZMQ_SNDMORE : 0) >= 0;
+    while (ok && k < np) {
+        if (zmq_msg_send(&parts[k], b->router, k + 1 < np ? ZMQ_SNDMORE : 0) < 0)
+            ok = 0;
+        else
+            k++;
+    }
     if (!ok) {
+        /* The requester's socket is gone (it timed out or died): nobody to tell. A message that
+         * was sent is empty now, so closing every one is safe; zero-copy parts unpin. */
         cx_debug("zmq: batch reply undeliverable: %s", zmq_strerror(zmq_errno()));
         zmq_msg_close(&idc);
-        cx_zmq_close_parts(parts + k, np - k); /* zero-copy parts unpin their regions */
+        if (have_head) zmq_msg_close(&head);
+        cx_zmq_close_parts(parts + k, np - k);
     }
 }
 
