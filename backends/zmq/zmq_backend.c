@@ -78,12 +78,10 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->next_id = 1;
     b->epfd = epoll_create1(EPOLL_CLOEXEC);
     b->ctx = zmq_ctx_new();
-    b->parts = malloc((CX_ZMQ_FRAME_ENTRIES + 1) * sizeof *b->parts);
     b->fx = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->fx);
     b->tst = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->tst);
     b->tpin = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->tpin);
-    b->tparts = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->tparts);
-    if (b->epfd < 0 || !b->ctx || !b->parts || !b->fx || !b->tst || !b->tpin || !b->tparts) {
+    if (b->epfd < 0 || !b->ctx || !b->fx || !b->tst || !b->tpin) {
         zmq_be_close(b);
         return CX_ERR;
     }
@@ -134,11 +132,9 @@ static void zmq_be_close(cx_backend_t *b)
     /* zmq_ctx_term waits for the io thread; with linger 0 everywhere it returns at once. */
     if (b->ctx) zmq_ctx_term(b->ctx);
     if (b->epfd >= 0) close(b->epfd);
-    free(b->parts);
     free(b->fx);
     free(b->tst);
     free(b->tpin);
-    free(b->tparts);
     free(b);
 }
 
@@ -292,9 +288,9 @@ static int take_replies(struct cx_backend *b, struct cx_bep *e)
     for (int budget = 0;; budget++) {
         if (!cx_zmq_readable(e->sock)) return 0;
         if (budget == 256) return 1;
-        zmq_msg_t *parts = b->parts;
+        zmq_msg_t parts[2];
         int trunc;
-        int n = cx_zmq_recv_parts(e->sock, parts, CX_ZMQ_FRAME_ENTRIES + 1, &trunc);
+        int n = cx_zmq_recv_parts(e->sock, parts, 2, &trunc);
         if (n < 0) return 0;
         /* Both replies open with the request's id: which of ours it answers says how to read it. */
         uint64_t id = 0;

@@ -21,7 +21,7 @@
 #define CX_ZMQ_BENT 16                /* an entry of a batch frame: u64 addr, u64 len */
 #define CX_ZMQ_BREP_HDR 16            /* then a status (i32) per entry */
 #define CX_ZMQ_FRAME_ENTRIES 1024     /* most entries in one batch frame */
-#define CX_ZMQ_FRAME_BYTES (4u << 20) /* most data bytes in one batch frame; larger entries go alone */
+#define CX_ZMQ_FRAME_BYTES (4u << 20) /* most bytes one batch frame moves (its entries' lengths) */
 
 /* A request is one frame (never multipart, cx_zmq_submit): this header, then a WRITE's or
  * PUT_SIGNAL's len data bytes, then a PUT_SIGNAL's or MSG's message (the rest of the frame). */
@@ -44,9 +44,10 @@ void cx_zmq_rep_put(uint8_t *buf, const cx_zmq_rep_t *r);
 int cx_zmq_rep_get(const void *buf, size_t len, cx_zmq_rep_t *r);
 
 /* A batch frame: one frame (never multipart, as a single request) of CX_ZMQ_BREQ_HDR bytes, n
- * entries (CX_ZMQ_BENT each), then a WRITE's entries' data back to back. Its reply is multipart:
- * the head (id, the frame's status, n, a status per entry), then a READ's bytes, entries that
- * succeeded back to back in order, each whole inside one part (a part may hold several). */
+ * entries (CX_ZMQ_BENT each), then a WRITE's entries' data back to back; its entries' lengths add
+ * up to CX_ZMQ_FRAME_BYTES at most. Its reply is multipart: the head (id, the frame's status, n, a
+ * status per entry), then for a READ one part: the bytes of the entries that succeeded, back to
+ * back in order (no part when none did). */
 typedef struct cx_zmq_breq {
     uint8_t kind; /* CX_XFER_READ or CX_XFER_WRITE */
     uint64_t id;  /* echoed in the reply */
@@ -105,11 +106,9 @@ struct cx_backend {
     char endpoint[192]; /* the address blob (cx_zmq_addr_put) */
     uint64_t next_id;
     struct cx_bep *eps;
-    zmq_msg_t *parts;  /* a reply's parts, CX_ZMQ_FRAME_ENTRIES + 1 */
-    cx_xfer_t **fx;    /* a batch reply's xfers, CX_ZMQ_FRAME_ENTRIES */
-    int32_t *tst;      /* target: a batch frame's statuses, CX_ZMQ_FRAME_ENTRIES */
-    void **tpin;       /* target: its read entries' pins */
-    zmq_msg_t *tparts; /* target: its reply's data parts */
+    cx_xfer_t **fx; /* a batch reply's xfers, CX_ZMQ_FRAME_ENTRIES */
+    int32_t *tst;   /* target: a batch frame's statuses, CX_ZMQ_FRAME_ENTRIES */
+    void **tpin;    /* target: its read entries' pins */
 };
 
 /* Serves every request waiting on the ROUTER socket. */

@@ -62,74 +62,43 @@ static void breply(struct cx_backend *b, zmq_msg_t *ident, uint64_t id, int stat
     }
 }
 
-/* A read's entries that succeeded, as reply parts: an entry of CX_ZMQ_ZEROCOPY_MIN or more of
- * host memory is its own part, sent from the region (pinned until sent); runs of the others are
- * copied into one part each. Returns the part count; an entry that fails here gets its status. */
-static int read_parts(struct cx_backend *b, const cx_zmq_breq_t *r)
+/* A read's entries that succeeded, copied back to back into one part (at most
+ * CX_ZMQ_FRAME_BYTES, cx_zmq_breq_check); the pins taken by the check are dropped. An entry
+ * whose copy fails gets its status and no bytes. Returns the part count (0 or 1). */
+static int read_part(struct cx_backend *b, const cx_zmq_breq_t *r, zmq_msg_t *m)
 {
-    int np = 0;
-    for (uint32_t i = 0; i < r->n;) {
-        uint64_t addr, len;
-        cx_zmq_bent_get(r, i, &addr, &len);
-        if (b->tst[i] != CX_OK) {
-            i++;
-            continue;
-        }
-        void *where = (void *)(uintptr_t)addr;
-        if (len >= CX_ZMQ_ZEROCOPY_MIN && cx_core_region_kind(b->core, addr, len) == CX_MEM_HOST) {
-            if (zmq_msg_init_data(&b->tparts[np], where, len, unpin_cb, b->tpin[i])) {
-                cx_core_region_unpin(b->tpin[i]);
-                b->tst[i] = CX_ENOMEM;
-            } else {
-                np++;
-            }
-            i++;
-            continue;
-        }
-        /* a run of entries to copy: up to the next zero-copy one */
-        uint32_t j = i;
-        size_t sum = 0;
-        for (; j < r->n; j++) {
-            uint64_t a, l;
-            cx_zmq_bent_get(r, j, &a, &l);
-            if (b->tst[j] != CX_OK) continue;
-            if (l >= CX_ZMQ_ZEROCOPY_MIN && cx_core_region_kind(b->core, a, l) == CX_MEM_HOST) break;
-            sum += l;
-        }
-        zmq_msg_t *m = &b->tparts[np];
-        int have = zmq_msg_init_size(m, sum) == 0;
-        size_t off = 0;
-        for (uint32_t k = i; k < j; k++) {
-            uint64_t a, l;
-            cx_zmq_bent_get(r, k, &a, &l);
-            if (b->tst[k] != CX_OK) continue;
-            if (!have)
-                b->tst[k] = CX_ENOMEM;
-            else if ((b->tst[k] = cx_core_mem_copy(b->core, (uint8_t *)zmq_msg_data(m) + off, (void *)(uintptr_t)a,
-                                                   l)) == CX_OK)
-                off += l;
-            cx_core_region_unpin(b->tpin[k]);
-        }
-        if (have && off < sum) { /* a copy failed: the part holds only the entries that made it */
-            zmq_msg_t t;
-            if (zmq_msg_init_size(&t, off)) {
-                for (uint32_t k = i; k < j; k++)
-                    if (b->tst[k] == CX_OK) b->tst[k] = CX_ENOMEM;
-                zmq_msg_close(m);
-                have = 0;
-            } else {
-                memcpy(zmq_msg_data(&t), zmq_msg_data(m), off);
-                zmq_msg_close(m);
-                *m = t;
-            }
-        }
-        if (have && off)
-            np++;
-        else if (have)
-            zmq_msg_close(m);
-        i = j;
+    size_t sum = 0, off = 0;
+    for (uint32_t i = 0; i < r->n; i++) {
+        uint64_t a, l;
+        cx_zmq_bent_get(r, i, &a, &l);
+        if (b->tst[i] == CX_OK) sum += l;
     }
-    return np;
+    int have = sum && zmq_msg_init_size(m, sum) == 0;
+    for (uint32_t i = 0; i < r->n; i++) {
+        uint64_t a, l;
+        cx_zmq_bent_get(r, i, &a, &l);
+        if (b->tst[i] != CX_OK) continue;
+        if (!have)
+            b->tst[i] = CX_ENOMEM;
+        else if ((b->tst[i] = cx_core_mem_copy(b->core, (uint8_t *)zmq_msg_data(m) + off, (void *)(uintptr_t)a, l)) ==
+                 CX_OK)
+            off += l;
+        cx_core_region_unpin(b->tpin[i]);
+    }
+    if (have && off < sum) { /* a copy failed: the part holds only the entries that made it */
+        zmq_msg_t t;
+        if (off && zmq_msg_init_size(&t, off) == 0) {
+            memcpy(zmq_msg_data(&t), zmq_msg_data(m), off);
+            zmq_msg_close(m);
+            *m = t;
+            return 1;
+        }
+        for (uint32_t i = 0; i < r->n; i++)
+            if (b->tst[i] == CX_OK) b->tst[i] = CX_ENOMEM;
+        zmq_msg_close(m);
+        return 0;
+    }
+    return have;
 }
 
 /* A batch frame (zmq_int.h): every entry checked against the registry and served as the single
@@ -176,15 +145,16 @@ static void serve_batch(struct cx_backend *b, zmq_msg_t *parts, int n)
         }
     }
     int np = 0;
+    zmq_msg_t rd;
     if (r.kind == CX_XFER_READ) {
-        np = read_parts(b, &r);
+        np = read_part(b, &r, &rd);
         for (uint32_t i = 0; i < r.n; i++) {
             uint64_t addr, len;
             cx_zmq_bent_get(&r, i, &addr, &len);
             cx_core_count_served(b->core, r.kind, len, b->tst[i] == CX_OK);
         }
     }
-    breply(b, &parts[0], r.id, CX_OK, r.n, b->tparts, np);
+    breply(b, &parts[0], r.id, CX_OK, r.n, &rd, np);
 }
 
 static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)

@@ -104,14 +104,14 @@ int cx_zmq_breq_check(const void *buf, size_t len, cx_zmq_breq_t *r)
     if (len < ents) return CX_EINVAL;
     r->ents = (const uint8_t *)buf + CX_ZMQ_BREQ_HDR;
     uint64_t sum = 0;
-    for (uint32_t i = 0; r->kind == CX_XFER_WRITE && i < r->n; i++) {
+    for (uint32_t i = 0; i < r->n; i++) {
         uint64_t a, l;
         cx_zmq_bent_get(r, i, &a, &l);
-        if (l > len || sum + l > len) return CX_EINVAL; /* also keeps the sum from wrapping */
+        if (l > CX_ZMQ_FRAME_BYTES || sum + l > CX_ZMQ_FRAME_BYTES) return CX_EINVAL; /* no wrap either */
         sum += l;
     }
-    if (len - ents != sum) return CX_EINVAL; /* a read carries no data; a write exactly its own */
-    r->data_len = sum;
+    r->data_len = r->kind == CX_XFER_WRITE ? sum : 0;
+    if (len - ents != r->data_len) return CX_EINVAL; /* a read carries no data; a write exactly its own */
     return CX_OK;
 }
 

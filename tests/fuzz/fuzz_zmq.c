@@ -22,13 +22,14 @@ static void batch_request(const uint8_t *data, size_t size)
     if (!r.n || r.n > CX_ZMQ_FRAME_ENTRIES || (r.kind != CX_XFER_READ && r.kind != CX_XFER_WRITE)) abort();
     size_t ents = CX_ZMQ_BREQ_HDR + (size_t)r.n * CX_ZMQ_BENT;
     if (r.ents != data + CX_ZMQ_BREQ_HDR || ents + r.data_len != size) abort();
-    uint64_t sum = 0;
+    uint64_t sum = 0; /* what the target will move: at most CX_ZMQ_FRAME_BYTES */
     for (uint32_t i = 0; i < r.n; i++) {
         uint64_t a, l;
         cx_zmq_bent_get(&r, i, &a, &l);
-        if (r.kind == CX_XFER_WRITE) sum += l;
+        if (l > CX_ZMQ_FRAME_BYTES) abort();
+        sum += l;
     }
-    if (sum != r.data_len || (r.kind == CX_XFER_READ && r.data_len)) abort();
+    if (sum > CX_ZMQ_FRAME_BYTES || r.data_len != (r.kind == CX_XFER_WRITE ? sum : 0)) abort();
 }
 
 static void batch_reply(const uint8_t *data, size_t size)

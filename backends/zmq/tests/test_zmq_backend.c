@@ -236,9 +236,10 @@ static void test_raw_garbage(void **state)
     assert_int_equal(bbuf[2299], 0xab);
 }
 
-/* Batches through the vtable: one frame per run (bp[3] numbers an xfer inside its frame), runs of
- * copied and zero-copy read entries mixed, and an entry outside the target's region in the
- * middle failing alone, with the status the single request gets. */
+/* Batches through the vtable: entries under CX_ZMQ_ZEROCOPY_MIN in one frame per run (bp[3]
+ * numbers an xfer inside its frame), larger ones and a run of one as single requests between them,
+ * and an entry outside the target's region in the middle of a frame failing alone, with the status
+ * the single request gets. */
 static void test_batch_through_the_backend(void **state)
 {
     (void)state;
@@ -246,7 +247,8 @@ static void test_batch_through_the_backend(void **state)
     size_t alen = sizeof addr;
     assert_int_equal(ops->address(bb, addr, &alen), CX_OK);
     assert_true(alen > 16 && !memcmp(addr, "tcp://0.0.0.0:0;", 16)); /* version 2 advertised */
-    static const size_t len[] = { 100, 70000, 3000, 1, 3000, 70000, 5 };
+    static const size_t len[] = { 100, 70000, 3000, 1, 3000, 70000, 5, 6 };
+    static const uintptr_t place[] = { 0, 0, 1, 2, 3, 0, 1, 2 }; /* in its frame; 0: single */
     enum { N = sizeof len / sizeof *len };
     static fc_xfer_t f[N];
     fc_xfer_t *fp[N];
@@ -271,7 +273,7 @@ static void test_batch_through_the_backend(void **state)
         off = 0;
         for (int i = 0; i < N; i++) {
             assert_int_equal(f[i].done, 1);
-            assert_int_equal((uintptr_t)f[i].x.bp[3], (uintptr_t)(i + 1));
+            assert_int_equal((uintptr_t)f[i].x.bp[3], place[i]);
             assert_int_equal(f[i].status, i == bad ? CX_EINVAL : CX_OK);
             if (i != bad) assert_memory_equal(bbuf + off, abuf + off, len[i]);
             assert_int_equal(bbuf[off + len[i]], 0); /* nothing past an entry */
@@ -297,8 +299,8 @@ static void test_batch_through_the_backend(void **state)
         }
         for (size_t i = 0; i < REG; i++) abuf[i] = (unsigned char)(i * 7 + 3);
     }
-    /* a lone entry, a put_signal and an entry over CX_ZMQ_FRAME_BYTES go as single requests */
-    static unsigned char big[CX_ZMQ_FRAME_BYTES + 1];
+    /* a lone entry, a put_signal and a 4 MiB entry go as single requests */
+    static unsigned char big[4u << 20];
     unsigned char *tgt = malloc(sizeof big);
     assert_non_null(tgt);
     cb.reg_hi = 0;
@@ -420,7 +422,11 @@ static void test_raw_batch_frames(void **state)
     assert_int_equal(rep.status, CX_EINVAL);
     assert_int_equal(raw_batch(f, fsz + 191, &rep, head, sizeof head, got, sizeof got, &dlen), 0);
     assert_int_equal(rep.status, CX_EINVAL);
-    /* a write whose lengths add up past 2^64 */
+    /* a read of more than CX_ZMQ_FRAME_BYTES in all; a write whose lengths add up past 2^64 */
+    uint64_t over[2] = { CX_ZMQ_FRAME_BYTES, 1 };
+    fsz = bframe(f, CX_XFER_READ, RAW_INC, 2, addr, over);
+    assert_int_equal(raw_batch(f, fsz, &rep, head, sizeof head, got, sizeof got, &dlen), 0);
+    assert_int_equal(rep.status, CX_EINVAL);
     uint64_t huge[2] = { UINT64_MAX, 2 };
     fsz = bframe(f, CX_XFER_WRITE, RAW_INC, 2, addr, huge);
     assert_int_equal(raw_batch(f, fsz + 1, &rep, head, sizeof head, got, sizeof got, &dlen), 0);
