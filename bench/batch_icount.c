@@ -85,8 +85,9 @@ int main(int argc, char **argv)
         !cx_register_memory(e, buf, n * size) && !cx_connect(e, url, 10000) &&
         !cx_peer_first_region(e, url, &raddr, &rlen) && rlen >= n * size) {
         for (size_t i = 0; i < n; i++)
-            ents[i] = (cx_batch_entry_t){ .peer = url, .local = (char *)buf + i * size, .remote = raddr + i * size,
-                                          .len = size };
+            ents[i] = (cx_batch_entry_t){
+                .peer = url, .local = (char *)buf + i * size, .remote = raddr + i * size, .len = size
+            };
         rc = one_call(e, batch, ents, n, st);
         for (size_t j = 0; j < k && rc == CX_OK; j++) rc = one_call(e, batch, ents, n, st);
         if (rc) fprintf(stderr, "batch_icount: %s\n", cx_strerror(rc));

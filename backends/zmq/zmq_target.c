@@ -54,7 +54,7 @@ static void breply(struct cx_backend *b, zmq_msg_t *ident, uint64_t id, int stat
     }
     if (!ok) {
         /* The requester's socket is gone (it timed out or died): nobody to tell. A message that
-         * was sent is empty now, so closing every one is safe; zero-copy parts unpin. */
+         * was sent is empty now, so closing every one is safe. */
         cx_debug("zmq: batch reply undeliverable: %s", zmq_strerror(zmq_errno()));
         zmq_msg_close(&idc);
         if (have_head) zmq_msg_close(&head);
@@ -101,18 +101,13 @@ static int read_part(struct cx_backend *b, const cx_zmq_breq_t *r, zmq_msg_t *m)
     return have;
 }
 
-/* A batch frame (zmq_int.h): every entry checked against the registry and served as the single
- * request would be, its status in the reply. */
+/* A batch frame (zmq_int.h) whose head parsed: every entry checked against the registry and
+ * served as the single request would be, its status in the reply. */
 static void serve_batch(struct cx_backend *b, zmq_msg_t *parts, int n)
 {
     cx_zmq_breq_t r;
     const void *f = zmq_msg_data(&parts[1]);
     size_t fsz = zmq_msg_size(&parts[1]);
-    if (cx_zmq_breq_head(f, fsz, &r)) {
-        cx_warn("zmq: malformed batch frame of %zu bytes dropped", fsz);
-        cx_core_count_served(b->core, -1, 0, 0);
-        return;
-    }
     if (n != 2 || cx_zmq_breq_check(f, fsz, &r)) {
         cx_warn("zmq: batch frame of %d parts, %zu bytes, kind %u, %u entries does not add up: refused", n - 1, fsz,
                 r.kind, r.n);
@@ -159,7 +154,7 @@ static void serve_batch(struct cx_backend *b, zmq_msg_t *parts, int n)
 
 static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
 {
-    cx_zmq_breq_t br;
+    cx_zmq_breq_t br; /* a head too short or of another magic: a single request, or nothing */
     if (n >= 2 && cx_zmq_breq_head(zmq_msg_data(&parts[1]), zmq_msg_size(&parts[1]), &br) == CX_OK) {
         serve_batch(b, parts, n);
         return;
