@@ -78,7 +78,10 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->next_id = 1;
     b->epfd = epoll_create1(EPOLL_CLOEXEC);
     b->ctx = zmq_ctx_new();
-    if (b->epfd < 0 || !b->ctx) {
+    b->fx = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->fx);
+    b->tst = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->tst);
+    b->tpin = malloc(CX_ZMQ_FRAME_ENTRIES * sizeof *b->tpin);
+    if (b->epfd < 0 || !b->ctx || !b->fx || !b->tst || !b->tpin) {
         zmq_be_close(b);
         return CX_ERR;
     }
@@ -104,7 +107,14 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
         zmq_be_close(b);
         return CX_ERR;
     }
-    snprintf(b->endpoint, sizeof b->endpoint, strchr(adv, ':') ? "tcp://[%s]%s" : "tcp://%s%s", adv, port);
+    char plain[160];
+    int v6 = strchr(adv, ':') != NULL;
+    snprintf(plain, sizeof plain, v6 ? "tcp://[%s]%s" : "tcp://%s%s", adv, port);
+    if (cx_zmq_addr_put(b->endpoint, sizeof b->endpoint, plain, v6)) {
+        cx_error("zmq: endpoint %s too long", plain);
+        zmq_be_close(b);
+        return CX_ERR;
+    }
     if (watch(b, b->router, &b->router_fd)) {
         zmq_be_close(b);
         return CX_ERR;
@@ -122,6 +132,9 @@ static void zmq_be_close(cx_backend_t *b)
     /* zmq_ctx_term waits for the io thread; with linger 0 everywhere it returns at once. */
     if (b->ctx) zmq_ctx_term(b->ctx);
     if (b->epfd >= 0) close(b->epfd);
+    free(b->fx);
+    free(b->tst);
+    free(b->tpin);
     free(b);
 }
 
@@ -162,15 +175,15 @@ static void zmq_be_mem_dereg(cx_backend_t *b, void *mh)
 static int zmq_be_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
     char ep[160];
-    if (addr_len < 7 || addr_len >= sizeof ep || memcmp(addr, "tcp://", 6) || memchr(addr, 0, addr_len)) {
+    int version;
+    if (cx_zmq_addr_get(addr, addr_len, ep, sizeof ep, &version)) {
         cx_warn("zmq: peer advertised a malformed endpoint");
         return CX_EINVAL;
     }
-    memcpy(ep, addr, addr_len);
-    ep[addr_len] = 0;
     struct cx_bep *e = calloc(1, sizeof *e);
     if (!e) return CX_ENOMEM;
     e->peer = peer;
+    e->version = version;
     e->sock = zmq_socket(b->ctx, ZMQ_DEALER);
     if (!e->sock || sock_setup(e->sock) || zmq_connect(e->sock, ep) || watch(b, e->sock, &e->fd)) {
         cx_warn("zmq: cannot connect to %s: %s", ep, zmq_strerror(zmq_errno()));
@@ -185,8 +198,8 @@ static int zmq_be_connect(cx_backend_t *b, void *peer, const void *addr, size_t 
     return CX_OK;
 }
 
-/* outstanding list, oldest first: bp[0] next, bp[1] prev, bp[2] request id */
-static void out_add(struct cx_bep *e, cx_xfer_t *x)
+/* outstanding list, oldest first (zmq_int.h) */
+void cx_zmq_out_add(struct cx_bep *e, cx_xfer_t *x)
 {
     x->bp[0] = NULL;
     x->bp[1] = e->tail;
@@ -197,7 +210,7 @@ static void out_add(struct cx_bep *e, cx_xfer_t *x)
     e->tail = x;
 }
 
-static void out_del(struct cx_bep *e, cx_xfer_t *x)
+void cx_zmq_out_del(struct cx_bep *e, cx_xfer_t *x)
 {
     cx_xfer_t *n = x->bp[0], *p = x->bp[1];
     if (p)
@@ -222,7 +235,7 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
     if (e->next) e->next->prev = e->prev;
     while (e->head) {
         cx_xfer_t *x = e->head;
-        out_del(e, x);
+        cx_zmq_out_del(e, x);
         cx_core_xfer_done(b->core, x, CX_EPEER);
     }
     free(e);
@@ -236,7 +249,7 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
  * read the rest. A put_signal used to go as header, data, message, so the whole data transfer was
  * such a window (conformance_gpu_zmq aborted in 3 of 34 runs). zmq_send copied the data into a
  * message anyway: one frame costs no more. */
-static int zmq_be_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
+int cx_zmq_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
 {
     cx_zmq_req_t r = { .kind = (uint8_t)x->kind,
                        .id = b->next_id++,
@@ -264,7 +277,8 @@ static int zmq_be_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
         return err == EAGAIN ? CX_EAGAIN : err == ENOMEM ? CX_ENOMEM : CX_ERR;
     }
     x->bp[2] = (void *)(uintptr_t)r.id;
-    out_add(e, x);
+    x->bp[3] = NULL;
+    cx_zmq_out_add(e, x);
     return CX_OK;
 }
 
@@ -278,14 +292,23 @@ static int take_replies(struct cx_backend *b, struct cx_bep *e)
         int trunc;
         int n = cx_zmq_recv_parts(e->sock, parts, 2, &trunc);
         if (n < 0) return 0;
-        cx_zmq_rep_t rep;
-        if (trunc || cx_zmq_rep_get(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &rep)) {
-            cx_warn("zmq: malformed reply dropped");
+        /* Both replies open with the request's id: which of ours it answers says how to read it. */
+        uint64_t id = 0;
+        const uint8_t *h = zmq_msg_data(&parts[0]);
+        for (int k = 0; k < 8 && zmq_msg_size(&parts[0]) >= 8; k++) id |= (uint64_t)h[k] << (8 * k);
+        cx_xfer_t *x = e->head;
+        while (x && (uint64_t)(uintptr_t)x->bp[2] != id) x = x->bp[0];
+        if (!trunc && x && x->bp[3]) {
+            cx_zmq_batch_reply(b, e, x, parts, n);
             cx_zmq_close_parts(parts, n);
             continue;
         }
-        cx_xfer_t *x = e->head;
-        while (x && (uint64_t)(uintptr_t)x->bp[2] != rep.id) x = x->bp[0];
+        cx_zmq_rep_t rep;
+        if (trunc || n > 2 || cx_zmq_rep_get(zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]), &rep)) {
+            cx_warn("zmq: malformed reply (%d parts) dropped", n);
+            cx_zmq_close_parts(parts, n);
+            continue;
+        }
         if (!x) {
             cx_debug("zmq: reply for unknown request %llu (completed or timed out) dropped",
                      (unsigned long long)rep.id);
@@ -303,7 +326,7 @@ static int take_replies(struct cx_backend *b, struct cx_bep *e)
             }
         }
         cx_zmq_close_parts(parts, n);
-        out_del(e, x);
+        cx_zmq_out_del(e, x);
         cx_core_xfer_done(b->core, x, st);
     }
     return 0;
@@ -341,7 +364,7 @@ const struct cx_backend_ops cx_zmq_ops = {
     .mem_dereg = zmq_be_mem_dereg,
     .connect = zmq_be_connect,
     .disconnect = zmq_be_disconnect,
-    .submit = zmq_be_submit,
+    .submit = cx_zmq_submit,
     .forget_region = NULL,
     .software_target = 1, /* the target copies every request itself (device memory included) */
     /* Callers sending on the DEALERs themselves (core/src/drive.h) made libzmq 4.3.4 abort in its
@@ -351,4 +374,5 @@ const struct cx_backend_ops cx_zmq_ops = {
      * socket work either way. */
     .thread_bound = 1,
     .ep_transport = zmq_be_ep_transport,
+    .submit_batch = cx_zmq_submit_batch,
 };

@@ -251,6 +251,24 @@ int cx_bpost_take(cx_engine_t *e, cx_op_t *op)
     return 1;
 }
 
+cx_batch_t *cx_batch_of(cx_op_t *op)
+{
+    return op->on_done == ent_done ? ((cx_bent_t *)op)->b : NULL;
+}
+
+int cx_bpost_open(cx_engine_t *e, cx_batch_t *b)
+{
+    if (e->bpost || !b->post || !b->post_ep || !b->xs || !b->rcs) return 0;
+    e->bpost = b;
+    return 1;
+}
+
+void cx_bpost_close(cx_engine_t *e, cx_batch_t *b)
+{
+    e->bpost = NULL;
+    bulk_post(e, b);
+}
+
 static void start_one(cx_engine_t *e, cx_batch_t *b, size_t i, uint64_t deadline)
 {
     cx_bent_t *c = &b->ent[i];

@@ -30,5 +30,12 @@ void cx_batch_free(cx_batch_t *b);
 /* go_backend, with e->bpost set: the xfer is collected for the batch's bulk post instead of
  * being submitted alone. Returns 1 when collected. */
 int cx_bpost_take(cx_engine_t *e, cx_op_t *op);
+/* The scheduler admitting ops that waited for credits (cx_sched.h): the batch op belongs to, when
+ * it is a batch's transfer, else NULL. Between cx_bpost_open (1: open; 0: another bulk post is
+ * open, the ops go alone) and cx_bpost_close, the entries of that batch started are posted in bulk
+ * as its first ones were. */
+cx_batch_t *cx_batch_of(cx_op_t *op);
+int cx_bpost_open(cx_engine_t *e, cx_batch_t *b);
+void cx_bpost_close(cx_engine_t *e, cx_batch_t *b);
 
 #endif

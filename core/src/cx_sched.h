@@ -19,7 +19,8 @@
  * GPU staging path chunks them itself).
  *
  * Completions only release credits and mark the peer; the waiting ops start from cx_sched_pump,
- * called by the progress loop after the backends, never from inside a backend callback. */
+ * called by the progress loop after the backends, never from inside a backend callback. The
+ * entries of one batch that start together there reach their backend in one bulk post (batch.h). */
 #ifndef CX_CX_SCHED_H
 #define CX_CX_SCHED_H
 

@@ -1,6 +1,7 @@
 /* Traffic classes: credits per peer and class, chunked background transfers (see cx_sched.h for
  * the contract with ops.c, docs/semantics.md for what callers are promised). */
 #include "cx_sched.h"
+#include "batch.h"
 #include "connex/options.h"
 
 #include "connex/log.h"
@@ -226,13 +227,22 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
     int n = 0;
     /* Critical first. Each op taken off the FIFO before it is issued: issuing may complete it,
      * or fail the peer (which empties the FIFO). */
+    /* A batch's entries admitted together reach its backend together (batch.h), as its first
+     * ones did: credits coming back from one bulk completion let the next ones go in bulk. */
+    cx_batch_t *bulk = NULL;
     for (cx_op_t *op; peer_live(p) && (op = p->cls_wait[CRIT]) && p->cls_inflight[CRIT] < e->cfg.credits_critical;) {
         q_remove(&p->cls_wait[CRIT], &p->cls_wait_tail[CRIT], op);
         take_credit(p, op, CRIT);
         op->stage = OPS_QUEUED;
+        cx_batch_t *ob = cx_batch_of(op);
+        if (ob != bulk) {
+            if (bulk) cx_bpost_close(e, bulk);
+            bulk = ob && cx_bpost_open(e, ob) ? ob : NULL;
+        }
         cx_op_go(e, op);
         n++;
     }
+    if (bulk) cx_bpost_close(e, bulk);
     uint64_t now = p->bg_head ? cx_now_ns() : 0;
     for (cx_op_t *par; peer_live(p) && (par = next_parent(p));) {
         uint32_t lim = e->cfg.credits_background;

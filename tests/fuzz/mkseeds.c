@@ -192,6 +192,29 @@ int main(int argc, char **argv)
     uint8_t pb[CX_ZMQ_REP_HDR];
     cx_zmq_rep_put(pb, &p);
     put("zmq", "rep", pb, sizeof pb);
+    /* batch frames (wire version 2): a read of three entries, a write of two with its data */
+    static uint8_t bf[CX_ZMQ_BREQ_HDR + 3 * CX_ZMQ_BENT + 48];
+    cx_zmq_breq_put(bf, &(cx_zmq_breq_t){ .kind = CX_XFER_READ, .id = 43, .sender = 0xabcdef, .n = 3 });
+    for (uint32_t i = 0; i < 3; i++) cx_zmq_bent_put(bf, i, 0x10000 + 0x1000 * i, 16384);
+    put("zmq", "breq-read", bf, CX_ZMQ_BREQ_HDR + 3 * CX_ZMQ_BENT);
+    cx_zmq_breq_put(bf, &(cx_zmq_breq_t){ .kind = CX_XFER_WRITE, .id = 44, .sender = 0xabcdef, .n = 2 });
+    cx_zmq_bent_put(bf, 0, 0x10000, 16);
+    cx_zmq_bent_put(bf, 1, 0x20000, 32);
+    memset(bf + CX_ZMQ_BREQ_HDR + 2 * CX_ZMQ_BENT, 0x5a, 48);
+    put("zmq", "breq-write", bf, CX_ZMQ_BREQ_HDR + 2 * CX_ZMQ_BENT + 48);
+    const int32_t bst[3] = { CX_OK, CX_EINVAL, CX_OK };
+    uint8_t bp[CX_ZMQ_BREP_HDR + 12];
+    cx_zmq_brep_put(bp, 43, CX_OK, bst, 3);
+    put("zmq", "brep", bp, cx_zmq_brep_size(3));
+    cx_zmq_brep_put(bp, 44, CX_EPEER, NULL, 0);
+    put("zmq", "brep-refused", bp, cx_zmq_brep_size(0));
+    /* address blobs: version 1 (a bare endpoint), version 2 over IPv4 and IPv6 */
+    char zab[128];
+    put("zmq", "addr-v1", "tcp://127.0.0.1:4000", 20);
+    cx_zmq_addr_put(zab, sizeof zab, "tcp://127.0.0.1:4000", 0);
+    put("zmq", "addr-v2", zab, strlen(zab));
+    cx_zmq_addr_put(zab, sizeof zab, "tcp://[fd00::1]:4000", 1);
+    put("zmq", "addr-v2-ipv6", zab, strlen(zab));
 
 #ifdef CX_SEEDS_UCX
     /* The UCX backend: AM headers and acks as ucx_xfer.c / ucx_am.c send them, and the HELLO
