@@ -31,9 +31,13 @@ enum {
     CX_CTL_DEATH = 11,    /* the sender's same-host watch saw a process die: LID, incarnation */
     CX_CTL_RMA_REQ = 12,  /* a chunk of a one-sided op the target serves itself (rstage.h) */
     CX_CTL_RMA_RESP = 13, /* its answer: status, and a read's bytes */
-    CX_CTL_REG_DEL_ACK = 14 /* u64 region id: the receiver of REG_DEL dropped that region */
+    CX_CTL_REG_DEL_ACK = 14, /* u64 region id: the receiver of REG_DEL dropped that region */
+    CX_CTL_TS_REQ = 15,   /* stage a range of the receiver's device memory (tstage.h) */
+    CX_CTL_TS_CHUNK = 16, /* a staged chunk: its ring slot holds the bytes (read) or awaits them */
+    CX_CTL_TS_ACK = 17,   /* the data backend is done with a chunk's slot */
+    CX_CTL_TS_END = 18    /* a staged range ended: every slot back (a write: after the last H2D) */
 };
-#define CX_CTL_LAST CX_CTL_REG_DEL_ACK
+#define CX_CTL_LAST CX_CTL_TS_END
 
 #define CX_WCHOICE_MAX 64
 typedef struct cx_wire_backend {

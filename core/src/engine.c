@@ -10,6 +10,7 @@
 #include "mobility/mobility.h"
 #include "cx_sched.h"
 #include "staging.h"
+#include "tstage.h"
 #include "spin.h"
 #include "drive.h"
 #include "rstage.h"
@@ -406,7 +407,9 @@ void cx_engine_destroy(cx_engine_t *e)
     cx_live_stop_all(e);      /* before the peers its watchers point at go */
     /* The staging ring completes the ops it still holds: while their peers (op lists, credits)
      * still exist. */
+    cx_tstage_fini(e);
     cx_staging_fini(e);
+    cx_tstage_free(e);
     cx_peer_free_all(e);
     cx_msgq_close(&e->msgq);
     cx_evq_close(&e->evq);

@@ -95,20 +95,23 @@ struct cx_op {
     uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
     int rs_status;            /* first error of a chunk */
     int rs_signalled;         /* put_signal: the message went out */
+    void *ts;                 /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
 #define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
 #define CX_OPK_GROUP 110   /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
 #define CX_OPK_CHUNK 103   /* one chunk of a background-class transfer (cx_sched.h); op->parent */
+#define CX_OPK_TSUB 104    /* one chunk of a range staged by the target (tstage.h); op->ts */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
        OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
        OPS_CHUNKED,       /* a background transfer moving in chunks, not linked to the peer */
        OPS_RSTAGE,        /* served by the target's core over the control connection (rstage.h) */
        OPS_HANDOFF,       /* started by a driving caller, left for the progress thread (drive.h) */
-       OPS_WAIT_VERDICT };/* its connection failed under it while the peer is probed: ends CX_EPEER
+       OPS_WAIT_VERDICT,  /* its connection failed under it while the peer is probed: ends CX_EPEER
                            * if the peer fails, CX_ERR if the probe is answered (cause.h) */
+       OPS_TSTAGE };      /* the target stages its device memory through its ring (tstage.h) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -258,6 +261,7 @@ struct cx_engine {
     cx_stats_t st;
 
     struct cx_staging *stg;   /* staging.c: GPU staging rings and jobs, NULL until first use */
+    struct cx_tstage *ts;     /* tstage.c: ranges staged by a target, both roles; NULL until used */
 
     /* mobility (mobility/mobility.h) */
     struct cx_dir *dir;       /* the identity directory (dir.c) */

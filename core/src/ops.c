@@ -7,6 +7,7 @@
 #include "cause.h"
 #include "staging.h"
 #include "rstage.h"
+#include "tstage.h"
 #include "drive.h"
 #include "mobility/mobility.h"
 
@@ -38,6 +39,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     if (e->handoff) cx_drive_handoff_drop(e, op);
     unlink_op(op);
     if (op->peer && op->peer->n_delack) cx_peer_delack_check(e, op->peer);
+    if (op->ts && cx_tstage_op_finish(e, op, status)) return;
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
     if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
@@ -132,7 +134,8 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
             cx_op_finish(e, op, CX_EINVAL);
             return;
         }
-        if (e->driving && x->local_mem != CX_MEM_HOST) {
+        int remote_staged = cx_tstage_wanted(e, p, rr);
+        if (e->driving && (x->local_mem != CX_MEM_HOST || remote_staged)) {
             cx_drive_handoff(e, op);
             return;
         }
@@ -140,12 +143,14 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         x->remote_base = rr->addr;
         x->rkey = rr->key[p->bidx];
         x->rkey_len = rr->key_len[p->bidx];
-        if (cx_rstage_wanted(e, p, rr)) {
-            cx_rstage_start(e, op);
-            return;
-        }
+        /* Device memory on this side goes through this side's ring; on the peer's side (when
+         * its backend has no key for it) through the peer's ring, both at once if need be. */
         if (cx_staging_needed(e, p->bidx, x->local_mem)) {
             cx_staging_submit(e, op, rr);
+            return;
+        }
+        if (remote_staged) {
+            cx_tstage_start(e, op);
             return;
         }
     }

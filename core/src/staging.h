@@ -29,6 +29,20 @@ void cx_staging_stats(cx_engine_t *e, cx_stats_t *st);
 /* Engine teardown: cancel jobs, free rings (after the backends stopped using them). */
 void cx_staging_fini(cx_engine_t *e);
 
+/* The pinned ring of (kind, device), created and registered with every backend at first use:
+ * target-side staging (tstage.h) lends its slots to a peer's data backend. */
+#define CX_STAGING_RING_ID0 (UINT64_C(1) << 63)   /* region ids of rings: never a user region's */
+typedef struct cx_staging_ring {
+    struct cx_stage *st;
+    void *base;
+    size_t len;
+    uint64_t id;                      /* CX_STAGING_RING_ID0 + pipe: a backend's key cache tells it apart */
+    void *const *mh;                  /* per backend index */
+    uint8_t *const *key;
+    const size_t *key_len;
+} cx_staging_ring_t;
+int cx_staging_ring(cx_engine_t *e, int kind, int device, cx_staging_ring_t *out);
+
 /* For tests (through cx_exec, any thread but the progress thread): ring slots and live jobs. */
 typedef struct cx_staging_debug {
     int pipes, jobs;                  /* rings created; staged ops not yet completed */
