@@ -486,5 +486,17 @@ int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
     cx_region_t *r = cx_registry_find_locked(&e->reg, addr, len);
     int k = r ? r->mem_kind : CX_EINVAL;
     pthread_rwlock_unlock(&e->reg.lock);
+    if (!r && cx_staging_ring_holds(e, addr, len)) k = CX_MEM_HOST;
     return k;
+}
+
+int cx_staging_ring_holds(cx_engine_t *e, uint64_t addr, size_t len)
+{
+    cx_staging_t *s = e->stg;
+    if (!s) return 0;
+    for (int i = 0; i < s->npipes; i++) {
+        uint64_t b = (uint64_t)(uintptr_t)s->pipes[i].ring;
+        if (addr >= b && len <= s->pipes[i].ring_len && addr - b <= s->pipes[i].ring_len - len) return 1;
+    }
+    return 0;
 }

@@ -42,6 +42,9 @@ typedef struct cx_staging_ring {
     const size_t *key_len;
 } cx_staging_ring_t;
 int cx_staging_ring(cx_engine_t *e, int kind, int device, cx_staging_ring_t *out);
+/* Is [addr, addr+len) inside a ring? A backend that serves reads in software checks the range
+ * against the registry (cx_core_region_check), which lets these through as host memory. */
+int cx_staging_ring_holds(cx_engine_t *e, uint64_t addr, size_t len);
 
 /* For tests (through cx_exec, any thread but the progress thread): ring slots and live jobs. */
 typedef struct cx_staging_debug {
