@@ -125,6 +125,8 @@ static void expect_peer_hash(cxt_peer_t *p, size_t off, size_t len, uint64_t wan
     if (strcmp(rep, w)) fail_msg("%s: peer has '%s', expected '%s'", what, rep, w);
 }
 
+static void expect_peer_ring_idle(cxt_peer_t *p, const char *when);
+
 static void test_write(void **state)
 {
     (void)state;
@@ -147,6 +149,7 @@ static void test_write(void **state)
             fprintf(stderr, "%-28s %8.3f ms\n", what, ms);
         }
     }
+    expect_peer_ring_idle(&PD, "after the writes");
 }
 
 static void test_read(void **state)
@@ -175,6 +178,7 @@ static void test_read(void **state)
         }
         assert_int_equal(cxt_mem_fill(*k->local, LS, TSEED, 0), 0);
     }
+    expect_peer_ring_idle(&PD, "after the reads");
 }
 
 /* The peer checks the message against its region the moment it arrives: with a device
@@ -203,6 +207,7 @@ static void test_put_signal(void **state)
             if (strcmp(line, want)) fail_msg("%s: peer said '%s', expected '%s'", what, line, want);
         }
     }
+    expect_peer_ring_idle(&PD, "after the put_signals");
 }
 
 /* The peer initiates: its device region is the source of its writes and the destination of its
@@ -243,14 +248,34 @@ static void expect_ring_idle(cx_engine_t *e, const char *when)
     /* Slots come back as the copies in flight finish: give them a moment. */
     for (int i = 0; i < 500; i++) {
         assert_int_equal(cx_staging_debug(e, &d), CX_OK);
-        if (d.jobs == 0 && d.subs == 0 && d.slots_free == d.slots) break;
+        if (d.jobs == 0 && d.subs == 0 && d.slots_free == d.slots && !d.served && !d.queued && !d.ranges) break;
         struct timespec ts = { 0, 10000000 };
         nanosleep(&ts, NULL);
     }
-    if (d.jobs || d.subs || d.slots_free != d.slots)
-        fail_msg("%s: %d staged op(s), %u chunk(s) in a backend, %u of %u slots free", when, d.jobs, d.subs,
-                 d.slots_free, d.slots);
+    if (d.jobs || d.subs || d.slots_free != d.slots || d.served || d.queued || d.ranges)
+        fail_msg("%s: %d staged op(s), %u chunk(s) in a backend, %u of %u slots free, %u range(s) staged for "
+                 "peers, %u queued, %u asked of peers", when, d.jobs, d.subs, d.slots_free, d.slots, d.served,
+                 d.queued, d.ranges);
     assert_true(d.pipes >= 1);
+}
+
+/* The same at a peer (cx_peer's RING): after its device memory was staged for us, every slot of
+ * its ring is back and it stages nothing for anyone. A peer that never staged has no ring. */
+static void expect_peer_ring_idle(cxt_peer_t *p, const char *when)
+{
+    char rep[256];
+    unsigned slots = 0, fr = 0, subs = 0, served = 0, queued = 0, ranges = 0;
+    int jobs = 0;
+    for (int i = 0; i < 500; i++) {
+        assert_int_equal(cxt_peer_cmd(p, 20000, rep, sizeof rep, "RING"), 0);
+        if (sscanf(rep, "OK slots=%u free=%u jobs=%d subs=%u served=%u queued=%u ranges=%u", &slots, &fr, &jobs,
+                   &subs, &served, &queued, &ranges) != 7)
+            fail_msg("%s: peer answered RING with '%s'", when, rep);
+        if (fr == slots && !jobs && !subs && !served && !queued && !ranges) return;
+        struct timespec ts = { 0, 10000000 };
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("%s: the peer's ring is not idle: '%s'", when, rep);
 }
 
 static void test_stats(void **state)
@@ -312,6 +337,7 @@ static void test_many_at_once(void **state)
         if (!strstr(line, " CHK OK")) fail_msg("put_signal %d: peer said '%s'", i, line);
     }
     expect_ring_idle(E, "after 12 concurrent put_signals");
+    expect_peer_ring_idle(&PD, "after 12 concurrent put_signals");
 }
 
 struct reader { const char *url; uint64_t raddr; int rc; };
@@ -522,10 +548,129 @@ static void test_device_peer_killed_and_stopped(void **state)
     assert_int_equal(cx_read(e2, PS.url, h2, PS.base + 5, MB - 5), CX_OK);
     assert_int_equal(cx_write(e2, PS.url, h2, PS.base + 3, MB - 5), CX_OK);
     expect_peer_hash(&PS, 3, MB - 5, cxt_mem_hash(h2, MB - 5), "write to a device peer after it resumed");
+    expect_peer_ring_idle(&PS, "a stopped device peer, resumed");
     cxt_peer_stop(&PS);
     cx_unregister_memory(e2, h2);
     cx_engine_destroy(e2);
     cxt_mem_free(CX_MEM_HOST, h2, MB);
+}
+
+/* 64 MiB at once, both ways, host and device memory here, device memory at the peer; the peer
+ * stages one range at a time for us (CONNEX_STAGE_PEER_JOBS=1), so 6 put_signals at once wait
+ * for its credits in turn and all arrive whole. */
+static void test_big_and_credits(void **state)
+{
+    (void)state;
+    const size_t n = 64 * MB, ro = 4096 + 13;
+    cxt_peer_t PB;
+    cxt_peer_opts_t o = { .replica = 7, .region = n + 8192, .seed = PSEED, .mem = cxt_mem_name(DK) };
+    setenv("CONNEX_STAGE_PEER_JOBS", "1", 1);   /* the peer inherits it */
+    int rc = cxt_peer_start(&PB, &o, 15000);
+    unsetenv("CONNEX_STAGE_PEER_JOBS");
+    assert_int_equal(rc, 0);
+    assert_int_equal(connect_up(E, &PB), 0);
+    uint8_t *bh = cxt_mem_alloc(CX_MEM_HOST, n), *bd = cxt_mem_alloc(DK, n);
+    assert_non_null(bh);
+    assert_non_null(bd);
+    assert_int_equal(cx_register_memory(E, bh, n), CX_OK);
+    assert_int_equal(cx_register_memory(E, bd, n), CX_OK);
+    char rep[256], line[512], what[64];
+    uint8_t *locals[2] = { bh, bd };
+    for (int t = 0; t < 2; t++) {
+        const char *name = t ? "dev->dev" : "host->dev";
+        assert_int_equal(cxt_mem_fill(locals[t], n, TSEED + (unsigned)t, 0), 0);
+        uint64_t t0 = cxt_now_ns();
+        rc = cx_write(E, PB.url, locals[t], PB.base + ro, n);
+        double ms = cxt_ms_since(t0);
+        snprintf(what, sizeof what, "write %s 64 MiB", name);
+        if (rc) fail_msg("%s: %s", what, cx_strerror(rc));
+        expect_peer_hash(&PB, ro, n, cxt_mem_hash(locals[t], n), what);
+        fprintf(stderr, "%-28s %8.3f ms\n", what, ms);
+        assert_int_equal(cxt_peer_cmd(&PB, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+        assert_int_equal(cxt_mem_set(locals[t], 0, n), 0);
+        t0 = cxt_now_ns();
+        rc = cx_read(E, PB.url, locals[t], PB.base + ro, n);
+        ms = cxt_ms_since(t0);
+        snprintf(what, sizeof what, "read %s 64 MiB", name);
+        if (rc) fail_msg("%s: %s", what, cx_strerror(rc));
+        long long bad = cxt_mem_check(locals[t], n, PSEED, ro);
+        if (bad != -1) fail_msg("%s: byte %lld differs", what, bad);
+        fprintf(stderr, "%-28s %8.3f ms\n", what, ms);
+    }
+    enum { N = 6 };
+    const size_t m = 4 * MB + 1;
+    char msgs[N][128];
+    cx_op_t *ops[N];
+    for (int i = 0; i < N; i++) {
+        uint8_t *src = locals[i & 1] + (size_t)i * (m + 64);
+        uint64_t dst = PB.base + (size_t)i * (m + 64);
+        snprintf(msgs[i], sizeof msgs[i], "CHK %" PRIx64 " %zu %" PRIx64, dst, m, cxt_mem_hash(src, m));
+        assert_int_equal(cx_put_signal(E, PB.url, src, dst, m, msgs[i], strlen(msgs[i]), &ops[i]), CX_OK);
+    }
+    for (int i = 0; i < N; i++) {
+        rc = cx_op_wait(ops[i], 60000);
+        if (rc) fail_msg("put_signal %d of %d at once: %s", i, N, cx_strerror(rc));
+    }
+    for (int i = 0; i < N; i++) {
+        if (cxt_peer_expect(&PB, "MSG ", 20000, line, sizeof line)) fail_msg("put_signal %d: no message", i);
+        if (!strstr(line, " CHK OK")) fail_msg("put_signal %d: peer said '%s'", i, line);
+    }
+    expect_ring_idle(E, "after 64 MiB transfers");
+    expect_peer_ring_idle(&PB, "after 64 MiB transfers and queued ranges");
+    cxt_peer_stop(&PB);
+    cx_unregister_memory(E, bh);
+    cx_unregister_memory(E, bd);
+    cxt_mem_free(CX_MEM_HOST, bh, n);
+    cxt_mem_free(DK, bd, n);
+}
+
+/* This side is the target: a peer reads our device memory in a loop and is stopped, then killed,
+ * mid-transfer. Stopped: we take our slots back after our op timeout (500 ms) of its silence;
+ * killed: at once. Either way our ring ends idle and serves the next peer. */
+static void test_target_reclaims(void **state)
+{
+    (void)state;
+    cx_engine_t *e3;
+    assert_int_equal(cxt_engine(&e3, "tester6", 0, 200, 10000, 500), CX_OK);
+    uint8_t *d3 = cxt_mem_alloc(DK, BIG);
+    assert_non_null(d3);
+    assert_int_equal(cxt_mem_fill(d3, BIG, 31, 0), 0);
+    assert_int_equal(cx_register_memory(e3, d3, BIG), CX_OK);
+    char url[CX_URL_MAX], rep[256];
+    snprintf(url, sizeof url, "%s", cx_engine_local_url(e3));
+    for (int round = 0; round < 2; round++) {
+        cxt_peer_t PR;
+        cxt_peer_opts_t o = { .replica = 8, .region = BIG, .seed = PSEED, .mem = "host", .op_timeout_ms = 60000 };
+        assert_int_equal(cxt_peer_start(&PR, &o, 15000), 0);
+        assert_int_equal(cxt_peer_send(&PR, "READLOOP %s 0x%" PRIxPTR " %zu 100000 20000 31", url, (uintptr_t)d3, BIG), 0);
+        if (cxt_peer_expect(&PR, "LOOP 1", 20000, rep, sizeof rep)) fail_msg("the peer's first read did not complete");
+        struct timespec ts = { 0, 5000000 };
+        nanosleep(&ts, NULL);
+        uint64_t t0 = cxt_now_ns();
+        if (round == 0) cxt_peer_signal(&PR, SIGSTOP);
+        else cxt_peer_crash(&PR);
+        expect_ring_idle(e3, round ? "a reading peer killed" : "a reading peer stopped");
+        fprintf(stderr, "target: slots back %.1f ms after the reading peer was %s\n", cxt_ms_since(t0),
+                round ? "killed" : "stopped");
+        if (round == 0) {
+            cxt_peer_signal(&PR, SIGCONT);
+            cxt_peer_crash(&PR);
+        }
+        cxt_peer_stop(&PR);
+    }
+    /* and it serves again */
+    cxt_peer_t PR;
+    cxt_peer_opts_t o = { .replica = 9, .region = BIG, .seed = PSEED, .mem = cxt_mem_name(DK) };
+    assert_int_equal(cxt_peer_start(&PR, &o, 15000), 0);
+    assert_int_equal(cxt_peer_cmd(&PR, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu 0", url, (uintptr_t)d3, BIG), 0);
+    char want[64];
+    snprintf(want, sizeof want, "OK %" PRIx64, cxt_mem_hash(d3, BIG));
+    if (strcmp(rep, want)) fail_msg("read after the failures: got '%s', expected '%s'", rep, want);
+    expect_ring_idle(e3, "after a read that followed the failures");
+    cxt_peer_stop(&PR);
+    cx_unregister_memory(e3, d3);
+    cx_engine_destroy(e3);
+    cxt_mem_free(DK, d3, BIG);
 }
 
 /* CONNEX_GDR: 1 with the sim lets the backend register it directly (no staging; "GPUDirect");
@@ -623,6 +768,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_timeout_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_device_peer_killed_and_stopped, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_big_and_credits, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_target_reclaims, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_gdr_policy_and_teardown, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));

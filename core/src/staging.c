@@ -430,6 +430,12 @@ static void debug_fn(cx_engine_t *e, void *arg)
 {
     cx_staging_debug_t *o = ((struct dbg_arg *)arg)->out;
     memset(o, 0, sizeof *o);
+    cx_tstage_debug_t td;
+    cx_tstage_debug(e, &td);
+    o->served = td.served;
+    o->queued = td.queued;
+    o->ranges = td.ranges;
+    o->subs = td.subs;
     cx_staging_t *s = e->stg;
     if (!s) return;
     o->pipes = s->npipes;

@@ -52,6 +52,8 @@ typedef struct cx_staging_debug {
     unsigned subs;                    /* chunks handed to a backend, not yet completed */
     uint32_t slots, slots_free;       /* over every ring */
     uint64_t jobs_ok, jobs_failed;
+    unsigned served, queued;          /* ranges staged here for peers (tstage.h): running, waiting */
+    unsigned ranges;                  /* ranges this side asked a peer to stage, not yet ended */
 } cx_staging_debug_t;
 int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out);
 
