@@ -13,7 +13,6 @@
 #include "tstage.h"
 #include "spin.h"
 #include "drive.h"
-#include "rstage.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -589,9 +588,9 @@ static void reg_fn(cx_engine_t *e, void *arg)
     for (int i = 0; i < e->nb; i++) {
         uint8_t key[CX_KEY_MAX];
         size_t klen = sizeof key;
-        /* Device memory a backend cannot reach itself is served by this core (rstage.h): no
+        /* Device memory a backend cannot reach itself is staged by this side (tstage.h): no
          * registration, so no key for that backend goes to peers. */
-        if (!cx_rstage_register_with(e, i, kind)) continue;
+        if (!cx_tstage_register_with(e, i, kind)) continue;
         int rc = e->be[i].ops->mem_reg(e->be[i].b, a->addr, a->len, kind, &r->mh[i], key, &klen);
         if (rc == CX_OK && klen > CX_KEY_MAX) rc = CX_ERR;
         if (rc == CX_OK) {

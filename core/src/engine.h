@@ -89,12 +89,6 @@ struct cx_op {
     uint32_t bg_out;          /* background transfer: chunks not yet completed */
     int bg_status;            /* background transfer: first error of a chunk */
     uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
-    /* served by the target's core over the control connection (rstage.h) */
-    size_t rs_off;            /* bytes asked for so far */
-    uint32_t rs_out;          /* chunks asked for, not yet answered */
-    uint32_t rs_nids;         /* ids taken from query_id on: one per chunk, + 1 for a signal */
-    int rs_status;            /* first error of a chunk */
-    int rs_signalled;         /* put_signal: the message went out */
     void *ts;                 /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
 };
 #define CX_OPK_EXEC 100
@@ -107,7 +101,6 @@ struct cx_op {
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
        OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
        OPS_CHUNKED,       /* a background transfer moving in chunks, not linked to the peer */
-       OPS_RSTAGE,        /* served by the target's core over the control connection (rstage.h) */
        OPS_HANDOFF,       /* started by a driving caller, left for the progress thread (drive.h) */
        OPS_WAIT_VERDICT,  /* its connection failed under it while the peer is probed: ends CX_EPEER
                            * if the peer fails, CX_ERR if the probe is answered (cause.h) */
@@ -122,7 +115,7 @@ struct cx_peer {
     int ever_up;
     int bye;                  /* BYE received on the active connection */
     uint64_t incarnation;     /* of the current (or last) HELLO; 0 before any */
-    int rs_logged;            /* rstage.h: said once that its device memory goes through its core */
+    int ts_logged;            /* tstage.h: said once that it stages its device memory for us */
     cx_conn_t *conn;          /* active control connection */
     cx_conn_t *pending;       /* outgoing connection before HELLO_ACK */
     /* what the peer advertised, indexed by our backend index */

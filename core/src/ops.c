@@ -6,7 +6,6 @@
 #include "cx_sched.h"
 #include "cause.h"
 #include "staging.h"
-#include "rstage.h"
 #include "tstage.h"
 #include "drive.h"
 #include "mobility/mobility.h"
@@ -338,10 +337,6 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
                 }
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_CREDIT) {
                 cx_warn("peer %s: op waited for a credit past the op timeout", p->url);
-                cx_op_finish(e, op, CX_ETIMEDOUT);
-            } else if (now >= op->deadline_ns && op->stage == OPS_RSTAGE) {
-                /* Its answers land only while it waits (rstage.c): nothing to close. */
-                cx_warn("peer %s: op served by the peer's core timed out", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_VERDICT) {
                 cx_warn("peer %s: op timed out while the peer was probed", p->url);

@@ -74,6 +74,12 @@ static cx_tstage_t *ts_state(cx_engine_t *e)
 
 static int is_device(int kind) { return kind == CX_MEM_CUDA || kind == CX_MEM_SIM; }
 
+int cx_tstage_register_with(cx_engine_t *e, int b, int mem_kind)
+{
+    if (!is_device(mem_kind) || e->be[b].ops->software_target) return 1;
+    return !cx_staging_needed(e, b, mem_kind);
+}
+
 int cx_tstage_wanted(cx_engine_t *e, const cx_peer_t *p, const cx_rregion_t *rr)
 {
     return rr && p->bidx >= 0 && is_device(rr->mem_kind) && !rr->key_len[p->bidx] &&
@@ -292,8 +298,8 @@ static void op_range_done(void *arg, uint32_t index, int status)
 void cx_tstage_start(cx_engine_t *e, cx_op_t *op)
 {
     cx_peer_t *p = op->peer;
-    if (!p->rs_logged) {
-        p->rs_logged = 1;
+    if (!p->ts_logged) {
+        p->ts_logged = 1;
         cx_info("peer %s: its device memory is not reachable over %s here: it stages it through its "
                 "pinned ring, and the bytes cross on %s", p->url, e->bnames[p->bidx], e->bnames[p->bidx]);
     }

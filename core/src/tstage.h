@@ -25,6 +25,9 @@
 /* Does an op on this remote region go through the target's staging (device memory the pair's
  * backend has no key for, at a target that does not serve requests in software)? */
 int cx_tstage_wanted(cx_engine_t *e, const cx_peer_t *p, const cx_rregion_t *rr);
+/* Should a region of this memory kind be registered with backend b? (device memory: only when
+ * the backend reaches it itself: GPUDirect, or a software target; else this side stages it) */
+int cx_tstage_register_with(cx_engine_t *e, int b, int mem_kind);
 /* Initiator, host memory here: stage the whole op at the target (OPS_TSTAGE). Completes it. */
 void cx_tstage_start(cx_engine_t *e, cx_op_t *op);
 
