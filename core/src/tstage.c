@@ -18,6 +18,7 @@ typedef struct ts_tx {
     cx_peer_t *p;
     uint64_t inc;              /* the peer's incarnation when the range started */
     uint64_t id;
+    int bidx;                  /* the backend TS_REQ named: the ring's key is for it */
     cx_tstage_range_t r;
     cx_op_t *op;               /* cx_tstage_start: the user's op, completed from done */
     int status;                /* first error */
@@ -205,7 +206,9 @@ static void on_chunk(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
         tx->ring_id = ring_id;
         tx->ring_base = ring_base;
     }
-    if (!rc && p->bidx >= 0 && !p->ep) rc = cx_peer_ensure_ep(e, p) ? CX_EPEER : CX_OK;
+    /* Reconnected on another backend since TS_REQ: the key is for the old one. */
+    if (!rc && p->bidx != tx->bidx) rc = CX_EPEER;
+    if (!rc && !p->ep) rc = cx_peer_ensure_ep(e, p) ? CX_EPEER : CX_OK;
     ts_sub_t *sub = rc ? NULL : calloc(1, sizeof *sub);
     if (!sub) {
         send_ack(e, p, id, index, rc ? rc : CX_ENOMEM);
@@ -277,6 +280,7 @@ int cx_tstage_range(cx_engine_t *e, cx_peer_t *p, const cx_tstage_range_t *r)
     tx->e = e;
     tx->p = p;
     tx->inc = p->incarnation;
+    tx->bidx = p->bidx;
     tx->id = e->next_query_id++;
     tx->r = *r;
     int rc = send_req(e, tx, r->kind == CX_XFER_READ ? TS_READ : TS_WRITE);
