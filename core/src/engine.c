@@ -11,6 +11,7 @@
 #include "cx_sched.h"
 #include "staging.h"
 #include "tstage.h"
+#include "cx_gpu.h"
 #include "spin.h"
 #include "drive.h"
 
@@ -585,12 +586,13 @@ static void reg_fn(cx_engine_t *e, void *arg)
     cx_region_t *r;
     a->rc = cx_registry_add(&e->reg, a->addr, a->len, kind, &r);
     if (a->rc) return;
+    int staged = 0;
     for (int i = 0; i < e->nb; i++) {
         uint8_t key[CX_KEY_MAX];
         size_t klen = sizeof key;
         /* Device memory a backend cannot reach itself is staged by this side (tstage.h): no
          * registration, so no key for that backend goes to peers. */
-        if (!cx_tstage_register_with(e, i, kind)) continue;
+        if (!cx_tstage_register_with(e, i, kind)) { staged = 1; continue; }
         int rc = e->be[i].ops->mem_reg(e->be[i].b, a->addr, a->len, kind, &r->mh[i], key, &klen);
         if (rc == CX_OK && klen > CX_KEY_MAX) rc = CX_ERR;
         if (rc == CX_OK) {
@@ -606,6 +608,14 @@ static void reg_fn(cx_engine_t *e, void *arg)
             a->rc = rc;
             return;
         }
+    }
+    /* Its ring now, not at a peer's first op: allocating and registering it takes a while (tens
+     * to hundreds of ms for the default 32 MiB on a loaded host), which that op's timeout would
+     * pay. A failure here is logged; the first staged op tries again and reports it. */
+    cx_gpu_mem_t gm;
+    if (staged && cx_gpu_mem_query(a->addr, a->len, &gm) == CX_OK) {
+        cx_staging_ring_t ring;
+        (void)cx_staging_ring(e, gm.kind, gm.kind == CX_MEM_SIM ? 0 : gm.device, &ring);
     }
     uint8_t *buf = malloc(64 + (size_t)e->nb * (CX_KEY_MAX + 24));
     if (buf) {

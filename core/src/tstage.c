@@ -412,8 +412,8 @@ static void srv_done(void *arg, cx_stage_job_t *sj, int status)
 static int srv_begin(cx_engine_t *e, ts_srv_t *v)
 {
     v->started = 1;
-    v->last_ns = cx_now_ns();
     int rc = cx_staging_ring(e, v->mem_kind, v->device, &v->ring);
+    v->last_ns = cx_now_ns();   /* after the ring exists: creating it is not the peer's silence */
     if (rc) return rc;
     cx_stage_cbs_t cbs = { srv_chunk, srv_done, v };
     rc = cx_stage_start(v->ring.st, v->kind == TS_READ ? CX_STAGE_OUT : CX_STAGE_IN,
