@@ -6,8 +6,9 @@ Usage:
                       [--note TEXT] FILE.json [FILE.json ...]
 
 Each FILE is what `connex-bench transfer|failover|soak --json FILE` wrote. Every table states
-the date, host and command recorded in its file and the commit given by --commit (default: the
-checkout's `git rev-parse --short HEAD`; pass the commit that was built when the run was taken).
+the date, host and command recorded in its file and the commit the run was built from: the file's
+own "commit" field where it has one, else --commit (default: the checkout's `git rev-parse --short
+HEAD`). Runs taken at different commits keep each its own.
 
 A soak run is long (minutes per 100 kills). When no file holds soak rows, the section of the
 existing output between the markers `<!-- soak:begin -->` and `<!-- soak:end -->` is kept as it
@@ -80,7 +81,7 @@ def md_escape(s):
 def header(doc, commit, what):
     """The provenance lines every table starts with."""
     return para("Date %s, commit %s, host `%s` (Linux %s, %s CPUs), %s:" % (
-        doc.get("date", "?"), commit, doc.get("host", "?"), doc.get("kernel", "?"),
+        doc.get("date", "?"), doc.get("commit") or commit, doc.get("host", "?"), doc.get("kernel", "?"),
         doc.get("cpus", "?"), what)) + [
         "",
         "```sh",

@@ -10,12 +10,14 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: connex-probe [--json] [--backend auto|ucx|libfabric|zmq] [--sysfs DIR]\n"
+        "usage: connex-probe [--json|--plan] [--backend auto|ucx|libfabric|zmq] [--sysfs DIR]\n"
         "                    [--net-devices LIST] [--gdr auto|0|1] [--pair ADV,ADV,...]\n"
         "  Probes RDMA devices, libfabric, UCX, CUDA and the built backends, then prints the\n"
         "  backends an engine would open (best first), GPUDirect, the NIC per GPU, and why.\n"
         "  --backend, --net-devices, --gdr default to CONNEX_BACKEND, CONNEX_NET_DEVICES and\n"
         "  CONNEX_GDR. --sysfs reads a synthetic sysfs tree instead of /sys.\n"
+        "  --plan: only the plan, what each backend's open is given (provider, domain, devices,\n"
+        "  GPUDirect per memory kind and what it rests on); --json has it under decision.plan.\n"
         "  --pair ADV,...: also show which backend this host would use with a peer that\n"
         "  advertised ADV (backend/variant/0xcaps, as printed under 'advertised'); text mode only.\n"
         "usage: connex-probe --config\n"
@@ -38,7 +40,7 @@ static int config(void)
 
 int main(int argc, char **argv)
 {
-    int json = 0;
+    int json = 0, plan = 0;
     const char *sysfs = NULL, *pair = NULL;
     cx_select_opts_t o;
     cx_select_opts_from_env(&o, NULL);
@@ -47,6 +49,7 @@ int main(int argc, char **argv)
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--config")) return config();
         if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--plan")) plan = 1;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         else if (v && !strcmp(a, "--backend")) { o.backend = v; i++; }
         else if (v && !strcmp(a, "--sysfs")) { sysfs = v; i++; }
@@ -66,10 +69,12 @@ int main(int argc, char **argv)
     int rc = cx_select_decide_opts(p, &o, d);
 
     size_t need = json ? cx_select_report_json(p, d, rc, NULL, 0)
-                       : cx_select_report_text(p, d, rc, NULL, 0);
+                  : plan ? cx_select_report_plan(p, d, rc, NULL, 0)
+                  : cx_select_report_text(p, d, rc, NULL, 0);
     char *out = malloc(need + 1);
     if (!out) { fprintf(stderr, "connex-probe: out of memory\n"); free(p); free(d); return 1; }
     if (json) cx_select_report_json(p, d, rc, out, need + 1);
+    else if (plan) cx_select_report_plan(p, d, rc, out, need + 1);
     else cx_select_report_text(p, d, rc, out, need + 1);
     fputs(out, stdout);
     free(out);

@@ -133,6 +133,20 @@ typedef struct cx_select_opts {
     const char *fi_provider;    /* CONNEX_FI_PROVIDER: forces the libfabric provider */
 } cx_select_opts_t;
 
+/* The plan for one backend the engine opens: exactly what its open is given
+ * (cx_backend_params_t), and what it means for GPU memory. */
+typedef struct cx_plan_be {
+    char provider[48];          /* libfabric: the provider it opens; "" for the others */
+    char domain[CX_SEL_NAME];   /* libfabric: the domain (NIC) it opens; "": the provider's
+                                   own (tcp binds to the engine's address, shm has one) */
+    char devices[256];          /* UCX: its RDMA devices ("mlx5_0:1,..."); "": none (TCP and
+                                   shared memory over the engine's interface) */
+    int devices_exact;          /* devices is the user's CONNEX_NET_DEVICES list, used as given */
+    char transports[64];        /* what it carries peers over ("rc,dc,ud (ib)", "efa", "tcp") */
+    int gpudirect;              /* GPU (CUDA) memory registered with the NIC by this backend */
+    char gpudirect_via[96];     /* the capabilities behind it, or why it is off */
+} cx_plan_be_t;
+
 typedef struct cx_decision {
     int n;
     cx_choice_t be[CX_SEL_MAX_BE];   /* open these, in this order */
@@ -142,6 +156,7 @@ typedef struct cx_decision {
     int n_gpu;
     int nic_of_gpu[CX_SEL_MAX_GPU];  /* index into probe->rdma, -1: none */
     char net_devices[256];      /* the NICs in use, UCX_NET_DEVICES syntax ("mlx5_0:1,...") */
+    cx_plan_be_t plan[CX_SEL_MAX_BE]; /* plan[i]: what be[i] opens (cx_select_plan) */
     char error[256];            /* set when the decision failed: what is missing */
     char reasons[4096];         /* one reason per line */
 } cx_decision_t;
@@ -155,6 +170,10 @@ void cx_select_opts_from_env(cx_select_opts_t *o, const char *cfg_backend);
  * backend/GPUDirect cannot run (d->error names what is missing; no silent fallback). */
 int cx_select_decide_opts(const cx_probe_t *p, const cx_select_opts_t *o, cx_decision_t *d);
 int cx_select_decide(const cx_probe_t *p, const char *forced, cx_decision_t *d);
+
+/* The plan of each decided backend (called by the policy once the rest is decided; public for
+ * tests): d->plan[i] for d->be[i]. */
+void cx_select_plan(const cx_probe_t *p, const cx_select_opts_t *o, cx_decision_t *d);
 
 /* NIC per GPU (called by the policy; public for tests). cand_caps selects the NICs eligible
  * (CX_CAP_IB|CX_CAP_ROCE or CX_CAP_EFA). */
@@ -192,6 +211,9 @@ size_t cx_select_caps_str(unsigned caps, char *buf, size_t len);   /* "tcp,shm,i
 size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
                              size_t len);
 size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
+                             size_t len);
+/* The plan alone (connex-probe --plan): what each backend's open is given. */
+size_t cx_select_report_plan(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
                              size_t len);
 /* The decision and its reasons at info level (what cx_engine_create logs). */
 void cx_select_log(const cx_probe_t *p, const cx_decision_t *d, int rc);

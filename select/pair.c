@@ -52,8 +52,8 @@ static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, 
         return PATH_NONE;
     unsigned c = a->caps & b->caps;
     *common = c;
-    if (same_host && (c & CX_CAP_SHM)) return PATH_SHM;
     if (c & CX_CAP_RDMA) return PATH_RDMA;
+    if (same_host && (c & CX_CAP_SHM)) return PATH_SHM;
     if (c & CX_CAP_TCP) return PATH_TCP;
     return PATH_NONE;
 }
@@ -62,7 +62,7 @@ static double path_rate(const char *backend, int path)
 {
     int ucx = !strcmp(backend, "ucx"), fab = !strcmp(backend, "libfabric");
     switch (path) {
-    case PATH_SHM: return ucx ? CX_RATE_SHM_UCX : fab ? CX_RATE_SHM_LIBFABRIC : 0;
+    case PATH_SHM: return ucx ? CX_RATE_SAMEHOST_UCX : fab ? CX_RATE_SAMEHOST_LIBFABRIC_SHM : 0;
     case PATH_RDMA: return ucx ? CX_RATE_RDMA_UCX : fab ? CX_RATE_RDMA_LIBFABRIC : 0;
     case PATH_TCP: return ucx ? CX_RATE_TCP_UCX : fab ? CX_RATE_TCP_LIBFABRIC : CX_RATE_TCP_ZMQ;
     }
@@ -75,10 +75,10 @@ static int name_rank(const char *b)
     return !strcmp(b, "ucx") ? 0 : !strcmp(b, "libfabric") ? 1 : !strcmp(b, "zmq") ? 2 : 3;
 }
 
-static const char *path_name(int path, unsigned common)
+static const char *path_name(const char *backend, int path, unsigned common)
 {
     switch (path) {
-    case PATH_SHM: return "shared memory";
+    case PATH_SHM: return !strcmp(backend, "ucx") ? "same host (one tcp/lo lane)" : "shared memory";
     case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB)
                            ? "rdma (ib)" : "rdma (roce)";
     case PATH_TCP: return "tcp";
@@ -93,26 +93,45 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
     if (!mine || !theirs || !order || n_mine < 0 || n_theirs < 0) return 0;
     int path[CX_SEL_MAX_BE], n = 0;
     unsigned common[CX_SEL_MAX_BE];
+    double local[CX_SEL_MAX_BE];   /* same host: the rate the backends were measured at */
     for (int i = 0; i < n_mine && i < CX_SEL_MAX_BE; i++) {
         path[i] = PATH_NONE;
         common[i] = 0;
+        local[i] = 0;
         for (int j = 0; j < n_theirs; j++) {
             unsigned c;
             int pth = pair_path(&mine[i], &theirs[j], same_host, &c);
-            if (pth > path[i]) { path[i] = pth; common[i] = c; }
+            if (pth > path[i]) {
+                path[i] = pth;
+                common[i] = c;
+                /* the lower of the two ends' figures: the same number on both sides */
+                double a = cx_rate_samehost(mine[i].backend, mine[i].variant, c);
+                double b = cx_rate_samehost(theirs[j].backend, theirs[j].variant, c);
+                local[i] = a < b ? a : b;
+            }
         }
         if (path[i] != PATH_NONE) order[n++] = i;
         else if (why)
             cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend,
                            !strcmp(mine[i].backend, "libfabric") ? " (or another provider)" : "");
     }
-    /* insertion sort on (path class, measured rate, name rank): both sides sort the same keys */
+    /* insertion sort on (path class, measured rate, name rank): both sides sort the same keys.
+     * On one host, RDMA (a loopback through the NIC) first, then every local path (shared memory
+     * or loopback TCP) by the rate the backends were measured at on one host: what a backend
+     * claims (UCX's shared-memory transports) is not what it runs (one tcp/lo lane). */
+    int key[CX_SEL_MAX_BE];
+    double rate[CX_SEL_MAX_BE];
+    for (int k = 0; k < n; k++) {
+        int i = order[k];
+        key[i] = !same_host ? path[i] : path[i] == PATH_RDMA ? 2 : 1;
+        rate[i] = same_host && path[i] != PATH_RDMA ? local[i] : path_rate(mine[i].backend, path[i]);
+    }
     for (int i = 1; i < n; i++) {
         int x = order[i], j = i - 1;
         while (j >= 0) {
             int y = order[j];
-            double rx = path_rate(mine[x].backend, path[x]), ry = path_rate(mine[y].backend, path[y]);
-            int better = path[x] != path[y] ? path[x] > path[y]
+            double rx = rate[x], ry = rate[y];
+            int better = key[x] != key[y] ? key[x] > key[y]
                          : rx != ry ? rx > ry
                          : name_rank(mine[x].backend) < name_rank(mine[y].backend);
             if (!better) break;
@@ -124,6 +143,7 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
     if (why)
         for (int k = 0; k < n; k++)
             cx_sel_appendf(why, why_len, "%s%s %s", k ? ", then " : "",
-                           mine[order[k]].backend, path_name(path[order[k]], common[order[k]]));
+                           mine[order[k]].backend,
+                           path_name(mine[order[k]].backend, path[order[k]], common[order[k]]));
     return n;
 }

@@ -279,20 +279,33 @@ static int decide_auto(const cx_probe_t *p, const cx_select_opts_t *o, cx_decisi
     if (!d->n)
         return fail(d, CX_EUNSUPPORTED, "no usable backend (built: %s)", bl);
 
-    /* rule 4: same-host peers -> the faster shared-memory path among the opened backends */
-    double best = -1;
+    /* rule 4: same-host peers -> the opened backend that was measured fastest between two
+     * processes of one host (cx_select_pair orders same-host pairs the same way) */
+    double best = 0;
+    const cx_choice_t *sh = NULL;
+    for (int i = 0; i < d->n; i++)
+        if (d->be[i].caps & CX_CAP_RDMA) {
+            cx_sel_copy(d->same_host, sizeof d->same_host, d->be[i].backend);
+            REASON(d, "rule same-host: %s, RDMA looped back through the NIC (not measured here) "
+                   "before the local paths", d->be[i].backend);
+            return CX_OK;
+        }
     for (int i = 0; i < d->n; i++) {
-        if (!(d->be[i].caps & CX_CAP_SHM)) continue;
-        double r = !strcmp(d->be[i].backend, "ucx") ? CX_RATE_SHM_UCX : CX_RATE_SHM_LIBFABRIC;
-        if (r > best) { best = r; cx_sel_copy(d->same_host, sizeof d->same_host, d->be[i].backend); }
+        double r = cx_rate_samehost(d->be[i].backend, d->be[i].variant, d->be[i].caps);
+        if (r > best) { best = r; sh = &d->be[i]; }
     }
-    if (d->same_host[0])
-        REASON(d, "rule same-host: %s shared memory (measured 16 MiB read: UCX cma %.1f GB/s, "
-               "libfabric shm %.1f GB/s; 0 = not measured)", d->same_host, CX_RATE_SHM_UCX,
-               CX_RATE_SHM_LIBFABRIC);
-    else
-        REASON(d, "rule same-host: no shared-memory backend opened: same-host peers use the "
-               "normal order");
+    if (sh) {
+        cx_sel_copy(d->same_host, sizeof d->same_host, sh->backend);
+        REASON(d, "rule same-host: %s%s%s, the fastest opened path measured between two processes "
+               "of one host (connex-bench, 16 MiB read: libfabric shm %.1f GB/s, libfabric "
+               "tcp;ofi_rxm over loopback %.1f, UCX %.1f: with peer error handling UCX 1.13 gives "
+               "an endpoint one tcp/lo lane, no shared memory)", sh->backend,
+               sh->variant[0] ? "/" : "", sh->variant, CX_RATE_SAMEHOST_LIBFABRIC_SHM,
+               CX_RATE_SAMEHOST_LIBFABRIC_TCP, CX_RATE_SAMEHOST_UCX);
+    } else {
+        REASON(d, "rule same-host: no opened backend was measured on one host: same-host peers "
+               "use the normal order");
+    }
     return CX_OK;
 }
 
@@ -405,6 +418,7 @@ int cx_select_decide_opts(const cx_probe_t *p, const cx_select_opts_t *o, cx_dec
         REASON(d, "CONNEX_NET_DEVICES=%s: no RDMA NIC to check or pin (the first backend has no RDMA "
                "path); UCX still gets it as UCX_NET_DEVICES (its TCP interfaces)", o->net_devices);
     }
+    cx_select_plan(p, o, d);
     return CX_OK;
 }
 

@@ -54,6 +54,30 @@ static void lines_text(cx_out_t *o, const char *s, const char *indent)
     }
 }
 
+/* What each backend's open is given (cx_backend_params_t) and what it does with each kind of
+ * memory: the plan, as the engine hands it over. */
+static void plan_text(cx_out_t *o, const cx_probe_t *p, const cx_decision_t *d)
+{
+    outf(o, "plan:\n");
+    for (int i = 0; i < d->n; i++) {
+        const cx_plan_be_t *pl = &d->plan[i];
+        outf(o, "  %s:", d->be[i].backend);
+        if (pl->provider[0]) outf(o, " provider %s,", pl->provider);
+        if (!strcmp(d->be[i].backend, "libfabric"))
+            outf(o, " domain %s,", pl->domain[0] ? pl->domain : "(the provider's)");
+        if (!strcmp(d->be[i].backend, "ucx"))
+            outf(o, " devices %s%s,", pl->devices[0] ? pl->devices : "none (tcp on the engine's "
+                 "interface)", pl->devices_exact ? " (as given)" : "");
+        outf(o, " over %s\n", pl->transports[0] ? pl->transports : "-");
+        outf(o, "    host memory: registered; cuda memory: %s (%s)\n",
+             pl->gpudirect ? "GPUDirect" : "staged through pinned host memory", pl->gpudirect_via);
+    }
+    for (int g = 0; g < d->n_gpu; g++)
+        if (d->nic_of_gpu[g] >= 0)
+            outf(o, "  gpu%d -> %s\n", p->gpu[g].ordinal >= 0 ? p->gpu[g].ordinal : g,
+                 p->rdma[d->nic_of_gpu[g]].name);
+}
+
 size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
                              size_t len)
 {
@@ -110,8 +134,19 @@ size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc
                 outf(&o, "  gpu%d -> %s\n", p->gpu[g].ordinal >= 0 ? p->gpu[g].ordinal : g,
                      p->rdma[d->nic_of_gpu[g]].name);
     }
+    if (rc == CX_OK) plan_text(&o, p, d);
     outf(&o, "reasons:\n");
     lines_text(&o, d->reasons, "  - ");
+    return o.need;
+}
+
+size_t cx_select_report_plan(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
+                             size_t len)
+{
+    cx_out_t o = { buf, len, 0 };
+    if (buf && len) buf[0] = 0;
+    if (rc != CX_OK) outf(&o, "no plan: %s\n", d->error);
+    else plan_text(&o, p, d);
     return o.need;
 }
 
@@ -240,6 +275,24 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
         outf(&o, "%s", g ? "," : "");
         if (d->nic_of_gpu[g] >= 0) jstr(&o, p->rdma[d->nic_of_gpu[g]].name);
         else outf(&o, "null");
+    }
+    outf(&o, "],\"plan\":[");
+    for (int i = 0; i < d->n; i++) {
+        const cx_plan_be_t *pl = &d->plan[i];
+        outf(&o, "%s{\"backend\":", i ? "," : "");
+        jstr(&o, d->be[i].backend);
+        outf(&o, ",\"provider\":");
+        jstr(&o, pl->provider);
+        outf(&o, ",\"domain\":");
+        jstr(&o, pl->domain);
+        outf(&o, ",\"devices\":");
+        jstr(&o, pl->devices);
+        outf(&o, ",\"devices_exact\":%s,\"transports\":", pl->devices_exact ? "true" : "false");
+        jstr(&o, pl->transports);
+        outf(&o, ",\"memory\":{\"host\":\"registered\",\"cuda\":{\"gpudirect\":%s,\"via\":",
+             pl->gpudirect ? "true" : "false");
+        jstr(&o, pl->gpudirect_via);
+        outf(&o, "}}}");
     }
     outf(&o, "],\"reasons\":");
     jlines(&o, d->reasons);

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,25 @@ static int mapped(const char *lib)
 }
 
 extern char **environ;
+
+/* The process's handler of each signal, to see that an engine leaves them as they were. */
+typedef struct { void *h[NSIG]; } sigs_t;
+
+static void sigs_snapshot(sigs_t *s)
+{
+    for (int i = 1; i < NSIG; i++) {
+        struct sigaction sa;
+        s->h[i] = NULL;
+        if (i == SIGKILL || i == SIGSTOP || sigaction(i, NULL, &sa)) continue;
+        s->h[i] = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+    }
+}
+
+static void sigs_same(const sigs_t *a, const sigs_t *b)
+{
+    for (int i = 1; i < NSIG; i++)
+        if (a->h[i] != b->h[i]) fail_msg("the handler of signal %d (%s) changed", i, strsignal(i));
+}
 
 /* The process environment as one string, entries sorted, for before/after comparisons. */
 static char *env_snapshot(void)
@@ -162,8 +182,15 @@ static void test_libfabric_engine_loads_it(void **state)
     (void)state;
     setenv("CONNEX_FI_PROVIDER", "tcp;ofi_rxm", 1);
     setenv("CONNEX_BACKEND", "libfabric", 1);
+    /* a handler the application set stays its own (libfabric's shm provider sets SIGINT/TERM) */
+    struct sigaction mine = { .sa_handler = SIG_IGN }, old;
+    assert_int_equal(sigaction(SIGTERM, &mine, &old), 0);
+    sigs_t s0, s1;
+    sigs_snapshot(&s0);
     char *env0 = env_snapshot();
     cx_engine_t *e = engine("libfabric");
+    sigs_snapshot(&s1);
+    sigs_same(&s0, &s1);
     /* only what libfabric reads from the environment alone, where it was unset (fi_setup.c) */
     static const char *const fi_env[] = { "FI_AV_REMOVE_CLEANUP", "FI_OFI_RXM_MSG_RX_SIZE", "FI_HMEM", NULL };
     char *env1 = env_snapshot();
@@ -178,6 +205,12 @@ static void test_libfabric_engine_loads_it(void **state)
     /* a second engine of the process finds it loaded */
     e = engine("libfabric");
     cx_engine_destroy(e);
+    setenv("CONNEX_FI_PROVIDER", "shm", 1);
+    e = engine("libfabric");
+    cx_engine_destroy(e);
+    sigs_snapshot(&s1);
+    sigs_same(&s0, &s1);
+    sigaction(SIGTERM, &old, NULL);
     unsetenv("CONNEX_FI_PROVIDER");
 }
 #endif

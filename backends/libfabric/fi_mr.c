@@ -26,8 +26,10 @@ int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, 
                     "(or the engine did not ask for GPUDirect)", b->prov);
             return -FI_EOPNOTSUPP;
         }
+        /* The device holding the pages: the provider registers them through that GPU. */
+        int dev = cx_core_mem_device(b->core, addr, len);
         a.iface = FI_HMEM_CUDA;
-        a.device.cuda = 0;
+        a.device.cuda = dev >= 0 ? dev : 0;
     }
     int r = fi_mr_regattr(b->domain, &a, 0, mr);
     if (r) {
@@ -103,7 +105,8 @@ int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t 
 }
 
 /* GPUDirect: EFA and verbs register GPU virtual addresses through FI_HMEM (nvidia_peermem under
- * the provider); tcp and shm reach no NIC. dma-buf registration (FI_MR_DMABUF) is not used. */
+ * the provider), when the plan asked for FI_HMEM and the provider granted it; tcp and shm reach
+ * no NIC. dma-buf registration (FI_MR_DMABUF) is not used. */
 void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps)
 {
     memset(caps, 0, sizeof *caps);

@@ -35,7 +35,7 @@ static const char *cx_fi_bind_ip(const cx_backend_params_t *p)
     return p->listen_ip;
 }
 
-static struct fi_info *cx_fi_hints(const char *prov, int gpu)
+static struct fi_info *cx_fi_hints(const char *prov, const char *domain, int gpu)
 {
     struct fi_info *h = cx_fi_dupinfo(NULL);
     if (!h)
@@ -59,12 +59,20 @@ static struct fi_info *cx_fi_hints(const char *prov, int gpu)
             return NULL;
         }
     }
+    if (domain && *domain) {
+        h->domain_attr->name = strdup(domain);
+        if (!h->domain_attr->name) {
+            cx_fi_freeinfo(h);
+            return NULL;
+        }
+    }
     return h;
 }
 
-static int cx_fi_query(const char *prov, const char *ip, int gpu, struct fi_info **out)
+static int cx_fi_query(const char *prov, const char *domain, const char *ip, int gpu,
+                       struct fi_info **out)
 {
-    struct fi_info *h = cx_fi_hints(prov, gpu);
+    struct fi_info *h = cx_fi_hints(prov, domain, gpu);
     if (!h)
         return -FI_ENOMEM;
     /* tcp binds to the engine's address (its advertised one when it listens on every
@@ -264,9 +272,9 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     }
     cx_fi_rot_init(b);
     cx_fi_progress(b);   /* arms the wait object (fi_trywait) before the core first waits */
-    cx_info("libfabric: opened %s (mr_mode 0x%lx, hmem %d, data_progress %d, gpu_direct %d, "
-            "reads %s, writes %s, messages inline up to %zu bytes)", b->prov,
-            (unsigned long)b->mr_mode, b->hmem, (int)in->domain_attr->data_progress, p->gpu_direct,
+    cx_info("libfabric: opened %s domain %s (mr_mode 0x%lx, hmem %d, data_progress %d, "
+            "gpu_direct %d, reads %s, writes %s, messages inline up to %zu bytes)", b->prov,
+            in->domain_attr->name ? in->domain_attr->name : "?", (unsigned long)b->mr_mode, b->hmem, (int)in->domain_attr->data_progress, p->gpu_direct,
             b->wb ? "by write-back" : "fi_read", b->shm_direct ? "direct" : "delivery-complete",
             b->eager_max - CX_FM_HDR);
     return 0;
@@ -318,8 +326,12 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     if (cx_fi_lib_load())
         return CX_EUNSUPPORTED;   /* logged by the loader */
 
-    const char *want;
-    (void)cx_opt_get_str("CONNEX_FI_PROVIDER", &want);
+    /* The selection's plan names the provider (CONNEX_FI_PROVIDER is part of it): exactly that
+     * one is opened, so that what HELLO advertised is what runs. Without a plan (a build without
+     * select/): CONNEX_FI_PROVIDER, else FI_PROVIDER, else RDMA before TCP. */
+    const char *want = p->provider;
+    if (!want || !*want)
+        (void)cx_opt_get_str("CONNEX_FI_PROVIDER", &want);
     const char *order1[2] = { want, NULL };
     const char *const *order = cx_fi_default_order;
     const char *const any[2] = { NULL, NULL };
@@ -334,7 +346,14 @@ static int cx_fi_open(const cx_backend_params_t *p, cx_backend_t **out)
     int r = -FI_ENODATA;
     int n = (order == any) ? 1 : 0;
     for (int i = 0; n || order[i]; i++) {
-        r = cx_fi_query(order[i], cx_fi_bind_ip(p), p->gpu_direct, &info);
+        r = cx_fi_query(order[i], p->domain, cx_fi_bind_ip(p), p->gpu_direct, &info);
+        if (r && p->domain && *p->domain) {
+            /* The plan's NIC by the name sysfs gives it; a provider that names its domains
+             * otherwise still opens, on its first domain, and says so. */
+            cx_warn("libfabric: provider %s: no domain %s (%s); opening its first domain",
+                    order[i] ? order[i] : "(FI_PROVIDER)", p->domain, cx_fi_strerror(-r));
+            r = cx_fi_query(order[i], NULL, cx_fi_bind_ip(p), p->gpu_direct, &info);
+        }
         if (r == 0)
             break;
         cx_info("libfabric: provider %s: %s", order[i] ? order[i] : "(FI_PROVIDER)",

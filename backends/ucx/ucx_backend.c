@@ -203,6 +203,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     if (!b) return CX_ENOMEM;
     b->core = prm->core;
     b->inc = prm->incarnation;
+    b->gpu_direct = prm->gpu_direct;
     cx_objcache_init(&b->free_ops, sizeof(cx_ucx_op_t), CX_UCX_FREE_OPS_MAX);
     b->epfd = b->sigfd = b->tfd = -1;
     b->eps.next = b->eps.prev = &b->eps;
@@ -224,7 +225,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     const char *ip = prm->listen_ip;
     if ((!ip || !*ip || !strcmp(ip, "0.0.0.0") || !strcmp(ip, "::")) && prm->advertise_ip && *prm->advertise_ip)
         ip = prm->advertise_ip;
-    int rc = cx_ucx_config(cfg, ip);
+    int rc = cx_ucx_config(cfg, prm, ip);
     if (rc != CX_OK) {
         ucp_config_release(cfg);
         free(b);

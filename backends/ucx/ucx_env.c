@@ -128,12 +128,20 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
  * goes over the interface of the engine's own control address, which peers demonstrably
  * reach; RDMA ports stay (they are what UCX is for). An engine listening on every interface
  * (0.0.0.0, ::) passes its advertised address here instead; a wildcard that still arrives
- * keeps UCX's default. CONNEX_NET_DEVICES or UCX_NET_DEVICES override this. */
-static int cx_ucx_net_devices(ucp_config_t *cfg, const char *listen_ip)
+ * keeps UCX's default. The RDMA devices are the selection's plan's (the NICs of the GPUs, or every
+ * active one); a build without select/ takes every RDMA port sysfs lists. CONNEX_NET_DEVICES as a
+ * list of devices, or UCX_NET_DEVICES, replaces all of it. */
+static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip)
 {
-    const char *dev;
-    (void)cx_opt_get_str("CONNEX_NET_DEVICES", &dev);
+    const char *dev = NULL;
     if (getenv("UCX_NET_DEVICES")) return CX_OK;
+    /* The selection's plan: its RDMA devices (CONNEX_NET_DEVICES "gpu0=mlx5_2" already turned
+     * into device names), or the user's list as given. Without a plan: CONNEX_NET_DEVICES. */
+    if (prm->net_devices) {
+        if (prm->net_devices_exact) dev = prm->net_devices;
+    } else {
+        (void)cx_opt_get_str("CONNEX_NET_DEVICES", &dev);
+    }
     if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
     if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::"))
         return CX_OK;
@@ -142,15 +150,16 @@ static int cx_ucx_net_devices(ucp_config_t *cfg, const char *listen_ip)
         cx_info("ucx: no interface holds %s; UCX picks its network devices itself", listen_ip);
         return CX_OK;
     }
-    cx_ucx_rdma_ports(rdma, sizeof rdma);
+    if (prm->net_devices) snprintf(rdma, sizeof rdma, "%s", prm->net_devices);
+    else cx_ucx_rdma_ports(rdma, sizeof rdma);
     snprintf(list, sizeof list, "%s%s%s", ifn, rdma[0] ? "," : "", rdma);
     (void)cx_ucx_set(cfg, "NET_DEVICES", list);
     return CX_OK;
 }
 
-int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip)
+int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip)
 {
-    if (cx_ucx_net_devices(cfg, listen_ip) != CX_OK) return CX_EINVAL;
+    if (cx_ucx_net_devices(cfg, prm, listen_ip) != CX_OK) return CX_EINVAL;
     /* UCX's tcp transport implements PUT zero-copy (used by rendezvous) with a protocol of its
      * own: the target writes the bytes at the address in the PUT header as they arrive and acks
      * the last one. On a connection that fails mid-PUT it went wrong twice: a survivor aborted

@@ -2,7 +2,8 @@
  *
  * GPUDirect over UCX needs a UCX built with CUDA support (its context lists the CUDA memory
  * type: Debian's 1.13 package does not), an RDMA transport the user's UCX_TLS allows, and an RDMA
- * device. dma-buf registration came with UCX 1.14. */
+ * device, and the selection's plan must have turned it on (cx_backend_params_t.gpu_direct).
+ * dma-buf registration came with UCX 1.14. */
 #include "ucx_int.h"
 
 #include <dirent.h>
@@ -39,6 +40,10 @@ void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     memset(caps, 0, sizeof *caps);
+    if (!b->gpu_direct) {   /* the plan stages GPU memory (docs/selection.md says why) */
+        cx_debug("ucx: GPU caps: GPUDirect off in the selection's plan");
+        return;
+    }
     ucp_context_attr_t a;
     memset(&a, 0, sizeof a);
     a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;

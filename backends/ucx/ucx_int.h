@@ -185,6 +185,7 @@ struct cx_ucx_in {
 struct cx_ucx {
     cx_core_t *core;
     uint64_t inc;
+    int gpu_direct;              /* the plan registers GPU memory with the NIC */
     ucp_context_h ctx;
     cx_ucx_wk_t *cur;            /* the current worker */
     cx_ucx_wk_t *old;            /* retired workers still alive */
@@ -220,7 +221,7 @@ struct cx_ucx {
 };
 
 /* ucx_env.c */
-int cx_ucx_config(ucp_config_t *cfg, const char *listen_ip);
+int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip);
 int cx_ucx_rdma_usable(void);
 unsigned long long cx_ucx_opt(const char *name);   /* a CONNEX_UCX_* number (connex/options.h) */
 

@@ -26,7 +26,7 @@ int cx_backend_check(const struct cx_backend_ops *ops)
 #ifdef CONNEX_HAVE_SELECT
 #include "cx_select.h"
 int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    int max, char *host_id, size_t host_len)
+                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
 {
     cx_decision_t *d = calloc(1, sizeof *d);
     if (!d) return CX_ENOMEM;
@@ -34,9 +34,17 @@ int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*
     /* out[] follows d->be[] but skips backends that are not compiled in: match by name. */
     for (int i = 0; i < n; i++) {
         choice[i][0] = 0;
+        memset(&plan[i], 0, sizeof plan[i]);
         for (int j = 0; j < d->n; j++)
             if (!strcmp(d->be[j].backend, out[i]->name)) {
                 cx_choice_format(&d->be[j], choice[i], CX_CHOICE_MAX);
+                const cx_plan_be_t *pl = &d->plan[j];
+                plan[i].planned = 1;
+                plan[i].gpu_direct = pl->gpudirect;
+                snprintf(plan[i].provider, sizeof plan[i].provider, "%s", pl->provider);
+                snprintf(plan[i].domain, sizeof plan[i].domain, "%s", pl->domain);
+                snprintf(plan[i].net_devices, sizeof plan[i].net_devices, "%s", pl->devices);
+                plan[i].net_devices_exact = pl->devices_exact;
                 break;
             }
         if (!choice[i][0]) snprintf(choice[i], CX_CHOICE_MAX, "%s//0x0", out[i]->name);
@@ -60,12 +68,13 @@ int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const ch
 }
 #else
 int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    int max, char *host_id, size_t host_len)
+                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
 {
     (void)want;
     int n = 0;
     for (int i = 0; cx_backends_builtin[i] && n < max; i++) {
         out[n] = cx_backends_builtin[i];
+        memset(&plan[n], 0, sizeof plan[n]);   /* no plan: each backend's own defaults */
         snprintf(choice[n], CX_CHOICE_MAX, "%s//0x0", out[n]->name);
         n++;
     }
@@ -89,3 +98,57 @@ int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const ch
     return n;
 }
 #endif
+
+void cx_open_plan_params(const cx_open_plan_t *plan, cx_backend_params_t *p)
+{
+    p->gpu_direct = plan->gpu_direct;
+    p->provider = plan->provider[0] ? plan->provider : NULL;
+    p->domain = plan->domain[0] ? plan->domain : NULL;
+    /* "" is a plan too (no RDMA device); NULL only without one */
+    p->net_devices = plan->planned ? plan->net_devices : NULL;   /* "": the plan has no RDMA device */
+    p->net_devices_exact = plan->net_devices_exact;
+}
+
+/* ---- the public memory calls (connex.h): thin over gpu/ ---- */
+
+int cx_mem_kind(const void *addr, size_t len)
+{
+    return cx_gpu_mem_kind(addr, len);
+}
+
+int cx_mem_alloc(int kind, int device, size_t len, void **out)
+{
+    if (!out) {
+        cx_error("cx_mem_alloc: out is NULL");
+        return CX_EINVAL;
+    }
+    *out = NULL;
+    if ((kind != CX_MEM_CUDA && kind != CX_MEM_SIM) || len == 0 || device < 0) {
+        cx_error("cx_mem_alloc(kind %d, device %d, %zu bytes): want kind CX_MEM_CUDA or CX_MEM_SIM, "
+                 "device >= 0 and a length > 0", kind, device, len);
+        return CX_EINVAL;
+    }
+    if (kind == CX_MEM_SIM && !cx_gpu_sim_enabled()) {
+        cx_error("cx_mem_alloc: the simulated device is off (CONNEX_GPU_SIM=1)");
+        return CX_EUNSUPPORTED;
+    }
+    if (kind == CX_MEM_CUDA && (cx_gpu_init() != CX_OK || device >= cx_gpu_cuda_devices())) {
+        cx_error("cx_mem_alloc: no CUDA device %d (%s)", device, cx_gpu_status());
+        return CX_EUNSUPPORTED;
+    }
+    return cx_gpu_dev_alloc(kind, device, len, out);
+}
+
+void cx_mem_free(void *p)
+{
+    cx_gpu_dev_free(p);
+}
+
+int cx_mem_copy(void *dst, const void *src, size_t len)
+{
+    if ((!dst || !src) && len) {
+        cx_error("cx_mem_copy: NULL %s", !dst ? "destination" : "source");
+        return CX_EINVAL;
+    }
+    return cx_gpu_memcpy(dst, src, len);
+}

@@ -173,3 +173,88 @@ int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char 
     h->regions = r;
     return CX_OK;
 }
+
+void cx_wire_put_status_head(cx_wr_t *w, uint64_t inc, const char *url, const char *lid, const char *backends,
+                             uint64_t now_ms, uint32_t npeers)
+{
+    cx_wr_u64(w, inc);
+    cx_wr_str8(w, url);
+    cx_wr_str8(w, lid);
+    cx_wr_str8(w, backends);
+    cx_wr_u64(w, now_ms);
+    cx_wr_u32(w, npeers);
+}
+
+void cx_wire_put_status_peer(cx_wr_t *w, const cx_wire_status_peer_t *p)
+{
+    cx_wr_str8(w, p->lid);
+    cx_wr_str8(w, p->url);
+    cx_wr_u8(w, (uint8_t)p->state);
+    cx_wr_str8(w, p->backend);
+    cx_wr_str8(w, p->transport);
+    cx_wr_u64(w, p->incarnation);
+    cx_wr_u64(w, p->since_ms);
+    cx_wr_u64(w, p->failures);
+    cx_wr_u64(w, p->joins);
+    cx_wr_u64(w, p->in_flight);
+    cx_wr_u64(w, p->errors);
+    cx_wr_u64(w, p->timeouts);
+}
+
+void cx_wire_put_status_event(cx_wr_t *w, const cx_wire_status_event_t *ev)
+{
+    cx_wr_u8(w, (uint8_t)ev->type);
+    cx_wr_str8(w, ev->lid);
+    cx_wr_str8(w, ev->url);
+    cx_wr_u64(w, ev->incarnation);
+    cx_wr_u64(w, ev->time_ms);
+    cx_wr_str8(w, ev->reason);
+}
+
+int cx_wire_get_status_head(const uint8_t *body, size_t len, cx_wire_status_t *s)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, len);
+    memset(s, 0, sizeof *s);
+    s->incarnation = cx_rd_u64(&r);
+    cx_rd_str8(&r, s->url, sizeof s->url);
+    cx_rd_str8(&r, s->lid, sizeof s->lid);
+    cx_rd_str8(&r, s->backends, sizeof s->backends);
+    s->now_ms = cx_rd_u64(&r);
+    s->npeers = cx_rd_u32(&r);
+    if (!r.ok || s->npeers > CX_STATUS_PEERS_MAX) return CX_EINVAL;
+    s->peers = r;
+    return CX_OK;
+}
+
+int cx_wire_get_status_peer(cx_rd_t *r, cx_wire_status_peer_t *p)
+{
+    memset(p, 0, sizeof *p);
+    cx_rd_str8(r, p->lid, sizeof p->lid);
+    cx_rd_str8(r, p->url, sizeof p->url);
+    p->state = cx_rd_u8(r);
+    cx_rd_str8(r, p->backend, sizeof p->backend);
+    cx_rd_str8(r, p->transport, sizeof p->transport);
+    p->incarnation = cx_rd_u64(r);
+    p->since_ms = cx_rd_u64(r);
+    p->failures = cx_rd_u64(r);
+    p->joins = cx_rd_u64(r);
+    p->in_flight = cx_rd_u64(r);
+    p->errors = cx_rd_u64(r);
+    p->timeouts = cx_rd_u64(r);
+    return r->ok && p->state <= CX_PEER_LEFT ? CX_OK : CX_EINVAL;
+}
+
+int cx_wire_get_status_event(const uint8_t *body, size_t len, cx_wire_status_event_t *ev)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, len);
+    memset(ev, 0, sizeof *ev);
+    ev->type = cx_rd_u8(&r);
+    cx_rd_str8(&r, ev->lid, sizeof ev->lid);
+    cx_rd_str8(&r, ev->url, sizeof ev->url);
+    ev->incarnation = cx_rd_u64(&r);
+    ev->time_ms = cx_rd_u64(&r);
+    cx_rd_str8(&r, ev->reason, sizeof ev->reason);
+    return cx_rd_done(&r) && ev->type <= CX_EVENT_MOVED ? CX_OK : CX_EINVAL;
+}

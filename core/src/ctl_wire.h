@@ -31,10 +31,13 @@ enum {
     CX_CTL_DEATH = 11,    /* the sender's same-host watch saw a process die: LID, incarnation */
     /* 12, 13: retired (device memory once crossed the control connection in these) */
     CX_CTL_REG_DEL_ACK = 14, /* u64 region id: the receiver of REG_DEL dropped that region */
-    CX_CTL_TS_REQ = 15,   /* stage a range of the receiver's device memory (tstage.h) */
-    CX_CTL_TS_CHUNK = 16, /* a staged chunk: its ring slot holds the bytes (read) or awaits them */
-    CX_CTL_TS_ACK = 17,   /* the data backend is done with a chunk's slot */
-    CX_CTL_TS_END = 18    /* a staged range ended: every slot back (a write: after the last H2D) */
+    CX_CTL_STATUS_QUERY = 15, /* an operator's tool (connex-ctl), instead of HELLO: u8 CX_STATUS_* */
+    CX_CTL_STATUS_REPLY = 16, /* the engine and its peers (cx_wire_status_*) */
+    CX_CTL_STATUS_EVENT = 17, /* after a STATUS_QUERY with CX_STATUS_WATCH: each event, as it goes out */
+    CX_CTL_TS_REQ = 18,   /* stage a range of the receiver's device memory (tstage.h) */
+    CX_CTL_TS_CHUNK = 19, /* a staged chunk: its ring slot holds the bytes (read) or awaits them */
+    CX_CTL_TS_ACK = 20,   /* the data backend is done with a chunk's slot */
+    CX_CTL_TS_END = 21    /* a staged range ended: every slot back (a write: after the last H2D) */
 };
 #define CX_CTL_LAST CX_CTL_TS_END
 
@@ -84,6 +87,39 @@ void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const
 /* DEATH: which process (LID and incarnation) the sender saw die on its host (live.h). */
 void cx_wire_put_death(cx_wr_t *w, const cx_lid_t *lid, uint64_t inc);
 int cx_wire_get_death(const uint8_t *body, size_t len, cx_lid_t *lid, uint64_t *inc);
+
+/* STATUS_QUERY's body: u8, what the tool asks for. The reply: the engine (u64 incarnation, str8
+ * url, str8 lid, str8 backends, u64 unix ms now, u32 peers), then per peer: str8 lid, str8 url,
+ * u8 state, str8 backend, str8 transport, u64 incarnation, u64 unix ms of its last event (0:
+ * none), u64 failures, joins, ops in flight, op errors, op timeouts. An event: u8 type, str8 lid,
+ * str8 url, u64 incarnation, u64 unix ms, str8 reason. */
+enum { CX_STATUS_PEERS = 0, CX_STATUS_WATCH = 1 };
+#define CX_STATUS_PEERS_MAX 65536
+typedef struct cx_wire_status {
+    uint64_t incarnation, now_ms;
+    char url[CX_URL_MAX], lid[96], backends[64];
+    uint32_t npeers;
+    cx_rd_t peers;               /* positioned at the first peer */
+} cx_wire_status_t;
+typedef struct cx_wire_status_peer {
+    char lid[96], url[CX_URL_MAX], backend[CX_BNAME_MAX], transport[64];
+    int state;
+    uint64_t incarnation, since_ms, failures, joins, in_flight, errors, timeouts;
+} cx_wire_status_peer_t;
+typedef struct cx_wire_status_event {
+    int type;
+    char lid[96], url[CX_URL_MAX], reason[128];
+    uint64_t incarnation, time_ms;
+} cx_wire_status_event_t;
+void cx_wire_put_status_head(cx_wr_t *w, uint64_t inc, const char *url, const char *lid, const char *backends,
+                             uint64_t now_ms, uint32_t npeers);
+void cx_wire_put_status_peer(cx_wr_t *w, const cx_wire_status_peer_t *p);
+void cx_wire_put_status_event(cx_wr_t *w, const cx_wire_status_event_t *ev);
+/* Decoders: 0, or CX_EINVAL for a malformed body (a peer count over CX_STATUS_PEERS_MAX, a state
+ * or event type out of range, a string too long, bytes left over). */
+int cx_wire_get_status_head(const uint8_t *body, size_t len, cx_wire_status_t *s);
+int cx_wire_get_status_peer(cx_rd_t *r, cx_wire_status_peer_t *p);   /* the next of s->peers */
+int cx_wire_get_status_event(const uint8_t *body, size_t len, cx_wire_status_event_t *ev);
 
 /* Decodes a HELLO body up to its regions (iterate them with cx_wire_get_region on h->regions). */
 int cx_wire_get_hello(const uint8_t *body, size_t len, cx_wire_hello_t *h, char *err, size_t errlen);

@@ -161,7 +161,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
     if (done && mine) e->st.ops_driven_done++;
     /* Without a poll window (CONNEX_POLL_US=0, the default on small hosts) nobody polls between
      * ops: arm, as before. */
-    int stay = done && op->spin_ns && !left;
+    int stay = done && op->w.spin_ns && !left;
     /* Done at its start: what the start left (a backend that signals edge-style after its own
      * sends). What a poll finds is handled here: it is no reason to wake the progress thread
      * (a write's completion ack, every op: measured 30 us per 4 KiB shm write, against 1.3). */
@@ -182,8 +182,8 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
         int more = rearm(e);
         /* Not done within the window: the progress thread takes over, polling at once (spin.h),
          * as it would have had the op gone through it, instead of waking for the completion. */
-        if (!done && op->spin_ns) e->last_work_ns = cx_now_ns();
-        wake = more || left || e->sched_wake_ns || (!done && op->spin_ns) || e->handoff;
+        if (!done && op->w.spin_ns) e->last_work_ns = cx_now_ns();
+        wake = more || left || e->sched_wake_ns || (!done && op->w.spin_ns) || e->handoff;
     }
     e->driving = 0;
     pthread_mutex_unlock(&e->plock);
@@ -219,10 +219,10 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     e->st.ops_driven++;
     /* Polling: the wait fds out of the progress thread's set before the op starts, not after,
      * or its first completion wakes that thread for nothing. */
-    if (wait && op->spin_ns) cx_drive_unwatch(e);
+    if (wait && op->w.spin_ns) cx_drive_unwatch(e);
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
-    drive_locked(e, op, 0, 0, 1, wait && op->stage != OPS_HANDOFF ? op->spin_ns : 0);
+    drive_locked(e, op, 0, 0, 1, wait && op->stage != OPS_HANDOFF ? op->w.spin_ns : 0);
     return 1;
 }
 
@@ -242,7 +242,7 @@ int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
     for (unsigned i = 1;; i++) {
         if (cx_drive(e, op, 1)) return 1;
         if (op->kind == CX_OPK_EXEC || !e->drive || atomic_load(&e->stop)) return 0;
-        if (!end) end = cx_now_ns() + (op->spin_ns < CX_DRIVE_SOON_NS ? op->spin_ns : CX_DRIVE_SOON_NS);
+        if (!end) end = cx_now_ns() + (op->w.spin_ns < CX_DRIVE_SOON_NS ? op->w.spin_ns : CX_DRIVE_SOON_NS);
         if (!(i % CX_DRIVE_CLOCK_EVERY)) {
             if (cx_now_ns() >= end) return 0;
             sched_yield();

@@ -1,6 +1,7 @@
 /* Engine lifecycle and the public API entry points. Callers validate what they can locally,
  * then hand an op to the progress thread and wait for its completion. */
 #include "engine.h"
+#include "sigkeep.h"
 #include "connex/options.h"
 #include "live.h"
 #include "advertise.h"
@@ -71,8 +72,9 @@ void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
     memset(op, 0, sizeof *op);
     op->e = e;
     op->kind = kind;
-    op->spin_ns = e ? e->spin_ns : 0;
+    op->w.spin_ns = e ? e->spin_ns : 0;
     op->status = CX_ERR;
+    if (kind < CX_OPK_COUNT && cx_hist_sample()) op->t0_ns = cx_now_ns();   /* timed (metrics.h) */
     pthread_mutex_init(&op->mu, NULL);
     cx_cond_init_mono(&op->cv);
 }
@@ -90,9 +92,9 @@ void cx_op_complete(cx_op_t *op, int status)
     /* Completed by the caller that waits for it, while it drives (drive.c): nobody sleeps on the
      * condition variable, and its wait_done reads this without the mutex. Another thread must
      * take the mutex, so that the caller cannot destroy the op under its signal. */
-    if (op->owned && pthread_equal(op->owner, pthread_self())) {
+    if (op->w.owned && pthread_equal(op->w.owner, pthread_self())) {
         op->status = status;
-        op->done_by_owner = 1;
+        op->w.done_by_owner = 1;
         cx_op_set_done(op);
         return;
     }
@@ -127,8 +129,8 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
 
 static int wait_done(cx_op_t *op)
 {
-    if (op->done_by_owner) return op->status;   /* this thread completed it: see cx_op_complete */
-    cx_op_spin(op, op->spin_ns);
+    if (op->w.done_by_owner) return op->status;   /* this thread completed it: see cx_op_complete */
+    cx_op_spin(op, op->w.spin_ns);
     pthread_mutex_lock(&op->mu);
     while (!cx_op_is_done(op)) pthread_cond_wait(&op->cv, &op->mu);
     int st = op->status;
@@ -143,15 +145,15 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
 {
     /* While a caller drives, the progress thread does not poll (spin.c): it would only keep
      * the transports' lock from the caller. */
-    int driving = e->drive && op->spin_ns && op->kind != CX_OPK_EXEC;
+    int driving = e->drive && op->w.spin_ns && op->kind != CX_OPK_EXEC;
     int rc = CX_OK;
-    op->owned = 1;
-    op->owner = pthread_self();
+    op->w.owned = 1;
+    op->w.owner = pthread_self();
     if (driving) atomic_fetch_add(&e->drivers, 1);
-    if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1)) op->spin_ns = 0;   /* it polled for its window already */
+    if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1)) op->w.spin_ns = 0;   /* it polled for its window already */
     else if ((rc = cx_submit(e, op)) == CX_OK && driving) {
-        cx_drive_wait(e, op, op->spin_ns);
-        op->spin_ns = 0;
+        cx_drive_wait(e, op, op->w.spin_ns);
+        op->w.spin_ns = 0;
     }
     if (driving) atomic_fetch_sub(&e->drivers, 1);   /* the progress thread may poll for it now */
     if (rc == CX_OK) rc = wait_done(op);
@@ -199,6 +201,10 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     e->cfg.listen_ip = e->listen_ip;
     if (cx_advertise_resolve(e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
     e->cfg.advertise_ip = e->adv_ip;
+    const char *m = cx_opts_str(&e->opts, "CONNEX_METRICS");
+    char mip[48];
+    uint16_t mport;
+    if (m && *m && cx_metrics_check(m, mip, sizeof mip, &mport)) return CX_EINVAL;
     return CX_OK;
 }
 
@@ -216,7 +222,8 @@ static int open_backends(cx_engine_t *e)
             cx_backends_builtin[i]->prepare();
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
-    int n = cx_select_order(want, order, choice, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
+    cx_open_plan_t plan[CX_MAX_BACKENDS];
+    int n = cx_select_order(want, order, choice, plan, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
     if (n < 0) return n;
     for (int i = 0; i < n; i++) {
         const struct cx_backend_ops *ops = order[i];
@@ -226,9 +233,11 @@ static int open_backends(cx_engine_t *e)
             if (is_auto) continue;
             return CX_EUNSUPPORTED;
         }
-        /* GPUDirect stays off until the selection's plan says otherwise. */
+        /* The backend opens what the selection planned (provider, NICs, GPUDirect): what HELLO
+         * advertises for it (choice[i]) is then what runs. */
         cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip, .advertise_ip = e->adv_ip,
-                                  .incarnation = e->incarnation, .gpu_direct = 0 };
+                                  .incarnation = e->incarnation };
+        cx_open_plan_params(&plan[i], &p);
         cx_bslot_t *s = &e->be[e->nb];
         int rc = ops->open(&p, &s->b);
         if (rc) {
@@ -271,6 +280,7 @@ static void engine_free(cx_engine_t *e)
         e->be[i].ops->close(e->be[i].b);
     }
     cx_live_close(e);
+    cx_metrics_close(e);
     if (e->lfd >= 0) close(e->lfd);
     if (e->cmdfd >= 0) close(e->cmdfd);
     if (e->timerfd >= 0) close(e->timerfd);
@@ -285,7 +295,7 @@ static void engine_free(cx_engine_t *e)
     free(e);
 }
 
-int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
+static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
 {
     cx_log_init();
     if (!out) { cx_error("engine: NULL out pointer"); return CX_EINVAL; }
@@ -368,6 +378,7 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
     }
     if (rc) { engine_free(e); return CX_ERR; }
     cx_live_open(e);
+    cx_metrics_open(e);
     if (pthread_create(&e->thread, NULL, cx_progress_main, e)) {
         cx_error("engine: cannot start the progress thread");
         engine_free(e);
@@ -378,6 +389,18 @@ int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
             e->backends_str);
     *out = e;
     return CX_OK;
+}
+
+/* The probe and the backends' opens load and start libraries (libfabric's shm provider installs
+ * handlers for SIGINT, SIGTERM, SIGSEGV and more): the process's own dispositions are put back. */
+int cx_engine_create(const cx_config_t *cfg, cx_engine_t **out)
+{
+    cx_sigkeep_t *k = malloc(sizeof *k);
+    if (k) cx_sigkeep_save(k);
+    int rc = engine_create(cfg, out);
+    if (k) cx_sigkeep_restore(k, "the engine's libraries");
+    free(k);
+    return rc;
 }
 
 static void shutdown_on_thread(cx_engine_t *e, void *arg)
@@ -539,6 +562,43 @@ cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer)
     return peer_query(e, peer, &q) ? CX_PEER_UNKNOWN : q.state;
 }
 
+struct first_q { cx_lid_t lid; int rc; uint64_t addr, len; };
+static void first_region_fn(cx_engine_t *e, void *arg)
+{
+    struct first_q *q = arg;
+    cx_peer_t *p = cx_peer_find(e, &q->lid);
+    if (!p || (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT)) {
+        q->rc = CX_EPEER;
+        return;
+    }
+    const cx_rregion_t *best = NULL;
+    for (const cx_rregion_t *r = p->rregions; r; r = r->next)   /* ids grow with registration */
+        if (!best || r->id < best->id) best = r;
+    if (best) {
+        q->addr = best->addr;
+        q->len = best->len;
+    }
+}
+
+int cx_peer_first_region(cx_engine_t *e, const char *peer, uint64_t *addr, uint64_t *len)
+{
+    cx_op_t tmp;
+    if (!e || !peer || !addr || !len) {
+        cx_warn("cx_peer_first_region: %s is NULL", !e ? "the engine" : !peer ? "peer" : "an output");
+        return CX_EINVAL;
+    }
+    *addr = *len = 0;
+    int rc = parse_peer(e, peer, &tmp);
+    if (rc) return rc;
+    struct first_q q = { .lid = tmp.lid };
+    rc = cx_exec(e, first_region_fn, &q);
+    if (rc) return rc;
+    if (q.rc) return q.rc;
+    *addr = q.addr;
+    *len = q.len;
+    return CX_OK;
+}
+
 struct peer_list { cx_peer_info_t *out; int max, n; };
 static void peer_list_fn(cx_engine_t *e, void *arg)
 {
@@ -695,7 +755,7 @@ static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *pe
     op->x.local = local;
     op->x.len = len;
     op->x.remote = remote;
-    op->spin_ns = cx_spin_for_len(op->spin_ns, len);
+    op->w.spin_ns = cx_spin_for_len(op->w.spin_ns, len);
     int rc = parse_peer(e, peer, op);
     if (!rc && xkind != CX_XFER_MSG) rc = local_check(e, local, len, what, &op->x.local_mem);
     if (!rc && remote + len < remote) { cx_warn("%s: remote range wraps around", what); rc = CX_EINVAL; }
@@ -754,7 +814,7 @@ static int class_op(cx_engine_t *e, int kind, int xkind, const char *peer, void 
     cx_op_t *op = malloc(sizeof *op);
     if (!op) return CX_ENOMEM;
     int rc = prep(e, op, kind, xkind, peer, local, remote, len, what);
-    op->cls = (int)cls;
+    op->sc.cls = (int)cls;
     op->async = 1;
     if (!rc) rc = cx_drive(e, op, 0) ? CX_OK : cx_submit(e, op);
     if (rc) { op_destroy(op); free(op); return rc; }
@@ -784,7 +844,7 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
      * put_signal over shared memory: 48-50 us, against 1-3 us for a write). Not beyond the
      * caller's timeout; a waiter that cannot take the transports spins for the window instead. */
     cx_engine_t *e = op->e;
-    uint64_t win = op->spin_ns;
+    uint64_t win = op->w.spin_ns;
     if (timeout_ms > 0 && win > cx_ms_to_ns((uint64_t)timeout_ms)) win = cx_ms_to_ns((uint64_t)timeout_ms);
     if (timeout_ms && win && e && e->drive && op->kind != CX_OPK_EXEC && !cx_op_is_done(op)) {
         atomic_fetch_add(&e->drivers, 1);
@@ -842,7 +902,11 @@ int cx_wait_event(cx_engine_t *e, cx_event_t *ev, int timeout_ms)
 
 static void stats_fn(cx_engine_t *e, void *arg)
 {
-    cx_stats_t *st = arg;
+    cx_stats_collect(e, arg);
+}
+
+void cx_stats_collect(cx_engine_t *e, cx_stats_t *st)
+{
     *st = e->st;
     for (cx_peer_t *p = e->peers; p; p = p->next) {
         switch (p->state) {

@@ -9,6 +9,7 @@
 #include "auth.h"
 #include "connex/connex.h"
 #include "ctl_wire.h"
+#include "metrics.h"
 #include "queue.h"
 #include "region.h"
 #include "units.h"
@@ -20,7 +21,8 @@
 typedef struct cx_peer cx_peer_t;
 typedef struct cx_conn cx_conn_t;
 
-enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE, CX_W_DRIVE };
+enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE, CX_W_DRIVE,
+       CX_W_METRICS };
 typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
 
 struct cx_conn {
@@ -35,6 +37,7 @@ struct cx_conn {
     uint8_t *tx; size_t tx_off, tx_len, tx_cap;
     uint64_t t_start_ns;      /* for the HELLO timeout */
     cx_auth_conn_t au;        /* the AUTH exchange (auth.h), when a token is set */
+    int watch;                /* an operator's tool following the events (peer/status.c) */
     cx_conn_t *next;
 };
 
@@ -68,34 +71,38 @@ struct cx_op {
     void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
     int async;                /* put_signal: freed by cx_op_wait */
     int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
-    uint64_t spin_ns;         /* the engine's poll window, copied: an async op outlives its engine */
-    int waiters_gone;         /* async op whose caller waits no more (engine destroyed) */
-    int owned;                /* a synchronous call's op: `owner` waits for it (run_sync) */
-    int done_by_owner;        /* completed on `owner`'s own thread, which drove it: no wake-up */
-    pthread_t owner;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cx_op_t *next, *prev;
     /* Set: cx_op_complete calls it instead of waking a caller (a group step's child, group.c). */
     void (*on_done)(cx_op_t *op, int status);
-    /* traffic classes (cx_sched.h) */
-    int cls;                  /* CX_CLASS_* the caller asked for */
-    int credit;               /* 1 + the class whose credit the op holds; 0 none */
-    cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
-                                 the peer's list of background transfers */
-    cx_op_t *parent;          /* CX_OPK_CHUNK: the background transfer it is a piece of */
     cx_op_t *hnext;           /* OPS_HANDOFF: the engine's handoff list (drive.h) */
-    size_t bg_off;            /* background transfer: bytes handed to chunks so far */
-    uint32_t bg_out;          /* background transfer: chunks not yet completed */
-    int bg_status;            /* background transfer: first error of a chunk */
-    uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
+    struct cx_op_wait {       /* the caller that waits for it (engine.c run_sync, cx_op_wait) */
+        uint64_t spin_ns;     /* the engine's poll window, copied: an async op outlives its engine */
+        int waiters_gone;     /* async op whose caller waits no more (engine destroyed) */
+        int owned;            /* a synchronous call's op: `owner` waits for it (run_sync) */
+        int done_by_owner;    /* completed on `owner`'s own thread, which drove it: no wake-up */
+        pthread_t owner;
+    } w;
+    struct cx_op_sched {      /* traffic classes (cx_sched.h) */
+        int cls;              /* CX_CLASS_* the caller asked for */
+        int credit;           /* 1 + the class whose credit the op holds; 0 none */
+        cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
+                                     the peer's list of background transfers */
+        cx_op_t *parent;      /* CX_OPK_CHUNK: the background transfer it is a piece of */
+        size_t bg_off;        /* background transfer: bytes handed to chunks so far */
+        uint32_t bg_out;      /* background transfer: chunks not yet completed */
+        int bg_status;        /* background transfer: first error of a chunk */
+        uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
+    } sc;
     void *ts;                 /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
+    uint64_t t0_ns;           /* a timed op (metrics.h): when the caller started it; 0: not timed */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
 #define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
 #define CX_OPK_GROUP 110   /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
-#define CX_OPK_CHUNK 103   /* one chunk of a background-class transfer (cx_sched.h); op->parent */
+#define CX_OPK_CHUNK 103   /* one chunk of a background-class transfer (cx_sched.h); op->sc.parent */
 #define CX_OPK_TSUB 104    /* one chunk of a range staged by the target (tstage.h); op->ts */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
 enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
@@ -174,6 +181,7 @@ struct cx_peer {
     uint64_t ev_inc;              /* the incarnation of the last UP/JOINED that went out */
     int ev_ended;                 /* its FAILED or LEFT went out */
     uint64_t ev_dead;             /* the incarnation the watcher reported dead */
+    cx_peer_metrics_t m;          /* its counters (metrics.h) */
 };
 
 typedef struct cx_bslot {     /* an opened backend */
@@ -252,6 +260,10 @@ struct cx_engine {
 
     /* counters: written by the progress thread, read by cx_stats through an exec */
     cx_stats_t st;
+    /* Latency of ok ops initiated here (one in 8 timed), per backend index (the last: ops that reached none) and
+     * op kind (metrics.h); progress-thread state, like st. */
+    cx_hist_t hist[CX_MAX_BACKENDS + 1][CX_OPK_COUNT];
+    struct cx_metrics_srv *msrv;   /* the GET /metrics listener (CONNEX_METRICS), NULL: none */
 
     struct cx_staging *stg;   /* staging.c: GPU staging rings and jobs, NULL until first use */
     struct cx_tstage *ts;     /* tstage.c: ranges staged by a target, both roles; NULL until used */
@@ -289,6 +301,9 @@ int cx_submit(cx_engine_t *e, cx_op_t *op);          /* queue an op for the prog
 void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind);
 void cx_op_complete(cx_op_t *op, int status);        /* progress thread: wake the caller */
 int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
+
+/* engine.c: the counters of cx_stats, on the progress thread */
+void cx_stats_collect(cx_engine_t *e, cx_stats_t *st);
 
 /* progress.c */
 void *cx_progress_main(void *arg);

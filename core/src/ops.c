@@ -43,12 +43,24 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
     if (op->kind < CX_OPK_COUNT) {
+        cx_peer_t *p = op->peer;
         if (status == CX_OK) {
+            uint64_t n = op->kind == CX_OPK_MSG ? op->x.msg_len : op->x.len;
             e->st.ops[op->kind]++;
-            e->st.bytes[op->kind] += op->kind == CX_OPK_MSG ? op->x.msg_len : op->x.len;
+            e->st.bytes[op->kind] += n;
+            int b = p && p->bidx >= 0 && p->bidx < e->nb ? p->bidx : CX_MAX_BACKENDS;
+            if (op->t0_ns) cx_hist_add(&e->hist[b][op->kind], cx_now_ns() - op->t0_ns);
+            if (p) {
+                p->m.ops[op->kind]++;
+                p->m.bytes[op->kind] += n;
+            }
         } else {
             e->st.op_errors[op->kind]++;
             if (status == CX_ETIMEDOUT) e->st.op_timeouts++;
+            if (p) {
+                p->m.errors++;
+                p->m.timeouts += status == CX_ETIMEDOUT;
+            }
         }
     }
     cx_op_complete(op, status);

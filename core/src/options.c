@@ -44,6 +44,8 @@ static const cx_opt_def_t g_opts[] = {
       "or for 0.0.0.0 / :: the default-route interface's address)", 0 },
     { "CONNEX_LEASE_MS", MS, NULL, 0, 86400000, NULL, "core",
       "directory lease (unset or 0: config.lease_ms, else 3000)", 0 },
+    { "CONNEX_METRICS", S, NULL, 0, 0, NULL, "core",
+      "serve GET /metrics (Prometheus text) on ip:port (unset: no listener)", 0 },
     { "CONNEX_AUTH_TOKEN", S, NULL, 0, 0, NULL, "core",
       "shared secret peers authenticate with (unless config.auth_token)", 1 },
     { "CONNEX_AUTH_TOKEN_FILE", S, NULL, 0, 0, NULL, "core",

@@ -147,6 +147,7 @@ static void tick(cx_engine_t *e)
     cx_ops_tick(e, now);
     cx_dir_tick(e, now);
     cx_groups_tick(e, now);
+    cx_metrics_tick(e, now);
 }
 
 static int is_backend_watch(const cx_engine_t *e, const cx_watch_t *w)
@@ -314,6 +315,7 @@ void *cx_progress_main(void *arg)
             else if (w == &e->tw) tick(e);
             else if (w == &e->dw) cx_drive_timer_fired(e);   /* acted on at the loop's top */
             else if (cx_live_is_watch(e, w)) continue;   /* reaped above */
+            else if (cx_metrics_is_watch(e, w)) cx_metrics_event(e, w, evs[i].events);
             else if (!is_backend_watch(e, w)) {
                 /* A control connection. One closed by an earlier event of this batch is freed:
                  * find it by address before touching it. */

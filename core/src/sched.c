@@ -69,26 +69,26 @@ static void peer_unlink(cx_op_t *op)
 
 static void q_push(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
 {
-    op->cnext = NULL;
-    op->cprev = *tail;
-    if (*tail) (*tail)->cnext = op;
+    op->sc.cnext = NULL;
+    op->sc.cprev = *tail;
+    if (*tail) (*tail)->sc.cnext = op;
     else *head = op;
     *tail = op;
 }
 
 static void q_remove(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
 {
-    if (op->cprev) op->cprev->cnext = op->cnext;
-    else if (*head == op) *head = op->cnext;
+    if (op->sc.cprev) op->sc.cprev->sc.cnext = op->sc.cnext;
+    else if (*head == op) *head = op->sc.cnext;
     else return;   /* not in this list */
-    if (op->cnext) op->cnext->cprev = op->cprev;
-    else *tail = op->cprev;
-    op->cnext = op->cprev = NULL;
+    if (op->sc.cnext) op->sc.cnext->sc.cprev = op->sc.cprev;
+    else *tail = op->sc.cprev;
+    op->sc.cnext = op->sc.cprev = NULL;
 }
 
 static void take_credit(cx_peer_t *p, cx_op_t *op, int cls)
 {
-    op->credit = cls + 1;
+    op->sc.credit = cls + 1;
     p->cls_inflight[cls]++;
 }
 
@@ -97,16 +97,16 @@ static void take_credit(cx_peer_t *p, cx_op_t *op, int cls)
 int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
 {
     cx_peer_t *p = op->peer;
-    if (e->cfg.classes_off || op->credit || op->kind == CX_OPK_CHUNK) return 0;
-    int bg = op->cls == BG && (op->kind == CX_OPK_READ || op->kind == CX_OPK_WRITE) &&
+    if (e->cfg.classes_off || op->sc.credit || op->kind == CX_OPK_CHUNK) return 0;
+    int bg = op->sc.cls == BG && (op->kind == CX_OPK_READ || op->kind == CX_OPK_WRITE) &&
              op->x.local_mem == CX_MEM_HOST && op->x.len > 0;
     if (bg) {
         peer_unlink(op);
         op->stage = OPS_CHUNKED;
-        op->bg_off = 0;
-        op->bg_out = 0;
-        op->bg_status = CX_OK;
-        op->bg_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
+        op->sc.bg_off = 0;
+        op->sc.bg_out = 0;
+        op->sc.bg_status = CX_OK;
+        op->sc.bg_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
         q_push(&p->bg_head, &p->bg_tail, op);
         cx_peer_activate(e, p);
         mark(e, p);
@@ -128,13 +128,13 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
  * counts it and wakes its caller: it must not be touched afterwards). */
 static void parent_maybe_done(cx_engine_t *e, cx_op_t *par)
 {
-    if (par->bg_out) return;
-    if (par->bg_status == CX_OK && par->bg_off < par->x.len) return;
+    if (par->sc.bg_out) return;
+    if (par->sc.bg_status == CX_OK && par->sc.bg_off < par->x.len) return;
     cx_peer_t *p = par->peer;
     q_remove(&p->bg_head, &p->bg_tail, par);
     if (p->bg_head == NULL) p->bg_deferred = 0;
     par->stage = OPS_DONE;
-    cx_op_finish(e, par, par->bg_status);
+    cx_op_finish(e, par, par->sc.bg_status);
 }
 
 int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
@@ -142,28 +142,28 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     cx_peer_t *p = op->peer;
     if (!p) return 0;
     if (op->stage == OPS_WAIT_CREDIT) {
-        int c = op->cls == BG && op->kind == CX_OPK_CHUNK ? BG : CRIT;
+        int c = op->sc.cls == BG && op->kind == CX_OPK_CHUNK ? BG : CRIT;
         q_remove(&p->cls_wait[c], &p->cls_wait_tail[c], op);
     }
-    if (op->credit) {
+    if (op->sc.credit) {
         /* Only a peer's background transfers read this. Without any, a later bound from the
          * coarse clock will do (the next one starts throttled a tick longer at most): a clock
          * read is a tenth of a small shared-memory op's own cost. */
-        if (op->credit - 1 == CRIT) p->crit_last_ns = p->bg_head ? cx_now_ns() : cx_deadline_ns(0);
-        p->cls_inflight[op->credit - 1]--;
-        op->credit = 0;
+        if (op->sc.credit - 1 == CRIT) p->crit_last_ns = p->bg_head ? cx_now_ns() : cx_deadline_ns(0);
+        p->cls_inflight[op->sc.credit - 1]--;
+        op->sc.credit = 0;
         mark(e, p);
     }
     if (op->kind != CX_OPK_CHUNK) return 0;
-    cx_op_t *par = op->parent;
+    cx_op_t *par = op->sc.parent;
     free(op);
-    par->bg_out--;
-    if (status != CX_OK && par->bg_status == CX_OK) {
-        par->bg_status = status;   /* first error wins; no new chunk starts */
+    par->sc.bg_out--;
+    if (status != CX_OK && par->sc.bg_status == CX_OK) {
+        par->sc.bg_status = status;   /* first error wins; no new chunk starts */
         cx_debug("peer %s: background transfer of %zu bytes failed at a chunk (%s)", p->url, par->x.len,
                  cx_strerror(status));
     } else if (status == CX_OK) {
-        par->bg_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
+        par->sc.bg_deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
     }
     parent_maybe_done(e, par);
     return 1;
@@ -173,31 +173,31 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 
 static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par, int crit_active)
 {
-    size_t left = par->x.len - par->bg_off;
+    size_t left = par->x.len - par->sc.bg_off;
     size_t max = e->cfg.background_chunk;
     if (crit_active) max = max / CHUNK_SHRINK > CHUNK_MIN ? max / CHUNK_SHRINK : CHUNK_MIN;
     size_t n = left < max ? left : max;
     cx_op_t *c = calloc(1, sizeof *c);
     if (!c) {
         cx_error("peer %s: out of memory for a background chunk", p->url);
-        if (par->bg_status == CX_OK) par->bg_status = CX_ENOMEM;
+        if (par->sc.bg_status == CX_OK) par->sc.bg_status = CX_ENOMEM;
         parent_maybe_done(e, par);
         return;
     }
     c->e = e;
     c->kind = CX_OPK_CHUNK;
-    c->cls = BG;
-    c->parent = par;
+    c->sc.cls = BG;
+    c->sc.parent = par;
     c->status = CX_ERR;
     c->x.kind = par->x.kind;
-    c->x.local = (uint8_t *)par->x.local + par->bg_off;
+    c->x.local = (uint8_t *)par->x.local + par->sc.bg_off;
     c->x.len = n;
-    c->x.remote = par->x.remote + par->bg_off;
+    c->x.remote = par->x.remote + par->sc.bg_off;
     c->x.local_mem = par->x.local_mem;
     c->deadline_ns = cx_now_ns() + cx_ms_to_ns(e->cfg.op_timeout_ms);
-    par->bg_off += n;
-    par->bg_out++;
-    par->bg_deadline_ns = c->deadline_ns;
+    par->sc.bg_off += n;
+    par->sc.bg_out++;
+    par->sc.bg_deadline_ns = c->deadline_ns;
     cx_op_link(e, p, c);
     take_credit(p, c, BG);
     e->st.background_chunks++;
@@ -208,8 +208,8 @@ static void chunk_start(cx_engine_t *e, cx_peer_t *p, cx_op_t *par, int crit_act
 /* The oldest background transfer with bytes still to start. */
 static cx_op_t *next_parent(cx_peer_t *p)
 {
-    for (cx_op_t *par = p->bg_head; par; par = par->cnext)
-        if (par->bg_status == CX_OK && par->bg_off < par->x.len) return par;
+    for (cx_op_t *par = p->bg_head; par; par = par->sc.cnext)
+        if (par->sc.bg_status == CX_OK && par->sc.bg_off < par->x.len) return par;
     return NULL;
 }
 
@@ -289,11 +289,11 @@ int cx_sched_pump(cx_engine_t *e)
 void cx_sched_tick(cx_engine_t *e, cx_peer_t *p, uint64_t now)
 {
     for (cx_op_t *par = p->bg_head, *nx; par; par = nx) {
-        nx = par->cnext;
-        if (par->bg_out || par->bg_status != CX_OK || now < par->bg_deadline_ns) continue;
+        nx = par->sc.cnext;
+        if (par->sc.bg_out || par->sc.bg_status != CX_OK || now < par->sc.bg_deadline_ns) continue;
         cx_warn("peer %s: background transfer of %zu bytes: no chunk could start within %u ms", p->url,
                 par->x.len, e->cfg.op_timeout_ms);
-        par->bg_status = CX_ETIMEDOUT;
+        par->sc.bg_status = CX_ETIMEDOUT;
         parent_maybe_done(e, par);
     }
     /* Credits may have come free without a completion marking the peer (defensive, cheap). */
@@ -303,8 +303,8 @@ void cx_sched_tick(cx_engine_t *e, cx_peer_t *p, uint64_t now)
 void cx_sched_peer_fail(cx_engine_t *e, cx_peer_t *p, int status)
 {
     for (cx_op_t *par = p->bg_head, *nx; par; par = nx) {
-        nx = par->cnext;
-        if (par->bg_status == CX_OK) par->bg_status = status;
+        nx = par->sc.cnext;
+        if (par->sc.bg_status == CX_OK) par->sc.bg_status = status;
         parent_maybe_done(e, par);   /* waits for chunks still out, if any */
     }
     p->bg_deferred = 0;
@@ -313,5 +313,5 @@ void cx_sched_peer_fail(cx_engine_t *e, cx_peer_t *p, int status)
 void cx_sched_stats(cx_engine_t *e, cx_stats_t *st)
 {
     for (cx_peer_t *p = e->peers; p; p = p->next)
-        for (cx_op_t *par = p->bg_head; par; par = par->cnext) st->ops_in_flight++;
+        for (cx_op_t *par = p->bg_head; par; par = par->sc.cnext) st->ops_in_flight++;
 }

@@ -485,6 +485,14 @@ int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len)
     return rc;
 }
 
+int cx_core_mem_device(cx_core_t *c, const void *addr, size_t len)
+{
+    (void)c;
+    cx_gpu_mem_t m;
+    if (cx_gpu_mem_query(addr, len, &m) || m.kind == CX_MEM_HOST) return -1;
+    return m.device;
+}
+
 int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
 {
     cx_engine_t *e = cx_engine_of(c);

@@ -16,9 +16,9 @@ from ._lib import lib as _lib
 from .engine import ConnexError, Engine, EngineClosed, InvalidArgument, Message, PutSignal
 from .group import Group, GroupClosed, Step, WaitTimeout
 from ._lib import CX_PICK_LEAST_INFLIGHT, CX_PICK_ROUND_ROBIN
-from .transfer_engine import TransferEngine, default_lid
-
-__version__ = "0.1.0"
+from ._lib import CX_MEM_CUDA, CX_MEM_HOST, CX_MEM_SIM
+from ._version import __version__
+from .transfer_engine import TransferEngine, TransferNotify, TransferOpcode, default_lid
 
 
 def library_path():
@@ -38,7 +38,8 @@ def _args_int(v):
 
 __all__ = ["Engine", "TransferEngine", "PutSignal", "Message", "ConnexError", "EngineClosed",
            "InvalidArgument", "LibraryNotFound", "library_path", "set_log_level", "strerror",
-           "default_lid", "CX_OK", "CX_ERR", "CX_EPEER", "CX_ETIMEDOUT", "CX_EINVAL",
+           "default_lid", "TransferNotify", "TransferOpcode", "CX_MEM_HOST", "CX_MEM_CUDA",
+           "CX_MEM_SIM", "__version__", "CX_OK", "CX_ERR", "CX_EPEER", "CX_ETIMEDOUT", "CX_EINVAL",
            "CX_ENOMEM", "CX_EUNSUPPORTED", "CX_ECLOSED", "CX_EAUTH", "CX_EAGAIN", "CX_EINPROGRESS", "CX_MSG_MAX",
            "CX_CLASS_CRITICAL", "CX_CLASS_BACKGROUND",
            "Group", "Step", "GroupClosed", "WaitTimeout", "CX_PICK_ROUND_ROBIN",

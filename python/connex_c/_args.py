@@ -5,6 +5,7 @@ see (a Python buffer shorter than the length asked for, a read-only buffer as a 
 
 import ctypes
 
+from . import _tensor
 from ._lib import CX_MSG_MAX
 
 _U64_MAX = (1 << 64) - 1
@@ -77,14 +78,31 @@ def timeout(ms):
 
 
 class Pointer:
-    """A local address, what keeps it valid, and the size of the object behind it when known."""
+    """A local address, what keeps it valid, the size of the object behind it when known, and
+    the device the object says it lives on ("cpu", ("cuda", ordinal), or None for a raw
+    address, whose kind only libconnex can tell)."""
 
-    __slots__ = ("address", "size", "keep")
+    __slots__ = ("address", "size", "keep", "device")
 
-    def __init__(self, address, size=None, keep=None):
+    def __init__(self, address, size=None, keep=None, device=None):
         self.address = address
         self.size = size
         self.keep = keep
+        self.device = device
+
+    @property
+    def is_device(self):
+        return self.device is not None and self.device != "cpu"
+
+    def length(self, n, what):
+        """n, or the object's size when n is None; checked against the object's size."""
+        if n is None:
+            if self.size is None:
+                raise TypeError("%s: give the length for a raw address" % what)
+            return self.size
+        length(n, what + " length")
+        self.check_len(n, what)
+        return n
 
     def check_len(self, n, what):
         if self.size is not None and n > self.size:
@@ -92,24 +110,41 @@ class Pointer:
                              % (what, n, self.size))
 
 
+def _has(obj, name):
+    """hasattr that also says no when the attribute raises something other than
+    AttributeError (torch raises for __cuda_array_interface__ of a CPU tensor)."""
+    try:
+        getattr(obj, name)
+    except Exception:
+        return False
+    return True
+
+
 def pointer(obj, writable, what="buffer"):
-    """Accept an int address, an object with data_ptr() (torch.Tensor), or a buffer-protocol
-    object (bytearray, numpy array, mmap, memoryview)."""
+    """Accept an int address, an object with __cuda_array_interface__ (device memory: torch,
+    cupy, numba), an object with data_ptr() (torch.Tensor), a buffer-protocol object
+    (bytearray, numpy array, mmap, memoryview), or a DLPack object (__dlpack__ and
+    __dlpack_device__: jax, cupy, numpy, ...)."""
     if isinstance(obj, bool):
         raise TypeError("%s must be an address, a tensor or a buffer, not bool" % what)
     if isinstance(obj, int):
         if obj <= 0 or obj > _U64_MAX:
             raise ValueError("%s address out of range: %d" % (what, obj))
         return Pointer(obj)
-    if hasattr(obj, "data_ptr") and callable(obj.data_ptr):
-        return _tensor_pointer(obj, what)
     if isinstance(obj, str):
         raise TypeError("%s must be an address, a tensor or a buffer, not str" % what)
+    if _has(obj, "__cuda_array_interface__"):
+        return _from_tensor(_tensor.from_cuda_array_interface(obj, what), writable, what)
+    if hasattr(obj, "data_ptr") and callable(obj.data_ptr):
+        return _tensor_pointer(obj, what)
     try:
         mv = memoryview(obj)
     except TypeError:
-        raise TypeError("%s must be an int address, an object with data_ptr() or a "
-                        "buffer-protocol object, not %s" % (what, _name_of(obj))) from None
+        if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+            return _from_tensor(_tensor.from_dlpack(obj, what), writable, what)
+        raise TypeError("%s must be an int address, a DLPack object, an object with "
+                        "__cuda_array_interface__ or data_ptr(), or a buffer-protocol object, "
+                        "not %s" % (what, _name_of(obj))) from None
     with mv:
         if not mv.c_contiguous:
             raise ValueError("%s must be C-contiguous" % what)
@@ -121,12 +156,20 @@ def pointer(obj, writable, what="buffer"):
         if writable:
             raise ValueError("%s is read-only (%s) but is written to" % (what, _name_of(obj)))
         view = _ReadOnlyView(obj)
-        return Pointer(view.address, size, view)
+        return Pointer(view.address, size, view, "cpu")
     # from_buffer pins the object: a bytearray cannot be resized while this export lives.
     with memoryview(obj) as mv2:
         flat = mv2.cast("B") if (mv2.ndim != 1 or mv2.format != "B") else mv2
         cbuf = (ctypes.c_char * size).from_buffer(flat)
-    return Pointer(ctypes.addressof(cbuf), size, cbuf)
+    return Pointer(ctypes.addressof(cbuf), size, cbuf, "cpu")
+
+
+def _from_tensor(t, writable, what):
+    if writable and t.readonly:
+        raise ValueError("%s is read-only but is written to" % what)
+    if t.address > _U64_MAX:
+        raise ValueError("%s address out of range: %d" % (what, t.address))
+    return Pointer(t.address, t.size, t.keep, t.device)
 
 
 def _tensor_pointer(t, what):
@@ -142,7 +185,13 @@ def _tensor_pointer(t, what):
         size = int(t.element_size()) * int(t.numel())
     elif hasattr(t, "nbytes"):
         size = int(t.nbytes)
-    return Pointer(addr, size, t)
+    device = None
+    dev = getattr(t, "device", None)         # torch.device: .type "cpu" / "cuda", .index
+    if getattr(dev, "type", None) == "cpu":
+        device = "cpu"
+    elif getattr(dev, "type", None) == "cuda":
+        device = ("cuda", dev.index if isinstance(dev.index, int) else -1)
+    return Pointer(addr, size, t, device)
 
 
 def message(msg):

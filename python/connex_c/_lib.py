@@ -35,6 +35,10 @@ CX_CLASS_CRITICAL = 0     # traffic classes (cx_class_t)
 CX_CLASS_BACKGROUND = 1
 CX_PICK_ROUND_ROBIN = 0   # group pick policies (cx_pick_t)
 CX_PICK_LEAST_INFLIGHT = 1
+CX_MEM_HOST = 0           # memory kinds (cx_mem_kind)
+CX_MEM_CUDA = 1
+CX_MEM_SIM = 2
+MEM_KIND_NAMES = ("host", "cuda", "sim")
 
 
 class LibraryNotFound(ImportError):
@@ -173,6 +177,11 @@ _PROTOTYPES = {
     "cx_peer_state": (_I, [_P, _S]),
     "cx_peer_list": (_I, [_P, ctypes.POINTER(cx_peer_info_t), _I]),
     "cx_register_memory": (_I, [_P, _P, _Z]),
+    "cx_mem_kind": (_I, [_P, _Z]),
+    "cx_mem_alloc": (_I, [_I, _I, _Z, ctypes.POINTER(_P)]),
+    "cx_mem_free": (None, [_P]),
+    "cx_mem_copy": (_I, [_P, _P, _Z]),
+    "cx_peer_first_region": (_I, [_P, _S, ctypes.POINTER(_U64), ctypes.POINTER(_U64)]),
     "cx_unregister_memory": (_I, [_P, _P]),
     "cx_read": (_I, [_P, _S, _P, _U64, _Z]),
     "cx_write": (_I, [_P, _S, _P, _U64, _Z]),
@@ -186,6 +195,7 @@ _PROTOTYPES = {
     "cx_wait_event": (_I, [_P, ctypes.POINTER(cx_event_t), _I]),
     "cx_event_name": (_S, [_I]),
     "cx_stats": (_I, [_P, ctypes.POINTER(cx_stats_t)]),
+    "cx_stats_format": (_I, [_P, ctypes.c_char_p, _Z]),
     "cx_lid_parse": (_I, [_S, ctypes.POINTER(cx_lid_t), ctypes.c_char_p, _Z]),
     "cx_log_set_level": (None, [_I]),
     # mobility: directory and replica groups (python/connex_c/group.py)
@@ -212,6 +222,19 @@ def _candidates():
         return [("CONNEX_LIB", env)], True
     found = []
     here = os.path.dirname(os.path.abspath(__file__))
+    _searched[:] = ["CONNEX_LIB (unset)"]
+    # Next to the package: a wheel or a copy that carries its own library.
+    beside = sorted(glob.glob(os.path.join(here, "libconnex.so*")), key=len)
+    found += [("next to the package", b) for b in beside[:1]]
+    _searched.append("%s/libconnex.so* (%d found)" % (here, len(beside)))
+    # Installed by `cmake --install` with the library: _install.LIBDIR is relative to here.
+    try:
+        from . import _install
+        lib = os.path.normpath(os.path.join(here, _install.LIBDIR, "libconnex.so"))
+        found.append(("installed with cmake --install", lib))
+        _searched.append(lib)
+    except ImportError:
+        pass
     # python/connex_c -> repository root; build/ and build-*/ there, newest library first.
     root = os.path.dirname(os.path.dirname(here))
     builds = []
@@ -221,12 +244,14 @@ def _candidates():
             builds.append((os.path.getmtime(lib), lib))
     builds.sort(reverse=True)
     found += [("build tree", b[1]) for b in builds]
-    _searched[:] = ["CONNEX_LIB (unset)", "%s/build*/libconnex.so (%d found)" % (root, len(builds))]
+    _searched.append("%s/build*/libconnex.so (%d found)" % (root, len(builds)))
     sys_lib = ctypes.util.find_library("connex")
     if sys_lib:
         found.append(("system linker path", sys_lib))
     else:
-        _searched.append("the system linker path (no libconnex)")
+        # ldconfig may not list it (LD_LIBRARY_PATH, a fresh install): dlopen searches those.
+        found.append(("system linker path", "libconnex.so.0"))
+        _searched.append("the system linker path")
     return found, False
 
 

@@ -2,8 +2,9 @@
 
 Registration is expensive (pinning, a key per backend, a HELLO update to every peer), so managed
 buffers are carved out of a few large registered arenas instead of registered one by one:
-first fit, 64-byte aligned, neighbours merged on free. An arena is anonymous mmap memory (page
-aligned, zero filled) that lives until the pool is closed."""
+first fit, 64-byte aligned, neighbours merged on free. A host arena is anonymous mmap memory
+(page aligned, zero filled); a device arena comes from cx_mem_alloc (CUDA, or the simulated
+device). Either lives until the pool is closed."""
 
 import bisect
 import ctypes
@@ -52,14 +53,36 @@ class _Arena:
         self.mm.close()
 
 
+class _DeviceArena(_Arena):
+    """size bytes of device memory: kind CX_MEM_CUDA or CX_MEM_SIM, from libconnex."""
+
+    def __init__(self, size, lib, kind, device):
+        p = ctypes.c_void_p()
+        rc = lib.cx_mem_alloc(kind, device, size, ctypes.byref(p))
+        if rc != 0:
+            raise MemoryError("cx_mem_alloc(kind %d, device %d, %d bytes): %d"
+                              % (kind, device, size, rc))
+        self._lib = lib
+        self.base = p.value
+        self.size = size
+        self.free = [(0, size)]
+
+    def close(self):
+        if self.base:
+            self._lib.cx_mem_free(self.base)
+            self.base = 0
+
+
 class ManagedPool:
     """Sub-allocates registered arenas. register(addr, size) and unregister(addr) are the
     engine's; they return 0 or a negative code."""
 
-    def __init__(self, register, unregister, arena_bytes):
+    def __init__(self, register, unregister, arena_bytes, new_arena=None):
+        """new_arena(size) makes an arena (default: host memory); it may raise MemoryError."""
         self._register = register
         self._unregister = unregister
         self._arena_bytes = arena_bytes
+        self._new_arena = new_arena or _Arena
         self._arenas = []
         self._live = {}                  # address -> (arena, rounded length)
         self._lock = threading.Lock()
@@ -73,7 +96,10 @@ class ManagedPool:
                 if addr:
                     self._live[addr] = (a, n)
                     return addr
-            a = _Arena(max(self._arena_bytes, _round(n, mmap.PAGESIZE)))
+            try:
+                a = self._new_arena(max(self._arena_bytes, _round(n, mmap.PAGESIZE)))
+            except (MemoryError, OSError):
+                return 0
             if self._register(a.base, a.size) != 0:
                 a.close()
                 return 0
@@ -81,6 +107,27 @@ class ManagedPool:
             addr = a.alloc(n)
             self._live[addr] = (a, n)
             return addr
+
+    def reserve(self):
+        """Register the first arena now (it is the engine's first region, which peers find
+        with get_first_buffer_address). True when the pool has an arena."""
+        with self._lock:
+            if self._arenas:
+                return True
+            try:
+                a = self._new_arena(self._arena_bytes)
+            except (MemoryError, OSError):
+                return False
+            if self._register(a.base, a.size) != 0:
+                a.close()
+                return False
+            self._arenas.append(a)
+            return True
+
+    def first_arena(self):
+        """(base, size) of the first arena, or None."""
+        with self._lock:
+            return (self._arenas[0].base, self._arenas[0].size) if self._arenas else None
 
     def free(self, addr, length):
         """True when addr was allocated here with this length, and is now free."""

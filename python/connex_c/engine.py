@@ -13,8 +13,8 @@ import weakref
 from . import _args
 from ._closable import Closable
 from ._lib import (CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK,
-                   CX_OPK_NAMES, EVENT_NAMES, cx_config_t, cx_dir_entry_t, cx_event_t, cx_msg_t,
-                   cx_peer_info_t, cx_stats_t, lib, strerror)
+                   CX_OPK_NAMES, EVENT_NAMES, MEM_KIND_NAMES, cx_config_t, cx_dir_entry_t,
+                   cx_event_t, cx_msg_t, cx_peer_info_t, cx_stats_t, lib, strerror)
 
 # Blocking waits are cut into slices this long so that close() from another thread is noticed:
 # the engine is never destroyed under a thread still inside a C call.
@@ -322,14 +322,19 @@ class Engine(Closable):
 
     def register_memory(self, ptr, n=None):
         """Register [ptr, ptr+n) (n defaults to the size of a buffer or tensor). A bytearray
-        stays pinned (cannot be resized) until unregister_memory or close."""
+        stays pinned (cannot be resized) until unregister_memory or close. Device memory (a
+        DLPack or __cuda_array_interface__ object on a CUDA device, or a raw device address) is
+        registered as device memory: libconnex tells the kind from the address, and an object
+        that says it is on a device where libconnex sees host memory is refused (ValueError)."""
         p = _args.pointer(ptr, writable=True, what="register_memory buffer")
-        if n is None:
-            if p.size is None:
-                raise TypeError("register_memory: give the length n for a raw address")
-            n = p.size
-        _args.length(n)
-        p.check_len(n, "register_memory")
+        n = p.length(n, "register_memory")
+        if p.is_device:
+            kind = self.memory_kind(p.address, n)
+            if kind == "host":
+                raise ValueError(
+                    "register_memory: the object says it lives on %s:%d but libconnex sees host "
+                    "memory at 0x%x: CUDA is not usable in this process (CONNEX_LIBCUDA, "
+                    "docs/gpu.md)" % (p.device[0], p.device[1], p.address))
         e = self._enter("register_memory")
         try:
             rc = self._lib.cx_register_memory(e, p.address, n)
@@ -350,28 +355,53 @@ class Engine(Closable):
             self._regions.pop(p.address, None)
         return rc
 
+    def memory_kind(self, ptr, n=None):
+        """"host", "cuda" or "sim" (the simulated device): what libconnex sees at [ptr, ptr+n)
+        (n defaults to the object's size, 1 for a raw address)."""
+        p = _args.pointer(ptr, writable=False, what="memory_kind buffer")
+        n = p.length(n, "memory_kind") if (n is not None or p.size is not None) else 1
+        kind = self._lib.cx_mem_kind(p.address, n)
+        if kind < 0:
+            _raise(kind, "memory_kind(0x%x, %d)" % (p.address, n))
+        return MEM_KIND_NAMES[kind] if kind < len(MEM_KIND_NAMES) else "unknown"
+
+    def peer_first_region(self, peer):
+        """(address, length) of the first region the peer registered, as its HELLO and region
+        announcements said; (0, 0) when it registered none. Raises ConnexError (CX_EPEER) when
+        the peer is unknown or not up."""
+        pe = _args.peer(peer)
+        addr, ln = ctypes.c_uint64(), ctypes.c_uint64()
+        e = self._enter("peer_first_region")
+        try:
+            rc = self._lib.cx_peer_first_region(e, pe, ctypes.byref(addr), ctypes.byref(ln))
+        finally:
+            self._leave()
+        if rc != CX_OK:
+            _raise(rc, "peer_first_region(%s)" % pe.decode())
+        return addr.value, ln.value
+
     # ---- one-sided ----
 
-    def transfer_sync_read(self, peer, dst, src, n):
-        """Read n bytes at the peer's address src into the local buffer dst."""
+    def transfer_sync_read(self, peer, dst, src, n=None):
+        """Read n bytes (default: the size of dst) at the peer's address src into the local
+        buffer dst."""
         pe = _args.peer(peer)
         p = _args.pointer(dst, writable=True, what="destination")
         _args.remote_addr(src)
-        _args.length(n)
-        p.check_len(n, "transfer_sync_read")
+        n = p.length(n, "transfer_sync_read")
         e = self._enter("transfer_sync_read")
         try:
             return self._lib.cx_read(e, pe, p.address, src, n)
         finally:
             self._leave()
 
-    def transfer_sync_write(self, peer, src, dst, n):
-        """Write n bytes of the local buffer src to the peer's address dst."""
+    def transfer_sync_write(self, peer, src, dst, n=None):
+        """Write n bytes (default: the size of src) of the local buffer src to the peer's
+        address dst."""
         pe = _args.peer(peer)
         p = _args.pointer(src, writable=False, what="source")
         _args.remote_addr(dst)
-        _args.length(n)
-        p.check_len(n, "transfer_sync_write")
+        n = p.length(n, "transfer_sync_write")
         e = self._enter("transfer_sync_write")
         try:
             return self._lib.cx_write(e, pe, p.address, dst, n)
@@ -385,8 +415,7 @@ class Engine(Closable):
         pe = _args.peer(peer)
         p = _args.pointer(src, writable=False, what="source")
         _args.remote_addr(dst)
-        _args.length(n)
-        p.check_len(n, "put_signal")
+        n = p.length(n, "put_signal")     # None: the size of src
         m = _args.message(msg)
         op = ctypes.c_void_p()
         e = self._enter("put_signal")
@@ -406,8 +435,7 @@ class Engine(Closable):
         pe = _args.peer(peer)
         p = _args.pointer(local, writable=writable, what="destination" if writable else "source")
         _args.remote_addr(remote)
-        _args.length(n)
-        p.check_len(n, what)
+        n = p.length(n, what)
         if isinstance(cls, bool) or not isinstance(cls, int):
             raise TypeError("%s: cls must be int, not %s" % (what, type(cls).__name__))
         if cls not in (CX_CLASS_CRITICAL, CX_CLASS_BACKGROUND):
@@ -425,12 +453,12 @@ class Engine(Closable):
         self._ops[id(h)] = h
         return h
 
-    def read_async(self, peer, dst, src, n, cls=CX_CLASS_CRITICAL):
+    def read_async(self, peer, dst, src, n=None, cls=CX_CLASS_CRITICAL):
         """Read n bytes at the peer's src into dst in a traffic class (CX_CLASS_CRITICAL or
         CX_CLASS_BACKGROUND: chunked, yields to critical ops). Returns an op handle (wait())."""
         return self._class_op("read_async", self._lib.cx_read_async, peer, dst, True, src, n, cls)
 
-    def write_async(self, peer, src, dst, n, cls=CX_CLASS_CRITICAL):
+    def write_async(self, peer, src, dst, n=None, cls=CX_CLASS_CRITICAL):
         """Write n bytes of src to the peer's dst in a traffic class; returns an op handle."""
         return self._class_op("write_async", self._lib.cx_write_async, peer, src, False, dst, n, cls)
 
@@ -526,6 +554,24 @@ class Engine(Closable):
                 v = dict(zip(CX_OPK_NAMES, list(v)))
             out[name] = v
         return out
+
+    def metrics(self):
+        """The engine's metrics as Prometheus text (cx_stats_format; docs/operations.md)."""
+        size = 65536
+        for _ in range(8):   # the text may grow between two calls: a few tries, each larger
+            buf = ctypes.create_string_buffer(size)
+            e = self._enter("metrics")
+            try:
+                n = self._lib.cx_stats_format(e, buf, size)
+            finally:
+                self._leave()
+            if n < 0:
+                _raise(n, "metrics")
+            if n < size:
+                return buf.raw[:n].decode("utf-8", "replace")
+            size = n + 65536
+        from ._lib import CX_ENOMEM
+        _raise(CX_ENOMEM, "metrics")
 
     # ---- mobility (docs/mobility.md): directory and replica groups ----
 

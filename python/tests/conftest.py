@@ -10,6 +10,13 @@ import time
 
 import pytest
 
+# The simulated device (docs/gpu.md) for the device-memory cases; libconnex reads this at its
+# first memory-kind question, and host memory is host memory either way.
+os.environ.setdefault("CONNEX_GPU_SIM", "1")
+
+# Scripts written for Mooncake, run as their own processes by test_mooncake.py.
+collect_ignore = ["mooncake_style"]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 PKG_ROOT = os.path.dirname(HERE)
 sys.path.insert(0, PKG_ROOT)

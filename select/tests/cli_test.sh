@@ -42,6 +42,13 @@ check "--config exits 1 with a bad value" "[ $rc -eq 1 ]"
 check "--config marks the bad value" "echo \"\$out\" | grep -q '^CONNEX_STAGE_SLOTS  *0  *BAD '"
 check "--config never shows the token" "! echo \"\$out\" | grep -q hush"
 
+out=$(timeout 20 "$probe" --plan); rc=$?
+check "--plan exits 0" "[ $rc -eq 0 ]"
+check "--plan starts with the plan" "echo \"\$out\" | head -1 | grep -q '^plan:'"
+check "--plan says what CUDA memory does per backend" "echo \"\$out\" | grep -q 'cuda memory: '"
+out=$(timeout 20 "$probe" --json); rc=$?
+check "--json carries the plan" "echo \"\$out\" | grep -q '\"plan\":\[{\"backend\":'"
+
 timeout 20 "$probe" --frobnicate >/dev/null 2>&1; rc=$?
 check "unknown argument exits 2" "[ $rc -eq 2 ]"
 

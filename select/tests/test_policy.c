@@ -151,7 +151,8 @@ static void tcp_only(void **s)
     assert_int_equal(D.gpudirect, 0);
     assert_string_equal(D.net_devices, "");
     assert_reason(&D, "rule tcp: libfabric is the fastest TCP path measured (3.6 GB/s");
-    assert_reason(&D, "rule same-host: ucx");
+    assert_reason(&D, "rule same-host: libfabric/tcp;ofi_rxm, the fastest opened path measured");
+    assert_string_equal(D.same_host, "libfabric");
 }
 
 static void tcp_only_zmq_only(void **s)

@@ -65,6 +65,12 @@ int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
     return CX_MEM_HOST;
 }
 
+int cx_core_mem_device(cx_core_t *c, const void *addr, size_t len)
+{
+    (void)c; (void)addr; (void)len;
+    return -1;
+}
+
 int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len)
 {
     (void)c;

@@ -1,7 +1,8 @@
 /* libFuzzer target: the control channel's decoders, driven the way cx_conn_readable drives
  * them. The input is a byte stream from a peer: frames (8-byte header, body) one after another;
  * each body goes to the decoder its type selects (HELLO / HELLO_ACK with every region, REG_ADD,
- * REG_DEL, REG_DEL_ACK, REG_QUERY, REG_REPLY, REFUSE, AUTH). Decoded values are checked for the promises the
+ * REG_DEL, REG_DEL_ACK, REG_QUERY, REG_REPLY, REFUSE, AUTH, and what connex-ctl reads: STATUS_REPLY
+ * with every peer, STATUS_EVENT). Decoded values are checked for the promises the
  * peer code relies on (pointers inside the frame, counts within their bounds). */
 #include "auth.h"
 #include "ctl_wire.h"
@@ -76,6 +77,28 @@ static void body(uint8_t type, const uint8_t *b, size_t n)
         if (cx_auth_frame_get(b, n, &f) == CX_OK && (f.step < 1 || f.step > 4 || n != CX_AUTH_BODY)) abort();
         return;
     }
+    case CX_CTL_STATUS_REPLY: {
+        /* As connex-ctl reads it: the head, then every peer until the first malformed one. */
+        cx_wire_status_t s;
+        if (cx_wire_get_status_head(b, n, &s) != CX_OK) return;
+        if (s.npeers > CX_STATUS_PEERS_MAX || !memchr(s.url, 0, sizeof s.url) || !memchr(s.backends, 0, sizeof s.backends))
+            abort();
+        for (uint32_t k = 0; k < s.npeers; k++) {
+            cx_wire_status_peer_t p;
+            if (cx_wire_get_status_peer(&s.peers, &p) != CX_OK) break;
+            if (p.state < 0 || p.state > CX_PEER_LEFT || !memchr(p.lid, 0, sizeof p.lid) ||
+                !memchr(p.backend, 0, sizeof p.backend) || !memchr(p.transport, 0, sizeof p.transport))
+                abort();
+        }
+        return;
+    }
+    case CX_CTL_STATUS_EVENT: {
+        cx_wire_status_event_t ev;
+        if (cx_wire_get_status_event(b, n, &ev) == CX_OK &&
+            (ev.type < 0 || ev.type > CX_EVENT_MOVED || !memchr(ev.reason, 0, sizeof ev.reason)))
+            abort();
+        return;
+    }
     default: return;
     }
 }
@@ -94,5 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     /* The same bytes as one body of each kind (the header-less path a corpus mutates best). */
     for (uint8_t t = CX_CTL_HELLO; t <= CX_CTL_AUTH; t++) body(t, data, size);
+    body(CX_CTL_STATUS_REPLY, data, size);
+    body(CX_CTL_STATUS_EVENT, data, size);
     return 0;
 }

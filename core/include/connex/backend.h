@@ -21,7 +21,7 @@ typedef struct cx_core cx_core_t;       /* the engine as a backend sees it */
 typedef struct cx_backend cx_backend_t; /* a backend instance, the backend's own struct */
 typedef struct cx_bep cx_bep_t;         /* a backend endpoint to one peer incarnation */
 
-enum { CX_MEM_HOST = 0, CX_MEM_CUDA = 1, CX_MEM_SIM = 2 };
+/* Memory kinds: CX_MEM_HOST, CX_MEM_CUDA, CX_MEM_SIM (connex.h). */
 
 enum { CX_XFER_READ = 0, CX_XFER_WRITE = 1, CX_XFER_PUT_SIGNAL = 2, CX_XFER_MSG = 3 };
 
@@ -56,13 +56,19 @@ typedef struct cx_backend_params {
                                   or advertise it where listen_ip is a wildcard. NULL: listen_ip */
     uint64_t incarnation;      /* this engine's incarnation: put it on the wire so the target can
                                   tell the core who sent a request (cx_core_peer_by_incarnation) */
+    /* The selection's plan for this backend (select/, docs/selection.md): what it opens, exactly.
+     * NULL or "" where the plan leaves it to the backend (a build without select/). */
     int gpu_direct;            /* 1: GPU memory will be registered directly (docs/gpu.md) */
+    const char *provider;      /* libfabric: the provider ("efa", "verbs;ofi_rxm", "tcp;ofi_rxm") */
+    const char *domain;        /* libfabric: the domain (NIC) to open ("rdmap16s27-rdm", "mlx5_0") */
+    const char *net_devices;   /* UCX: the RDMA devices, UCX_NET_DEVICES syntax ("mlx5_0:1,...") */
+    int net_devices_exact;     /* 1: net_devices is the user's list: use it as is, add nothing */
 } cx_backend_params_t;
 
 /* The version of this interface. A backend sets .version = CX_BACKEND_API_VERSION; the core
  * refuses one built against another version (cx_backend_check). Bump it on any change of the
  * layout of struct cx_backend_ops or of the contract of a call (an op's or a cx_core_* one). */
-#define CX_BACKEND_API_VERSION 1
+#define CX_BACKEND_API_VERSION 2
 
 struct cx_backend_ops {
     /* version and name lead the struct in every version of it, so that the core can read them
@@ -175,6 +181,9 @@ void cx_core_region_unpin(void *pin);
  * a backend must not hand device memory to its network library (zero-copy sends) itself. */
 int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len);
 int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len);
+/* The CUDA device ordinal of the GPU memory at [addr, addr+len), for a backend that registers it
+ * with its NIC (libfabric's FI_HMEM device id); -1 for host memory or an unknown pointer. */
+int cx_core_mem_device(cx_core_t *c, const void *addr, size_t len);
 
 /* Deliver a message (plain or put_signal's) from a peer. The core copies it. Returns CX_OK, or
  * CX_EAGAIN when the receive queue is full (tell the sender), CX_EINVAL for an unknown sender. */

@@ -139,6 +139,25 @@ int cx_peer_list(cx_engine_t *e, cx_peer_info_t *out, int max);
 int cx_register_memory(cx_engine_t *e, void *addr, size_t len);
 int cx_unregister_memory(cx_engine_t *e, void *addr);
 
+/* Memory kinds (docs/gpu.md): what cx_register_memory detects for a buffer. CX_MEM_SIM is the
+ * simulated device (CONNEX_GPU_SIM=1): host memory every path treats as device memory. */
+enum { CX_MEM_HOST = 0, CX_MEM_CUDA = 1, CX_MEM_SIM = 2 };
+/* CX_MEM_* of [addr, addr+len), or CX_EINVAL (logged) when addr is NULL or the range starts in a
+ * device allocation and runs past its end. */
+int cx_mem_kind(const void *addr, size_t len);
+/* Device memory for buffers a binding manages itself: kind CX_MEM_CUDA (on CUDA device `device`)
+ * or CX_MEM_SIM (the simulated device, which must be on). CX_EUNSUPPORTED when that device is not
+ * available, CX_EINVAL for another kind or len 0, CX_ENOMEM; every refusal is logged. */
+int cx_mem_alloc(int kind, int device, size_t len, void **out);
+void cx_mem_free(void *p);                  /* p from cx_mem_alloc; NULL is ignored */
+/* A synchronous copy between any two kinds of memory (host, CUDA, sim). */
+int cx_mem_copy(void *dst, const void *src, size_t len);
+
+/* The first region the peer registered (the lowest region id it announced that is still
+ * registered), as its HELLO and region announcements told this engine: *addr and *len, both 0
+ * when the peer has none. CX_EPEER when the peer is unknown or not up (connect first). */
+int cx_peer_first_region(cx_engine_t *e, const char *peer, uint64_t *addr, uint64_t *len);
+
 /* One-sided, synchronous. The local buffer must lie inside a region registered with this engine,
  * the remote range inside one region registered with the peer. */
 int cx_read(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, size_t len);
@@ -231,6 +250,13 @@ typedef struct cx_stats {
     uint64_t ops_driven_done;          /* ops done while their own caller drove the transports */
 } cx_stats_t;
 int cx_stats(cx_engine_t *e, cx_stats_t *st);
+/* The engine's counters, its peers (state, backend, incarnation, since when, ops, bytes, errors,
+ * failures, joins) and op latency histograms per op kind and backend, as Prometheus text
+ * (exposition format 0.0.4; docs/operations.md lists the metrics). Writes at most len bytes
+ * (NUL-terminated; buf may be NULL when len is 0) and returns the length the whole text needs,
+ * like snprintf, or a negative CX_* code. CONNEX_METRICS=ip:port serves the same text at
+ * GET /metrics. */
+int cx_stats_format(cx_engine_t *e, char *buf, size_t len);
 
 /* ---- mobility (docs/mobility.md) ---- */
 

@@ -749,7 +749,7 @@ int cx_group_wait(cx_op_t *op, int timeout_ms, cx_lid_t *taken_by, uint64_t *ste
     if (!op) return CX_EINVAL;
     struct timespec dl;
     if (timeout_ms >= 0) cx_deadline_ms(&dl, timeout_ms);
-    if (timeout_ms) cx_op_spin(op, op->spin_ns);
+    if (timeout_ms) cx_op_spin(op, op->w.spin_ns);
     pthread_mutex_lock(&op->mu);
     while (!cx_op_is_done(op))
         if (cx_cond_wait_ms(&op->cv, &op->mu, timeout_ms >= 0 ? &dl : NULL) == ETIMEDOUT) break;

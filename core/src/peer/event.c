@@ -22,7 +22,7 @@ void cx_event_fill(cx_event_t *ev, const cx_lid_t *lid, const char *url, uint64_
 
 /* The same-host watcher reports a death from its own thread, at once: handing it to the progress
  * thread first cost a second wake-up, 2-5 ms of the SIGKILL -> FAILED tail on a busy 2-CPU host
- * (docs/results.md). The progress thread learns of it later, so the order is kept here: one
+ * (connex-bench failover, sigkill). The progress thread learns of it later, so the order is kept here: one
  * FAILED per incarnation, and nothing about a dead incarnation after its FAILED. */
 int cx_event_gate(cx_peer_t *p, cx_event_type_t t, uint64_t inc, int watcher)
 {
@@ -57,12 +57,16 @@ void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *
 {
     cx_event_t ev;
     cx_event_fill(&ev, &p->lid, p->url, p->incarnation, t, reason);
-    if (t == CX_EVENT_FAILED) e->st.peer_failures++;
-    if (t == CX_EVENT_JOINED) e->st.peer_joins++;
+    if (t == CX_EVENT_FAILED) e->st.peer_failures++, p->m.failures++;
+    if (t == CX_EVENT_JOINED) e->st.peer_joins++, p->m.joins++;
+    p->m.since_ns = cx_now_ns();
     pthread_mutex_lock(&e->evq.mu);
     int out = cx_event_gate(p, t, p->incarnation, 0);
     if (out) cx_evq_push_locked(&e->evq, &ev);
+    /* The same-host watcher queued its FAILED itself, off this thread: watching tools hear it now. */
+    int watcher_said = !out && t == CX_EVENT_FAILED && p->ev_dead == p->incarnation + 1;
     pthread_mutex_unlock(&e->evq.mu);
+    if (out || watcher_said) cx_status_event(e, &ev);
     if (out)
         cx_log(t == CX_EVENT_FAILED ? CX_LOG_WARN : CX_LOG_INFO, "peer %s: %s%s%s", p->url, cx_event_name(t),
                reason && *reason ? ": " : "", reason ? reason : "");

@@ -291,6 +291,13 @@ static int on_hello_ack(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_
 
 int cx_hello_on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *body, size_t len)
 {
+    if (!c->outgoing && type == CX_CTL_STATUS_QUERY) return cx_status_on_query(e, c, body, len);
+    if (c->watch) {
+        /* A tool's connection never becomes a peer's: it would get STATUS_EVENT frames. */
+        cx_warn("control: a watching tool sent frame %u: closing its connection", type);
+        cx_conn_close(e, c);
+        return 1;
+    }
     if (!c->outgoing && type == CX_CTL_HELLO) return on_hello(e, c, body, len);
     if (c->outgoing && type == CX_CTL_HELLO_ACK) return on_hello_ack(e, c, body, len);
     if (type == CX_CTL_AUTH) {

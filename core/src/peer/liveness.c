@@ -198,7 +198,7 @@ void cx_peers_tick(cx_engine_t *e, uint64_t now)
     /* Inbound connections that never said HELLO (scanners, garbage) do not stay forever. */
     for (cx_conn_t *c = e->conns, *n; c; c = n) {
         n = c->next;
-        if (!c->bound && !c->outgoing && now - c->t_start_ns >= hbt) {
+        if (!c->bound && !c->outgoing && !c->watch && now - c->t_start_ns >= hbt) {
             cx_info("control: closing a connection that sent no HELLO in %u ms", e->cfg.heartbeat_timeout_ms);
             cx_conn_close(e, c);
         }

@@ -23,6 +23,12 @@ int cx_hello_auth_failed(cx_engine_t *e, cx_conn_t *c, const char *why);
 /* A frame on a connection whose handshake has not finished; returns 1 if c was closed. */
 int cx_hello_on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *body, size_t len);
 
+/* status.c: the operator's view (connex-ctl) */
+/* STATUS_QUERY on a connection that is not a peer's; returns 1 if c was closed. */
+int cx_status_on_query(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t len);
+/* An event went out: to every connection watching. */
+void cx_status_event(cx_engine_t *e, const cx_event_t *ev);
+
 /* conn.c */
 void cx_peer_dial_failed(cx_engine_t *e, cx_peer_t *p, const char *reason, int fail_status);
 

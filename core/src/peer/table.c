@@ -117,7 +117,7 @@ void cx_peer_free_all(cx_engine_t *e)
             p->ops.next = op->next;
             op->next = op->prev = NULL;
             op->peer = NULL;
-            op->credit = 0;
+            op->sc.credit = 0;
         }
         cx_rregions_free(p);
         cx_peer_adv_free(p);
