@@ -23,8 +23,11 @@ static void run_memcpy(const cx_bench_opts_t *o)
         if (o->sizes[i] > cap) cap = o->sizes[i];
     uint8_t *a = mmap(NULL, 2 * cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     uint64_t *samples = calloc((size_t)o->iters + 1, sizeof *samples);
-    if (a == MAP_FAILED || !samples) { free(samples); return; }
-    memset(a, 3, 2 * cap);   /* fault every page in before timing */
+    if (a == MAP_FAILED || !samples) {
+        free(samples);
+        return;
+    }
+    memset(a, 3, 2 * cap); /* fault every page in before timing */
     for (int s = 0; s < o->nsizes; s++) {
         size_t size = o->sizes[s];
         char hs[32];
@@ -35,7 +38,7 @@ static void run_memcpy(const cx_bench_opts_t *o)
         while (n < o->iters && (n < 3 || cx_bench_now_ns() < t_end)) {
             uint64_t t0 = cx_bench_now_ns();
             memcpy(a + cap, a, size);
-            __asm__ __volatile__("" ::"r"(a) : "memory");   /* the copy may not be elided */
+            __asm__ __volatile__("" ::"r"(a) : "memory"); /* the copy may not be elided */
             samples[n++] = cx_bench_now_ns() - t0;
         }
         cx_bench_row_t r;
@@ -59,7 +62,7 @@ static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, 
     char dir[4096], path[4200], cmd[4700];
     snprintf(dir, sizeof dir, "%s", o->self);
     snprintf(path, sizeof path, "%s/%s", dirname(dir), tool);
-    if (access(path, X_OK)) return;   /* not built on this host */
+    if (access(path, X_OK)) return; /* not built on this host */
     /* The same sizes, and as many timed ops and as much time per point as connex-c's rows get:
      * the first ops after connecting are slow (wireup, page faults), and 20 of them measured
      * a 4 KiB shm get at 10x its steady p50. */
@@ -67,14 +70,16 @@ static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, 
     char sz[256] = "";
     size_t used = 0;
     for (int i = 0; i < o->nsizes && used < sizeof sz - 24; i++)
-        if (o->sizes[i] <= ((size_t)16 << 20))   /* the raw tools' largest */
+        if (o->sizes[i] <= ((size_t)16 << 20)) /* the raw tools' largest */
             used += (size_t)snprintf(sz + used, sizeof sz - used, "%s%zu", used ? "," : "", o->sizes[i]);
     if (!used) return;
+    /* transfer --batch N: the raw loop posts the same N blocks per call and waits for all. */
     if (!strcmp(tool, "fi_raw"))
-        snprintf(cmd, sizeof cmd, "timeout 120 '%s' -s %s -t %.3f -n %d 2>&1", path, sz, o->budget_ms / 1000.0,
-                 iters);
+        snprintf(cmd, sizeof cmd, "timeout 120 '%s' -s %s -t %.3f -n %d -b %d 2>&1", path, sz, o->budget_ms / 1000.0,
+                 iters, o->batch);
     else
-        snprintf(cmd, sizeof cmd, "timeout 120 '%s' %d %s %d 2>&1", path, iters, sz, o->budget_ms);
+        snprintf(cmd, sizeof cmd, "UCX_RAW_BATCH=%d timeout 120 '%s' %d %s %d 2>&1", o->batch, path, iters, sz,
+                 o->budget_ms);
     cx_bench_progress(o, "baseline %s under %s", tool, v->name);
     cx_bench_variant_env(v, 1);
     FILE *f = popen(cmd, "r");
@@ -102,9 +107,13 @@ static void run_raw_tool(const cx_bench_opts_t *o, const cx_bench_variant_t *v, 
         r.size = (size_t)bytes;
         r.iters = it;
         r.p50_us = p50;
-        r.gbps = (double)bytes / (p50 * 1e3);
+        r.batch = o->batch;
+        r.gbps = (double)bytes * (o->batch ? o->batch : 1) / (p50 * 1e3);
         r.baseline = 1;
-        snprintf(r.note, sizeof r.note, "p50 only");
+        if (o->batch)
+            snprintf(r.note, sizeof r.note, "p50 only, %d blocks per call", o->batch);
+        else
+            snprintf(r.note, sizeof r.note, "p50 only");
         cx_bench_add_row(&r);
         got++;
     }
@@ -147,11 +156,14 @@ static void perftest_point(const cx_bench_opts_t *o, const cx_bench_variant_t *v
     pid_t srv = fork();
     if (srv == 0) {
         int dn = open("/dev/null", 1);
-        if (dn >= 0) { dup2(dn, 1); dup2(dn, 2); }
+        if (dn >= 0) {
+            dup2(dn, 1);
+            dup2(dn, 2);
+        }
         execlp("timeout", "timeout", "60", "ucx_perftest", "-p", ps, (char *)NULL);
         _exit(127);
     }
-    usleep(300000);   /* the server's listen; the client retries once below */
+    usleep(300000); /* the server's listen; the client retries once below */
     char cmd[512], line[512];
     double p50 = 0;
     for (int attempt = 0; attempt < 2 && p50 <= 0; attempt++) {
@@ -165,8 +177,7 @@ static void perftest_point(const cx_bench_opts_t *o, const cx_bench_variant_t *v
             /* Both tests keep many ops outstanding (ucp_get over shm: 0.04 us "p50" at 4 KiB,
              * 22 M ops/s), so no per-op latency is measured: the elapsed time per op
              * ("overall") is the figure, a pipelined rate, not comparable to one op's p50. */
-            if (sscanf(line, " Final: %d %lf %lf %lf", &it, &lat50, &avg, &overall) == 4)
-                p50 = overall;
+            if (sscanf(line, " Final: %d %lf %lf %lf", &it, &lat50, &avg, &overall) == 4) p50 = overall;
         }
         pclose(f);
     }
@@ -184,9 +195,9 @@ static void perftest_point(const cx_bench_opts_t *o, const cx_bench_variant_t *v
     r.iters = n;
     r.p50_us = p50;
     r.gbps = p50 > 0 ? (double)size / (p50 * 1e3) : 0;
-    snprintf(r.note, sizeof r.note, "%s", p50 > 0 ? (!strcmp(op, "read") ? "ucp_get, pipelined time/op"
-                                                                        : "ucp_put_bw, pipelined time/op")
-                                                  : "no result");
+    snprintf(r.note, sizeof r.note, "%s",
+             p50 > 0 ? (!strcmp(op, "read") ? "ucp_get, pipelined time/op" : "ucp_put_bw, pipelined time/op")
+                     : "no result");
     cx_bench_add_row(&r);
 }
 

@@ -18,8 +18,8 @@
 
 typedef struct cls_res {
     cx_bench_dist_t d;
-    int bg_done;            /* background transfers completed during the phase */
-    double bg_gbps;         /* their throughput */
+    int bg_done;    /* background transfers completed during the phase */
+    double bg_gbps; /* their throughput */
     uint64_t chunks, deferred;
     char note[96];
 } cls_res_t;
@@ -29,10 +29,10 @@ static int engine(cx_engine_t **e, uint32_t replica, int classes_off, const cx_b
     cx_config_t c;
     memset(&c, 0, sizeof c);
     c.model = CX_BENCH_MODEL;
-    c.replica = replica;   /* a fresh identity per phase: the peer sees new engines, not restarts */
+    c.replica = replica; /* a fresh identity per phase: the peer sees new engines, not restarts */
     c.heartbeat_ms = 1000;
-    c.heartbeat_timeout_ms = 30000;   /* a loaded 2-core box must not fail the pair mid-phase */
-    c.op_timeout_ms = 120000;         /* 1 GiB in one op with classes off */
+    c.heartbeat_timeout_ms = 30000; /* a loaded 2-core box must not fail the pair mid-phase */
+    c.op_timeout_ms = 120000;       /* 1 GiB in one op with classes off */
     c.classes_off = classes_off;
     c.background_chunk = o->cls_chunk;
     return cx_engine_create(&c, e);
@@ -45,13 +45,19 @@ static int phase(const cx_bench_opts_t *o, const cx_bench_child_t *ch, uint8_t *
     memset(r, 0, sizeof *r);
     cx_engine_t *e = NULL;
     int rc = engine(&e, replica, ph == 2, o);
-    if (rc) { snprintf(r->note, sizeof r->note, "FAIL: engine: %s", cx_strerror(rc)); return -1; }
+    if (rc) {
+        snprintf(r->note, sizeof r->note, "FAIL: engine: %s", cx_strerror(rc));
+        return -1;
+    }
     uint64_t *ns = calloc((size_t)o->iters, sizeof *ns);
     int n = 0, bad = 0;
     cx_op_t *bg = NULL;
     uint64_t bg_t0 = 0, bg_ns = 0;
-    size_t crit_off = o->cls_bg;   /* critical reads land after the background range */
-    if (!ns) { rc = CX_ENOMEM; goto out; }
+    size_t crit_off = o->cls_bg; /* critical reads land after the background range */
+    if (!ns) {
+        rc = CX_ENOMEM;
+        goto out;
+    }
     if ((rc = cx_register_memory(e, buf, buflen))) goto out;
     if ((rc = cx_connect(e, ch->url, 10000))) goto out;
     /* Warm-up: the connection and the first region lookups out of the timed reads. */
@@ -65,7 +71,10 @@ static int phase(const cx_bench_opts_t *o, const cx_bench_child_t *ch, uint8_t *
             int w = cx_op_wait(bg, 0);
             if (w != CX_EINPROGRESS) {
                 bg = NULL;
-                if (w) { rc = w; goto out; }
+                if (w) {
+                    rc = w;
+                    goto out;
+                }
                 r->bg_done++;
                 bg_ns += cx_bench_now_ns() - bg_t0;
             }
@@ -89,8 +98,10 @@ out:
     if (bg) {
         /* Not counted in the throughput: it ends without critical reads beside it. */
         int w = cx_op_wait(bg, -1);
-        if (w != CX_OK && !rc) rc = w;
-        else if (!rc && !cx_bench_check(buf, o->cls_bg, 1, 0)) bad = 1;
+        if (w != CX_OK && !rc)
+            rc = w;
+        else if (!rc && !cx_bench_check(buf, o->cls_bg, 1, 0))
+            bad = 1;
     }
     if (!rc && r->bg_done && !cx_bench_check(buf, o->cls_bg, 1, 0)) bad = 1;
     cx_stats_t st;
@@ -100,12 +111,17 @@ out:
     }
     if (r->bg_done && bg_ns) r->bg_gbps = (double)o->cls_bg * r->bg_done / (double)bg_ns;
     r->d = cx_bench_dist(ns, n);
-    if (rc) snprintf(r->note, sizeof r->note, "FAIL: %s", cx_strerror(rc));
-    else if (bad) snprintf(r->note, sizeof r->note, "FAIL: data differs");
-    else if (n == 0) snprintf(r->note, sizeof r->note, "FAIL: no read within --budget-ms");
+    if (rc)
+        snprintf(r->note, sizeof r->note, "FAIL: %s", cx_strerror(rc));
+    else if (bad)
+        snprintf(r->note, sizeof r->note, "FAIL: data differs");
+    else if (n == 0)
+        snprintf(r->note, sizeof r->note, "FAIL: no read within --budget-ms");
     /* Classes off: each read may wait for a whole transfer, so a phase can end with few. */
-    else if (n < 10) snprintf(r->note, sizeof r->note, "ok (verified; few samples: p99 = max)");
-    else snprintf(r->note, sizeof r->note, "ok (verified)");
+    else if (n < 10)
+        snprintf(r->note, sizeof r->note, "ok (verified; few samples: p99 = max)");
+    else
+        snprintf(r->note, sizeof r->note, "ok (verified)");
     if (e) {
         cx_unregister_memory(e, buf);
         cx_engine_destroy(e);
@@ -118,7 +134,10 @@ static int classes_variant(const cx_bench_opts_t *o, const cx_bench_variant_t *v
 {
     size_t buflen = o->cls_bg + o->cls_crit + 4096;
     uint8_t *buf = mmap(NULL, buflen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (buf == MAP_FAILED) { printf("%-14s FAIL: no memory for %zu bytes\n", v->name, buflen); return -1; }
+    if (buf == MAP_FAILED) {
+        printf("%-14s FAIL: no memory for %zu bytes\n", v->name, buflen);
+        return -1;
+    }
     cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
     cx_bench_child_opts_t co = { .region = buflen, .seed = 1, .hb_ms = 1000, .hb_timeout_ms = 30000 };
     int bad = 0;
@@ -157,10 +176,11 @@ int cx_bench_classes(const cx_bench_opts_t *o)
     int nv = cx_bench_variants(o->backend, vs, 16), bad = 0;
     if (nv < 0) return 2;
     char hb[32], hc[32], hk[32];
-    size_t chunk = o->cls_chunk ? o->cls_chunk : (size_t)1 << 20;   /* the engine's default */
+    size_t chunk = o->cls_chunk ? o->cls_chunk : (size_t)1 << 20; /* the engine's default */
     printf("classes: %s critical reads while %s background reads run to the same peer (chunk %s); "
-           "latency in us, p99 ratio to idle\n", cx_bench_human(o->cls_crit, hc, sizeof hc),
-           cx_bench_human(o->cls_bg, hb, sizeof hb), cx_bench_human(chunk, hk, sizeof hk));
+           "latency in us, p99 ratio to idle\n",
+           cx_bench_human(o->cls_crit, hc, sizeof hc), cx_bench_human(o->cls_bg, hb, sizeof hb),
+           cx_bench_human(chunk, hk, sizeof hk));
     printf("%-14s %-15s %6s %10s %10s %10s %8s  %-18s %8s %8s  %s\n", "backend", "phase", "n", "p50", "p99", "max",
            "p99/idle", "background", "chunks", "deferred", "note");
     for (int i = 0; i < nv; i++) {

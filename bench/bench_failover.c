@@ -58,12 +58,18 @@ static int wait_failed(cx_engine_t *e, int ms, uint64_t *t_suspect, uint64_t *t_
         if (cx_wait_event(e, &ev, 50)) continue;
         uint64_t t = ev.time_ns ? ev.time_ns : cx_bench_now_ns();
         if (ev.type == CX_EVENT_SUSPECT && !*t_suspect) *t_suspect = t;
-        if (ev.type == CX_EVENT_FAILED) { *t_failed = t; return 0; }
+        if (ev.type == CX_EVENT_FAILED) {
+            *t_failed = t;
+            return 0;
+        }
     }
     return CX_ETIMEDOUT;
 }
 
-typedef struct samples { uint64_t ev[1024], fail[1024], ops[1024], rejoin[1024], uprejoin[1024]; int n[5]; } samples_t;
+typedef struct samples {
+    uint64_t ev[1024], fail[1024], ops[1024], rejoin[1024], uprejoin[1024];
+    int n[5];
+} samples_t;
 
 static void push(uint64_t *a, int *n, uint64_t v)
 {
@@ -87,16 +93,20 @@ static void scenario(const cx_bench_opts_t *o, const char *vname, int fault, con
         goto out;
     }
     cx_register_memory(e, buf, 2 * FO_XFER);
-    cx_bench_child_opts_t co = { .listen_ip = ns ? CX_BENCH_NS_IP_B : NULL, .region = FO_REGION, .seed = 3,
-                                 .connect = cx_engine_local_url(e), .hb_ms = o->hb_ms,
-                                 .hb_timeout_ms = o->hb_timeout_ms, .netns = ns ? ns->ns_b : NULL };
+    cx_bench_child_opts_t co = { .listen_ip = ns ? CX_BENCH_NS_IP_B : NULL,
+                                 .region = FO_REGION,
+                                 .seed = 3,
+                                 .connect = cx_engine_local_url(e),
+                                 .hb_ms = o->hb_ms,
+                                 .hb_timeout_ms = o->hb_timeout_ms,
+                                 .netns = ns ? ns->ns_b : NULL };
     cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
     if (cx_bench_spawn(o, &ch, &co) || cx_connect(e, ch.url, 10000)) {
         snprintf(row->note, sizeof row->note, "FAIL: first peer did not come up");
         if (ch.pid > 0) cx_bench_stop(&ch);
         goto out;
     }
-    co.port = ch.port;   /* restarts reuse the identity and the port */
+    co.port = ch.port; /* restarts reuse the identity and the port */
     char last_rc[48] = "";
     int fail_wait_ms = (int)(o->hb_timeout_ms * 3 + 5000);
     for (int r = 0; r < o->runs; r++) {
@@ -107,16 +117,22 @@ static void scenario(const cx_bench_opts_t *o, const char *vname, int fault, con
         for (int i = 0; i < 500 && !atomic_load(&f.started); i++) usleep(2000);
         usleep(5000);
         uint64_t tf = cx_bench_now_ns();
-        if (fault == F_KILL) kill(ch.pid, SIGKILL);
-        else if (fault == F_STOP) kill(ch.pid, SIGSTOP);
-        else cx_bench_netns_link(ns, 0);
+        if (fault == F_KILL)
+            kill(ch.pid, SIGKILL);
+        else if (fault == F_STOP)
+            kill(ch.pid, SIGSTOP);
+        else
+            cx_bench_netns_link(ns, 0);
         uint64_t ts = 0, tfail = 0;
         int ok = wait_failed(e, fail_wait_ms, &ts, &tfail) == 0;
         if (ok) {
             push(s->fail, &s->n[1], tfail - tf);
-            if (fault == F_KILL) push(s->ev, &s->n[0], tfail - tf);
-            else if (ts) push(s->ev, &s->n[0], ts - tf);
-            else snprintf(row->note, sizeof row->note, "FAILED without SUSPECT first");
+            if (fault == F_KILL)
+                push(s->ev, &s->n[0], tfail - tf);
+            else if (ts)
+                push(s->ev, &s->n[0], ts - tf);
+            else
+                snprintf(row->note, sizeof row->note, "FAILED without SUSPECT first");
         } else {
             snprintf(row->note, sizeof row->note, "FAIL: no FAILED within %d ms", fail_wait_ms);
         }
@@ -124,7 +140,7 @@ static void scenario(const cx_bench_opts_t *o, const char *vname, int fault, con
         for (int i = 0; i < 1500 && !atomic_load(&f.done); i++) usleep(10000);
         if (!atomic_load(&f.done)) {
             snprintf(row->note, sizeof row->note, "FAIL: in-flight read did not return in 15 s");
-            kill(ch.pid, SIGKILL);   /* gives the read its CX_EPEER so the thread can be joined */
+            kill(ch.pid, SIGKILL); /* gives the read its CX_EPEER so the thread can be joined */
             ok = 0;
         } else {
             push(s->ops, &s->n[2], f.t_ret > tf ? f.t_ret - tf : 0);
@@ -187,7 +203,10 @@ static void linkdown(const cx_bench_opts_t *o, const char *vname, const cx_bench
     snprintf(row->backend, sizeof row->backend, "%s", vname);
     snprintf(row->fault, sizeof row->fault, "linkdown");
     row->runs = o->runs;
-    if (pipe(p)) { snprintf(row->note, sizeof row->note, "FAIL: pipe"); return; }
+    if (pipe(p)) {
+        snprintf(row->note, sizeof row->note, "FAIL: pipe");
+        return;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -200,14 +219,14 @@ static void linkdown(const cx_bench_opts_t *o, const char *vname, const cx_bench
             scenario(o, vname, F_LINK, CX_BENCH_NS_IP_A, ns, &r);
         }
         ssize_t w = write(p[1], &r, sizeof r);
-        _exit(w == (ssize_t)sizeof r ? 0 : 1);   /* not exit(): the namespaces belong to the parent */
+        _exit(w == (ssize_t)sizeof r ? 0 : 1); /* not exit(): the namespaces belong to the parent */
     }
     close(p[1]);
     ssize_t got = pid > 0 ? read(p[0], row, sizeof *row) : -1;
     close(p[0]);
     int st = 0;
     if (pid > 0) waitpid(pid, &st, 0);
-    cx_bench_netns_link(ns, 1);   /* a helper that died mid-run leaves the link down */
+    cx_bench_netns_link(ns, 1); /* a helper that died mid-run leaves the link down */
     if (got != (ssize_t)sizeof *row) {
         memset(row, 0, sizeof *row);
         snprintf(row->backend, sizeof row->backend, "%s", vname);
@@ -245,8 +264,7 @@ int cx_bench_failover(const cx_bench_opts_t *o)
                 memset(&row, 0, sizeof row);
                 snprintf(row.backend, sizeof row.backend, "%s", vs[i]->name);
                 snprintf(row.fault, sizeof row.fault, "linkdown");
-                snprintf(row.note, sizeof row.note, "%s", vs[i]->shm ? "skipped: shared memory crosses no link"
-                                                                     : why);
+                snprintf(row.note, sizeof row.note, "%s", vs[i]->shm ? "skipped: shared memory crosses no link" : why);
             } else if (f == F_LINK) {
                 linkdown(o, vs[i]->name, &ns, &row);
             } else {

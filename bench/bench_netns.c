@@ -19,7 +19,7 @@
 static char ip_path[64];
 static char del_a[32], del_b[32];
 static volatile sig_atomic_t armed;
-static pid_t owner;   /* forked helpers inherit atexit; only the creator removes the namespaces */
+static pid_t owner; /* forked helpers inherit atexit; only the creator removes the namespaces */
 
 static int run(const char *const argv[])
 {
@@ -27,7 +27,10 @@ static int run(const char *const argv[])
     if (p < 0) return -1;
     if (p == 0) {
         int dn = open("/dev/null", O_WRONLY);
-        if (dn >= 0) { dup2(dn, 1); dup2(dn, 2); }
+        if (dn >= 0) {
+            dup2(dn, 1);
+            dup2(dn, 2);
+        }
         static char *const envp[] = { "PATH=/usr/sbin:/usr/bin:/sbin:/bin", NULL };
         execve(argv[0], (char *const *)argv, envp);
         _exit(127);
@@ -43,7 +46,7 @@ void cx_bench_netns_cleanup(void)
 {
     if (!armed || getpid() != owner) return;
     armed = 0;
-    IP("netns", "del", del_a);   /* takes the veth pair with it */
+    IP("netns", "del", del_a); /* takes the veth pair with it */
     IP("netns", "del", del_b);
 }
 
@@ -56,12 +59,18 @@ static void on_signal(int sig)
 
 int cx_bench_netns_setup(cx_bench_netns_t *n, char *why, size_t len)
 {
-    if (geteuid() != 0) { snprintf(why, len, "skipped: needs root (network namespaces)"); return -1; }
+    if (geteuid() != 0) {
+        snprintf(why, len, "skipped: needs root (network namespaces)");
+        return -1;
+    }
     static const char *cands[] = { "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip" };
     ip_path[0] = 0;
     for (int i = 0; i < 4 && !ip_path[0]; i++)
         if (access(cands[i], X_OK) == 0) snprintf(ip_path, sizeof ip_path, "%s", cands[i]);
-    if (!ip_path[0]) { snprintf(why, len, "skipped: no ip(8) (Debian: iproute2)"); return -1; }
+    if (!ip_path[0]) {
+        snprintf(why, len, "skipped: no ip(8) (Debian: iproute2)");
+        return -1;
+    }
     int pid = (int)getpid();
     char *va = n->veth_a;
     snprintf(n->ns_a, sizeof n->ns_a, "cxb-a-%d", pid);

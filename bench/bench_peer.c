@@ -22,8 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-int cx_bench_engine(cx_engine_t **e, const char *listen_ip, uint32_t hb_ms, uint32_t hb_to_ms,
-                    uint32_t op_to_ms)
+int cx_bench_engine(cx_engine_t **e, const char *listen_ip, uint32_t hb_ms, uint32_t hb_to_ms, uint32_t op_to_ms)
 {
     cx_config_t c;
     memset(&c, 0, sizeof c);
@@ -83,7 +82,7 @@ static void *peer_msgs(void *arg)
         else if (m.len == 5 && !memcmp(m.data, "COUNT", 5))
             snprintf(ans, sizeof ans, "COUNT %" PRIu64, count);
         else if (m.len == 4 && !memcmp(m.data, "FILL", 4)) {
-            cx_bench_fill(p->reg, p->len, p->seed);   /* the pattern back, after writes */
+            cx_bench_fill(p->reg, p->len, p->seed); /* the pattern back, after writes */
             snprintf(ans, sizeof ans, "FILL done");
         } else if (!strncmp(txt, "CHK ", 4) || !strncmp(txt, "PSIG ", 5)) {
             /* A write's bytes (CHK, asked after it) or a put_signal's (PSIG, its own message,
@@ -131,7 +130,10 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     c.heartbeat_ms = hb;
     c.heartbeat_timeout_ms = hbto;
     int rc = cx_engine_create(&c, &p.e);
-    if (rc) { fprintf(stderr, "connex-bench peer: engine: %s\n", cx_strerror(rc)); return 1; }
+    if (rc) {
+        fprintf(stderr, "connex-bench peer: engine: %s\n", cx_strerror(rc));
+        return 1;
+    }
     uint64_t t_engine = cx_bench_now_ns();
     p.len = region;
     p.seed = seed;
@@ -144,8 +146,12 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     if (want) flags |= MAP_FIXED_NOREPLACE;
 #endif
     p.reg = mmap(want, region, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p.reg == MAP_FAILED && want) p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p.reg == MAP_FAILED) { perror("connex-bench peer: mmap"); return 1; }
+    if (p.reg == MAP_FAILED && want)
+        p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p.reg == MAP_FAILED) {
+        perror("connex-bench peer: mmap");
+        return 1;
+    }
     cx_bench_fill(p.reg, region, seed);
     if ((rc = cx_register_memory(p.e, p.reg, region))) {
         fprintf(stderr, "connex-bench peer: register %zu bytes: %s\n", region, cx_strerror(rc));
@@ -155,7 +161,10 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     uint8_t *xm = NULL;
     if (extra > 0) {
         xm = mmap(NULL, (size_t)extra * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (xm == MAP_FAILED) { perror("connex-bench peer: mmap"); return 1; }
+        if (xm == MAP_FAILED) {
+            perror("connex-bench peer: mmap");
+            return 1;
+        }
         for (int i = 0; i < extra; i++)
             if ((rc = cx_register_memory(p.e, xm + (size_t)i * 4096, 4096))) {
                 fprintf(stderr, "connex-bench peer: extra region %d: %s\n", i, cx_strerror(rc));
@@ -180,7 +189,7 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
         sigwait(&ss, &sig);
     } else {
         char buf[64];
-        while (read(0, buf, sizeof buf) > 0) {}   /* until the bench closes our stdin */
+        while (read(0, buf, sizeof buf) > 0) {} /* until the bench closes our stdin */
     }
     atomic_store(&p.stop, 1);
     pthread_join(tm, NULL);
@@ -196,8 +205,11 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
 /* --child <port> <listen ip|-> <region> <seed> <connect url|-> <hb ms> <hb timeout ms> */
 int cx_bench_child_main(int argc, char **argv)
 {
-    if (argc != 9) { fprintf(stderr, "connex-bench --child: 7 arguments expected\n"); return 2; }
-    prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the bench */
+    if (argc != 9) {
+        fprintf(stderr, "connex-bench --child: 7 arguments expected\n");
+        return 2;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
     signal(SIGPIPE, SIG_IGN);
     const char *ip = strcmp(argv[3], "-") ? argv[3] : NULL;
     const char *conn = strcmp(argv[6], "-") ? argv[6] : NULL;
@@ -212,19 +224,28 @@ int cx_bench_serve_main(const cx_bench_opts_t *o, int argc, char **argv)
     size_t region = o->nsizes ? o->sizes[o->nsizes - 1] : (size_t)64 << 20;
     int extra = 0;
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--listen") && i + 1 < argc) ip = argv[++i];
-        else if (!strcmp(argv[i], "--port") && i + 1 < argc) port = (uint16_t)atoi(argv[++i]);
+        if (!strcmp(argv[i], "--listen") && i + 1 < argc)
+            ip = argv[++i];
+        else if (!strcmp(argv[i], "--port") && i + 1 < argc)
+            port = (uint16_t)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--region") && i + 1 < argc) {
-            if (cx_bench_parse_size(argv[++i], &region)) { fprintf(stderr, "connex-bench serve: bad --region\n"); return 2; }
+            if (cx_bench_parse_size(argv[++i], &region)) {
+                fprintf(stderr, "connex-bench serve: bad --region\n");
+                return 2;
+            }
         } else if (!strcmp(argv[i], "--extra-regions") && i + 1 < argc) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 100000) { fprintf(stderr, "connex-bench serve: --extra-regions 0..100000\n"); return 2; }
+            if (*end || v < 0 || v > 100000) {
+                fprintf(stderr, "connex-bench serve: --extra-regions 0..100000\n");
+                return 2;
+            }
             extra = (int)v;
         }
     }
     signal(SIGPIPE, SIG_IGN);
-    fprintf(stderr, "connex-bench serve: run `connex-bench transfer --peer <URL printed below>` elsewhere; "
+    fprintf(stderr,
+            "connex-bench serve: run `connex-bench transfer --peer <URL printed below>` elsewhere; "
             "Ctrl-C ends\n");
     return run_peer(ip, port, region, 1, NULL, o->hb_ms, o->hb_timeout_ms, 1, extra);
 }
@@ -235,7 +256,11 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
 {
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC)) return -1;
-    if (pipe2(out, O_CLOEXEC)) { close(in[0]); close(in[1]); return -1; }
+    if (pipe2(out, O_CLOEXEC)) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
     char port[16], region[32], seed[16], hb[16], hbto[16];
     /* Failover and soak restart the child on the port it first had: see stable_port.h. */
     snprintf(port, sizeof port, "%u", co->port || co->netns ? co->port : cx_bench_stable_port(co->listen_ip));
@@ -245,7 +270,12 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     snprintf(hbto, sizeof hbto, "%u", co->hb_timeout_ms);
     const char *argv[16];
     int n = 0;
-    if (co->netns) { argv[n++] = "ip"; argv[n++] = "netns"; argv[n++] = "exec"; argv[n++] = co->netns; }
+    if (co->netns) {
+        argv[n++] = "ip";
+        argv[n++] = "netns";
+        argv[n++] = "exec";
+        argv[n++] = co->netns;
+    }
     argv[n++] = o->self;
     argv[n++] = "--child";
     argv[n++] = port;
@@ -259,7 +289,13 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     pid_t me = getpid();
     c->t_spawn_ns = cx_bench_now_ns();
     pid_t pid = fork();
-    if (pid < 0) { close(in[0]); close(in[1]); close(out[0]); close(out[1]); return -1; }
+    if (pid < 0) {
+        close(in[0]);
+        close(in[1]);
+        close(out[0]);
+        close(out[1]);
+        return -1;
+    }
     if (pid == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != me) _exit(1);
@@ -276,18 +312,21 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     /* Libraries may print to stdout before READY (UCX logs there): lines are read until READY. */
     char line[512], *ready = NULL;
     size_t len = 0;
-    uint64_t deadline = cx_bench_now_ns() + 20000000000ull;   /* UCX start-up on a loaded box */
+    uint64_t deadline = cx_bench_now_ns() + 20000000000ull; /* UCX start-up on a loaded box */
     while (!ready) {
         char *nl = memchr(line, '\n', len);
         if (nl) {
             *nl = 0;
-            if (!strncmp(line, "READY ", 6)) { ready = line; break; }
+            if (!strncmp(line, "READY ", 6)) {
+                ready = line;
+                break;
+            }
             if (!o->quiet) fprintf(stderr, "peer: %s\n", line);
             len -= (size_t)(nl + 1 - line);
             memmove(line, nl + 1, len);
             continue;
         }
-        if (len >= sizeof line - 1) len = 0;   /* an overlong line is not READY */
+        if (len >= sizeof line - 1) len = 0; /* an overlong line is not READY */
         struct pollfd pf = { .fd = c->out, .events = POLLIN };
         uint64_t t = cx_bench_now_ns();
         if (t >= deadline) break;
@@ -320,11 +359,18 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
 void cx_bench_reap(cx_bench_child_t *c)
 {
     if (c->pid > 0) {
-        for (int i = 0; i < 500; i++) {   /* 5 s, then SIGKILL */
-            if (waitpid(c->pid, NULL, WNOHANG) == c->pid) { c->pid = -1; break; }
+        for (int i = 0; i < 500; i++) { /* 5 s, then SIGKILL */
+            if (waitpid(c->pid, NULL, WNOHANG) == c->pid) {
+                c->pid = -1;
+                break;
+            }
             usleep(10000);
         }
-        if (c->pid > 0) { kill(c->pid, SIGKILL); waitpid(c->pid, NULL, 0); c->pid = -1; }
+        if (c->pid > 0) {
+            kill(c->pid, SIGKILL);
+            waitpid(c->pid, NULL, 0);
+            c->pid = -1;
+        }
     }
     if (c->in >= 0) close(c->in);
     if (c->out >= 0) close(c->out);

@@ -48,10 +48,11 @@ int cx_bench_ratios(cx_bench_ratio_t *out, int max)
     for (int i = 0; i < nrows && n < max; i++) {
         const cx_bench_row_t *a = &rows[i];
         if (a->baseline || a->p50_us <= 0) continue;
-        int first = 1;   /* one entry per (backend, op, size): at its first row */
+        int first = 1; /* one entry per (backend, op, size): at its first row */
         for (int k = 0; k < i && first; k++)
             first = rows[k].baseline || strcmp(rows[k].backend, a->backend) || strcmp(rows[k].op, a->op) ||
-                    rows[k].size != a->size || rows[k].p50_us <= 0;
+                rows[k].size != a->size || rows[k].p50_us <= 0 || rows[k].batch != a->batch ||
+                rows[k].async != a->async;
         if (!first) continue;
         cx_bench_ratio_t *r = &out[n];
         memset(r, 0, sizeof *r);
@@ -59,12 +60,14 @@ int cx_bench_ratios(cx_bench_ratio_t *out, int max)
         for (int k = i; k < nrows; k++) {
             const cx_bench_row_t *c = &rows[k];
             if (c->baseline || strcmp(c->backend, a->backend) || strcmp(c->op, a->op) || c->size != a->size ||
-                c->p50_us <= 0)
+                c->p50_us <= 0 || c->batch != a->batch || c->async != a->async)
                 continue;
             for (int j = 0; j < nrows; j++) {
                 const cx_bench_row_t *b = &rows[j];
+                /* A raw loop of N blocks per call is the counterpart of both the batch and the N
+                 * async ops of connex-c. */
                 if (!b->baseline || b->round != c->round || strcmp(b->op, c->op) || b->size != c->size ||
-                    b->p50_us <= 0 || !raw_of(b->backend, c->backend))
+                    b->p50_us <= 0 || !raw_of(b->backend, c->backend) || b->batch != c->batch)
                     continue;
                 snprintf(r->raw, sizeof r->raw, "%s", b->backend);
                 cx[m] = c->p50_us;
@@ -78,6 +81,8 @@ int cx_bench_ratios(cx_bench_ratio_t *out, int max)
         snprintf(r->backend, sizeof r->backend, "%s", a->backend);
         snprintf(r->op, sizeof r->op, "%s", a->op);
         r->size = a->size;
+        r->batch = a->batch;
+        r->async = a->async;
         r->n = m;
         r->lo = r->hi = ratio[0];
         for (int k = 1; k < m; k++) {
@@ -110,6 +115,7 @@ static int cmp_ratio(const void *a, const void *b)
     int d = op_rank(x->op) - op_rank(y->op);
     if (d) return d;
     if (x->size != y->size) return x->size < y->size ? -1 : 1;
+    if (x->async != y->async) return x->async - y->async;
     return strcmp(x->backend, y->backend);
 }
 
@@ -120,7 +126,8 @@ void cx_bench_print_ratios(int rounds)
     if (!n) return;
     qsort(rs, (size_t)n, sizeof *rs, cmp_ratio);
     printf("\nconnex-c / raw loop, paired per round (%d round%s; p50s and ratio: median over the rounds; "
-           "best: lowest p50 over lowest raw p50)\n", rounds, rounds == 1 ? "" : "s");
+           "best: lowest p50 over lowest raw p50)\n",
+           rounds, rounds == 1 ? "" : "s");
     printf("%-10s %8s  %-16s %-24s %6s %11s %11s %7s  %-14s %5s\n", "op", "size", "backend", "raw loop", "rounds",
            "p50", "raw p50", "ratio", "range", "best");
     const char *prev = "";
@@ -128,9 +135,13 @@ void cx_bench_print_ratios(int rounds)
         const cx_bench_ratio_t *r = &rs[i];
         if (*prev && strcmp(prev, r->op)) putchar('\n');
         prev = r->op;
-        char sz[32];
+        char sz[32], be[64];
         cx_bench_human(r->size, sz, sizeof sz);
-        printf("%-10s %8s  %-16s %-24s %6d %8.1f us %8.1f us %7.2f  %4.2f .. %-6.2f %5.2f\n", r->op, sz, r->backend,
-               r->raw, r->n, r->cx_p50, r->raw_p50, r->ratio, r->lo, r->hi, r->best);
+        if (r->batch)
+            snprintf(be, sizeof be, "%s %s%d", r->backend, r->async ? "async x" : "batch x", r->batch);
+        else
+            snprintf(be, sizeof be, "%s", r->backend);
+        printf("%-10s %8s  %-16s %-24s %6d %8.1f us %8.1f us %7.2f  %4.2f .. %-6.2f %5.2f\n", r->op, sz, be, r->raw,
+               r->n, r->cx_p50, r->raw_p50, r->ratio, r->lo, r->hi, r->best);
     }
 }

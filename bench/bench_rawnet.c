@@ -4,7 +4,11 @@
  *    under on this host.
  *  - ZeroMQ DEALER/ROUTER: the same two exchanges as multipart messages; what the zmq backend
  *    could do with the library alone.
- * Both answer in the bench's row format; the server side is a forked child. */
+ * Both answer in the bench's row format; the server side is a forked child.
+ * With transfer --batch N, TCP moves N blocks per call: N requests sent back to back (reads: N
+ * headers in one send, then N blocks received; writes: N headers and blocks, then N acks), the
+ * raw counterpart of a batch to a zmq peer; the ZeroMQ loop stays one block per call and is left
+ * out. */
 #include "bench.h"
 
 #include <arpa/inet.h>
@@ -25,6 +29,12 @@
 
 typedef int (*xfer_fn)(void *ctx, char op, uint8_t *buf, size_t size);
 
+/* transfer --batch: blocks per call (1: one) */
+static int blocks(const cx_bench_opts_t *o)
+{
+    return o->batch > 1 ? o->batch : 1;
+}
+
 /* The shared timed loop: the same warm-up, iteration and time bounds as connex's points. */
 static void loop(const cx_bench_opts_t *o, const char *name, void *ctx, xfer_fn fn, uint8_t *buf)
 {
@@ -41,6 +51,7 @@ static void loop(const cx_bench_opts_t *o, const char *name, void *ctx, xfer_fn 
             snprintf(r.op, sizeof r.op, "%s", opi ? "write" : "read");
             r.size = size;
             r.baseline = 1;
+            r.batch = o->batch;
             char hs[32];
             cx_bench_progress(o, "baseline %-10s %-6s %8s", name, r.op, cx_bench_human(size, hs, sizeof hs));
             int rc = 0, warm = o->iters / 10 < 2 ? 2 : o->iters / 10 > 20 ? 20 : o->iters / 10;
@@ -52,13 +63,21 @@ static void loop(const cx_bench_opts_t *o, const char *name, void *ctx, xfer_fn 
                 rc = fn(ctx, op, buf, size);
                 samples[n++] = cx_bench_now_ns() - t0;
             }
-            if (rc) snprintf(r.note, sizeof r.note, "FAIL: baseline transfer failed");
+            if (rc)
+                snprintf(r.note, sizeof r.note, "FAIL: baseline transfer failed");
             else {
                 cx_bench_row_fill(&r, samples, n);
-                snprintf(r.note, sizeof r.note, "raw loop, 2 processes");
+                r.gbps *= blocks(o);
+                if (o->batch)
+                    snprintf(r.note, sizeof r.note, "raw loop, 2 processes, %d blocks per call", o->batch);
+                else
+                    snprintf(r.note, sizeof r.note, "raw loop, 2 processes");
             }
             cx_bench_add_row(&r);
-            if (rc) { free(samples); return; }
+            if (rc) {
+                free(samples);
+                return;
+            }
         }
     }
     free(samples);
@@ -106,34 +125,53 @@ static void tcp_server(int ls, uint8_t *buf, size_t cap)
     _exit(0);
 }
 
+typedef struct tcp_ctx {
+    int fd, nb;    /* nb blocks per call, laid end to end in buf */
+    uint8_t *hdrs; /* nb read requests, sent in one go */
+} tcp_ctx_t;
+
 static int tcp_xfer(void *ctx, char op, uint8_t *buf, size_t size)
 {
-    int fd = *(int *)ctx;
-    uint8_t hdr[9];
-    hdr[0] = (uint8_t)op;
+    tcp_ctx_t *t = ctx;
     uint64_t s = size;
-    memcpy(hdr + 1, &s, 8);
-    if (full_io(fd, hdr, sizeof hdr, 1)) return -1;
     if (op == 'W') {
-        char ack;
-        return full_io(fd, buf, size, 1) || full_io(fd, &ack, 1, 0) ? -1 : 0;
+        uint8_t hdr[9] = { 'W' };
+        memcpy(hdr + 1, &s, 8);
+        for (int k = 0; k < t->nb; k++)
+            if (full_io(t->fd, hdr, sizeof hdr, 1) || full_io(t->fd, buf + (size_t)k * size, size, 1)) return -1;
+        for (int k = 0; k < t->nb; k++) {
+            char ack;
+            if (full_io(t->fd, &ack, 1, 0)) return -1;
+        }
+        return 0;
     }
-    return full_io(fd, buf, size, 0);
+    for (int k = 0; k < t->nb; k++) {
+        t->hdrs[k * 9] = 'R';
+        memcpy(t->hdrs + k * 9 + 1, &s, 8);
+    }
+    if (full_io(t->fd, t->hdrs, (size_t)t->nb * 9, 1)) return -1;
+    return full_io(t->fd, buf, (size_t)t->nb * size, 0);
 }
 
 static void run_tcp(const cx_bench_opts_t *o)
 {
-    size_t cap = max_size(o);
-    uint8_t *buf = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    size_t cap = max_size(o), lcap = cap * (size_t)blocks(o);
+    uint8_t *buf = mmap(NULL, lcap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) return;
-    memset(buf, 1, cap);
+    memset(buf, 1, lcap);
+    tcp_ctx_t t = { .fd = -1, .nb = blocks(o), .hdrs = malloc((size_t)blocks(o) * 9) };
+    if (!t.hdrs) {
+        munmap(buf, lcap);
+        return;
+    }
     int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
     struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     socklen_t al = sizeof a;
     if (ls < 0 || bind(ls, (void *)&a, sizeof a) || listen(ls, 1) || getsockname(ls, (void *)&a, &al)) {
         perror("connex-bench: tcp baseline");
         if (ls >= 0) close(ls);
-        munmap(buf, cap);
+        munmap(buf, lcap);
+        free(t.hdrs);
         return;
     }
     pid_t pid = fork();
@@ -144,10 +182,12 @@ static void run_tcp(const cx_bench_opts_t *o)
     close(ls);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (pid > 0 && fd >= 0 && connect(fd, (void *)&a, sizeof a) == 0) loop(o, "raw_tcp", &fd, tcp_xfer, buf);
+    t.fd = fd;
+    if (pid > 0 && fd >= 0 && connect(fd, (void *)&a, sizeof a) == 0) loop(o, "raw_tcp", &t, tcp_xfer, buf);
     if (fd >= 0) close(fd);
-    if (pid > 0) waitpid(pid, NULL, 0);   /* EOF ends the server */
-    munmap(buf, cap);
+    if (pid > 0) waitpid(pid, NULL, 0); /* EOF ends the server */
+    munmap(buf, lcap);
+    free(t.hdrs);
 }
 
 /* ------------------------------------------------------------------ ZeroMQ */
@@ -177,7 +217,7 @@ static void zmq_server(int pfd, size_t cap)
         if (h[0] == 'W') {
             zmq_msg_init(&data);
             if (zmq_msg_recv(&data, s, 0) < 0) _exit(1);
-            memcpy(buf, zmq_msg_data(&data), zmq_msg_size(&data));   /* lands in memory, as a write does */
+            memcpy(buf, zmq_msg_data(&data), zmq_msg_size(&data)); /* lands in memory, as a write does */
             zmq_msg_close(&data);
             zmq_msg_send(&id, s, ZMQ_SNDMORE);
             zmq_send(s, "A", 1, 0);
@@ -189,7 +229,9 @@ static void zmq_server(int pfd, size_t cap)
     }
 }
 
-typedef struct zctx { void *s; } zctx_t;
+typedef struct zctx {
+    void *s;
+} zctx_t;
 
 static int zmq_xfer(void *ctx, char op, uint8_t *buf, size_t size)
 {
@@ -250,6 +292,6 @@ void cx_bench_rawnet(const cx_bench_opts_t *o)
 {
     if (cx_bench_list_has(o->baselines, "tcp")) run_tcp(o);
 #ifdef CX_BENCH_HAVE_ZMQ
-    if (cx_bench_list_has(o->baselines, "zmq")) run_zmq(o);
+    if (cx_bench_list_has(o->baselines, "zmq") && !o->batch) run_zmq(o);
 #endif
 }

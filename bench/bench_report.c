@@ -2,6 +2,7 @@
  * written as JSON and plotted with gnuplot (bandwidth and p50 latency against size, one line per
  * backend, one panel per op). */
 #include "bench.h"
+#include "json_str.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,7 +25,10 @@ static int nfos;
 static cx_bench_soak_t soaks[MAX_SOAK];
 static int nsoaks;
 
-void cx_bench_set_round(int round) { cur_round = round; }
+void cx_bench_set_round(int round)
+{
+    cur_round = round;
+}
 
 void cx_bench_add_row(const cx_bench_row_t *r)
 {
@@ -33,8 +37,14 @@ void cx_bench_add_row(const cx_bench_row_t *r)
         rows[nrows++].round = cur_round;
     }
 }
-int cx_bench_nrows(void) { return nrows; }
-const cx_bench_row_t *cx_bench_rows(void) { return rows; }
+int cx_bench_nrows(void)
+{
+    return nrows;
+}
+const cx_bench_row_t *cx_bench_rows(void)
+{
+    return rows;
+}
 void cx_bench_add_fo(const cx_bench_fo_row_t *r)
 {
     if (nfos < MAX_FO) fos[nfos++] = *r;
@@ -67,9 +77,12 @@ static int cmp_rows(const void *a, const void *b)
 
 static const char *us(double v, char *b, size_t n)
 {
-    if (v <= 0) snprintf(b, n, "-");
-    else if (v >= 10000) snprintf(b, n, "%.1f ms", v / 1e3);
-    else snprintf(b, n, "%.1f us", v);
+    if (v <= 0)
+        snprintf(b, n, "-");
+    else if (v >= 10000)
+        snprintf(b, n, "%.1f ms", v / 1e3);
+    else
+        snprintf(b, n, "%.1f us", v);
     return b;
 }
 
@@ -79,11 +92,10 @@ void cx_bench_print_transfer(void)
     if (!s) return;
     for (int i = 0; i < nrows; i++) s[i] = &rows[i];
     qsort(s, (size_t)nrows, sizeof *s, cmp_rows);
-    printf("\n%-10s %8s  %-26s %-9s %6s %11s %11s %11s %9s  %s\n", "op", "size", "backend", "pair", "iters",
-           "p50", "p99", "max", "GB/s", "result");
-    printf("%-10s %8s  %-26s %-9s %6s %11s %11s %11s %9s  %s\n", "----------", "--------",
-           "--------------------------", "---------", "------", "-----------", "-----------", "-----------", "---------",
-           "------------------------");
+    printf("\n%-10s %8s  %-26s %-9s %6s %11s %11s %11s %9s  %s\n", "op", "size", "backend", "pair", "iters", "p50",
+           "p99", "max", "GB/s", "result");
+    printf("%-10s %8s  %-26s %-9s %6s %11s %11s %11s %9s  %s\n", "----------", "--------", "--------------------------",
+           "---------", "------", "-----------", "-----------", "-----------", "---------", "------------------------");
     const char *prev_op = "";
     for (int i = 0; i < nrows; i++) {
         const cx_bench_row_t *r = s[i];
@@ -92,17 +104,19 @@ void cx_bench_print_transfer(void)
         char sz[32] = "-", a[32], b[32], c[32], bw[32] = "-";
         if (r->size) cx_bench_human(r->size, sz, sizeof sz);
         if (r->gbps > 0) snprintf(bw, sizeof bw, "%.3f", r->gbps);
-        printf("%-10s %8s  %-26s %-9s %6d %11s %11s %11s %9s  %s\n", r->op, sz, r->backend,
-               r->baseline ? "-" : r->pair, r->iters, us(r->p50_us, a, sizeof a), us(r->p99_us, b, sizeof b),
-               us(r->max_us, c, sizeof c), bw, r->note);
+        printf("%-10s %8s  %-26s %-9s %6d %11s %11s %11s %9s  %s\n", r->op, sz, r->backend, r->baseline ? "-" : r->pair,
+               r->iters, us(r->p50_us, a, sizeof a), us(r->p99_us, b, sizeof b), us(r->max_us, c, sizeof c), bw,
+               r->note);
     }
     free(s);
 }
 
 static const char *ms3(const cx_bench_dist_t *d, char *b, size_t n)
 {
-    if (d->n <= 0) snprintf(b, n, "-");
-    else snprintf(b, n, "%.1f/%.1f/%.1f", d->p50 / 1e3, d->p99 / 1e3, d->max / 1e3);
+    if (d->n <= 0)
+        snprintf(b, n, "-");
+    else
+        snprintf(b, n, "%.1f/%.1f/%.1f", d->p50 / 1e3, d->p99 / 1e3, d->max / 1e3);
     return b;
 }
 
@@ -134,14 +148,16 @@ void cx_bench_print_targets(uint32_t hb_ms, uint32_t hb_to_ms)
                    f->to_failed.p99 < 5000 ? "met" : "MISSED");
         else if (!strcmp(f->fault, "sigstop"))
             printf("  %-14s SIGSTOP -> FAILED %.0f..%.0f ms, SUSPECT p50 %.0f ms (timeout %u, interval %u: FAILED "
-                   "expected in [%u, %u]): %s\n", f->backend, f->to_failed.p50 / 1e3, f->to_failed.max / 1e3,
-                   f->to_event.p50 / 1e3, hb_to_ms, hb_ms, hb_to_ms - hb_ms, hb_to_ms + hb_ms,
+                   "expected in [%u, %u]): %s\n",
+                   f->backend, f->to_failed.p50 / 1e3, f->to_failed.max / 1e3, f->to_event.p50 / 1e3, hb_to_ms, hb_ms,
+                   hb_to_ms - hb_ms, hb_to_ms + hb_ms,
                    f->to_failed.max / 1e3 <= hb_to_ms + hb_ms && f->to_failed.p50 / 1e3 >= hb_to_ms - hb_ms ? "met"
-                                                                                                    : "MISSED");
+                                                                                                            : "MISSED");
         if (f->up_rejoin.n > 0)
             printf("  %-14s %-8s rejoin: engine up -> first transfer p99 %.1f ms (target < 50 ms): %s; "
-                   "process start -> first transfer p99 %.1f ms\n", f->backend, f->fault, f->up_rejoin.p99 / 1e3,
-                   f->up_rejoin.p99 < 50000 ? "met" : "MISSED", f->to_rejoin.p99 / 1e3);
+                   "process start -> first transfer p99 %.1f ms\n",
+                   f->backend, f->fault, f->up_rejoin.p99 / 1e3, f->up_rejoin.p99 < 50000 ? "met" : "MISSED",
+                   f->to_rejoin.p99 / 1e3);
     }
 }
 
@@ -149,9 +165,8 @@ static const char *const soak_kinds[CX_SOAK_KINDS] = { "read", "write", "put_sig
 
 void cx_bench_print_soak(void)
 {
-    printf("\n%-14s %9s %-11s %-23s %-34s %-16s %-18s %-18s %s\n", "backend", "kills", "fds s/w/e",
-           "RSS KiB s/w/e", "ops ok/EPEER/ETIMEDOUT/unreg/other", "kill->FAILED", "start->xfer", "engine up->xfer",
-           "verdict");
+    printf("\n%-14s %9s %-11s %-23s %-34s %-16s %-18s %-18s %s\n", "backend", "kills", "fds s/w/e", "RSS KiB s/w/e",
+           "ops ok/EPEER/ETIMEDOUT/unreg/other", "kill->FAILED", "start->xfer", "engine up->xfer", "verdict");
     for (int i = 0; i < nsoaks; i++) {
         const cx_bench_soak_t *s = &soaks[i];
         char a[48], b[64], c[96], e[64], f[64], g[64], cy[24];
@@ -189,18 +204,21 @@ static void jdist(FILE *f, const char *name, const cx_bench_dist_t *d);
 
 static void soak_json(FILE *f, const cx_bench_soak_t *s)
 {
-    fprintf(f, "{\"backend\": \"%s\", \"kills\": %d, \"done\": %d, \"threads\": %d, \"seed\": %" PRIu64
+    fprintf(f,
+            "{\"backend\": \"%s\", \"kills\": %d, \"done\": %d, \"threads\": %d, \"seed\": %" PRIu64
             ", \"seconds\": %.1f, \"crash_signal\": %d, \"fds\": {\"start\": %ld, \"warm\": %ld, \"end\": %ld, "
             "\"max\": %ld}, \"rss_kib\": {\"start\": %ld, \"warm\": %ld, \"end\": %ld, \"max\": %ld}, "
             "\"regions\": [%ld, %ld], \"registered_bytes\": [%ld, %ld], \"ops\": {",
             s->backend, s->cycles, s->done, s->threads, s->seed, s->seconds, s->crashed, s->fds_start, s->fds_warm,
-            s->fds_end, s->fds_max, s->rss_start, s->rss_warm, s->rss_end, s->rss_max, s->regions_start,
-            s->regions_end, s->rbytes_start, s->rbytes_end);
+            s->fds_end, s->fds_max, s->rss_start, s->rss_warm, s->rss_end, s->rss_max, s->regions_start, s->regions_end,
+            s->rbytes_start, s->rbytes_end);
     for (int k = 0; k < CX_SOAK_KINDS; k++)
-        fprintf(f, "%s\"%s\": {\"ok\": %" PRIu64 ", \"epeer\": %" PRIu64 ", \"etimedout\": %" PRIu64
-                ", \"unregistered\": %" PRIu64 ", \"other\": %" PRIu64 ", \"bad_data\": %" PRIu64 "}", k ? ", " : "",
-                soak_kinds[k], s->ops[k][CX_SOAK_OK], s->ops[k][CX_SOAK_EPEER], s->ops[k][CX_SOAK_ETIMEDOUT],
-                s->ops[k][CX_SOAK_EARLY], s->ops[k][CX_SOAK_OTHER], s->ops[k][CX_SOAK_BADDATA]);
+        fprintf(f,
+                "%s\"%s\": {\"ok\": %" PRIu64 ", \"epeer\": %" PRIu64 ", \"etimedout\": %" PRIu64
+                ", \"unregistered\": %" PRIu64 ", \"other\": %" PRIu64 ", \"bad_data\": %" PRIu64 "}",
+                k ? ", " : "", soak_kinds[k], s->ops[k][CX_SOAK_OK], s->ops[k][CX_SOAK_EPEER],
+                s->ops[k][CX_SOAK_ETIMEDOUT], s->ops[k][CX_SOAK_EARLY], s->ops[k][CX_SOAK_OTHER],
+                s->ops[k][CX_SOAK_BADDATA]);
     fputs("}, \"other_codes\": {", f);
     for (int c = 1, n = 0; c < 16; c++)
         if (s->other_codes[c]) fprintf(f, "%s\"%d\": %" PRIu64, n++ ? ", " : "", c < 15 ? -c : 0, s->other_codes[c]);
@@ -232,28 +250,19 @@ void cx_bench_soak_json_line(void)
 
 /* ------------------------------------------------------------------ JSON */
 
-static void jstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 static void jdist(FILE *f, const char *name, const cx_bench_dist_t *d)
 {
-    fprintf(f, "\"%s\": {\"n\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f}", name, d->n,
-            d->p50 / 1e3, d->p99 / 1e3, d->max / 1e3);
+    fprintf(f, "\"%s\": {\"n\": %d, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"max_ms\": %.3f}", name, d->n, d->p50 / 1e3,
+            d->p99 / 1e3, d->max / 1e3);
 }
 
 int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
 {
     FILE *f = fopen(path, "w");
-    if (!f) { perror(path); return -1; }
+    if (!f) {
+        perror(path);
+        return -1;
+    }
     struct utsname u;
     uname(&u);
     char host[256] = "";
@@ -262,24 +271,26 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     char ts[64];
     strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     fprintf(f, "{\n  \"tool\": \"connex-bench\", \"date\": \"%s\", \"host\": ", ts);
-    jstr(f, host);
+    cx_json_str(f, host);
     fprintf(f, ", \"kernel\": ");
-    jstr(f, u.release);
+    cx_json_str(f, u.release);
     fprintf(f, ", \"cpus\": %ld,\n  \"command\": ", sysconf(_SC_NPROCESSORS_ONLN));
-    jstr(f, o->cmdline);
+    cx_json_str(f, o->cmdline);
     fprintf(f, ",\n  \"transfer\": [");
     for (int i = 0; i < nrows; i++) {
         const cx_bench_row_t *r = &rows[i];
         fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, r->backend);
+        cx_json_str(f, r->backend);
         fprintf(f, ", \"pair\": ");
-        jstr(f, r->pair);
+        cx_json_str(f, r->pair);
         fprintf(f, ", \"baseline\": %s, \"op\": ", r->baseline ? "true" : "false");
-        jstr(f, r->op);
-        fprintf(f, ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
-                "\"gbps\": %.4f, \"round\": %d, \"result\": ", r->size, r->iters, r->p50_us, r->p99_us, r->max_us,
-                r->gbps, r->round);
-        jstr(f, r->note);
+        cx_json_str(f, r->op);
+        fprintf(f,
+                ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
+                "\"gbps\": %.4f, \"round\": %d, \"batch\": %d, \"async\": %s, \"result\": ",
+                r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps, r->round, r->batch,
+                r->async ? "true" : "false");
+        cx_json_str(f, r->note);
         fputc('}', f);
     }
     static cx_bench_ratio_t rs[MAX_ROWS];
@@ -287,22 +298,25 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     fprintf(f, "\n  ],\n  \"vs_raw\": [");
     for (int i = 0; i < nr; i++) {
         fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, rs[i].backend);
+        cx_json_str(f, rs[i].backend);
         fprintf(f, ", \"raw\": ");
-        jstr(f, rs[i].raw);
+        cx_json_str(f, rs[i].raw);
         fprintf(f, ", \"op\": ");
-        jstr(f, rs[i].op);
-        fprintf(f, ", \"size\": %zu, \"rounds\": %d, \"p50_us\": %.3f, \"raw_p50_us\": %.3f, \"ratio\": %.3f, "
-                "\"ratio_min\": %.3f, \"ratio_max\": %.3f, \"ratio_best\": %.3f}", rs[i].size, rs[i].n, rs[i].cx_p50,
-                rs[i].raw_p50, rs[i].ratio, rs[i].lo, rs[i].hi, rs[i].best);
+        cx_json_str(f, rs[i].op);
+        fprintf(f,
+                ", \"size\": %zu, \"batch\": %d, \"async\": %s, \"rounds\": %d, \"p50_us\": %.3f, "
+                "\"raw_p50_us\": %.3f, \"ratio\": %.3f, \"ratio_min\": %.3f, \"ratio_max\": %.3f, "
+                "\"ratio_best\": %.3f}",
+                rs[i].size, rs[i].batch, rs[i].async ? "true" : "false", rs[i].n, rs[i].cx_p50, rs[i].raw_p50,
+                rs[i].ratio, rs[i].lo, rs[i].hi, rs[i].best);
     }
     fprintf(f, "\n  ],\n  \"failover\": [");
     for (int i = 0; i < nfos; i++) {
         const cx_bench_fo_row_t *r = &fos[i];
         fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
-        jstr(f, r->backend);
+        cx_json_str(f, r->backend);
         fprintf(f, ", \"fault\": ");
-        jstr(f, r->fault);
+        cx_json_str(f, r->fault);
         fprintf(f, ", \"runs\": %d, \"ok\": %d, ", r->runs, r->ok);
         jdist(f, "fault_to_first_event", &r->to_event);
         fputs(", ", f);
@@ -314,7 +328,7 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         fputs(", ", f);
         jdist(f, "engine_up_to_first_transfer", &r->up_rejoin);
         fprintf(f, ", \"note\": ");
-        jstr(f, r->note);
+        cx_json_str(f, r->note);
         fputc('}', f);
     }
     fprintf(f, "\n  ],\n  \"soak\": [");
@@ -324,7 +338,10 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
     }
     fprintf(f, "\n  ]\n}\n");
     int bad = ferror(f);
-    if (fclose(f) || bad) { fprintf(stderr, "connex-bench: writing %s failed\n", path); return -1; }
+    if (fclose(f) || bad) {
+        fprintf(stderr, "connex-bench: writing %s failed\n", path);
+        return -1;
+    }
     return 0;
 }
 
@@ -346,21 +363,30 @@ int cx_bench_plot(const char *png)
         fprintf(stderr, "connex-bench: TMPDIR too long for the plot's scratch directory\n");
         return -1;
     }
-    if (!mkdtemp(dir)) { perror("connex-bench: mkdtemp"); return -1; }
+    if (!mkdtemp(dir)) {
+        perror("connex-bench: mkdtemp");
+        return -1;
+    }
     char script[256];
     snprintf(script, sizeof script, "%s/plot.gp", dir);
     FILE *g = fopen(script, "w");
-    if (!g) { perror(script); return -1; }
+    if (!g) {
+        perror(script);
+        return -1;
+    }
     fprintf(g, "set terminal pngcairo size 1800,1000 noenhanced font ',9'\nset output '%s'\n", png);
-    fprintf(g, "set multiplot layout 2,3 title 'connex-bench transfer (p50)'\nset logscale x 2\n"
-               "set key top left font ',8'\nset grid\nset format x '%%.0s%%cB'\n");
+    fprintf(g,
+            "set multiplot layout 2,3 title 'connex-bench transfer (p50)'\nset logscale x 2\n"
+            "set key top left font ',8'\nset grid\nset format x '%%.0s%%cB'\n");
     static const char *ops[] = { "read", "write", "put_signal" };
     int files = 0;
     for (int row = 0; row < 2; row++) {
         for (int oi = 0; oi < 3; oi++) {
             fprintf(g, "set title '%s: %s'\nset xlabel 'bytes'\n", ops[oi], row ? "p50 latency" : "bandwidth at p50");
-            if (row) fprintf(g, "set ylabel 'microseconds'\nset logscale y 10\n");
-            else fprintf(g, "set ylabel 'GB/s'\nunset logscale y\n");
+            if (row)
+                fprintf(g, "set ylabel 'microseconds'\nset logscale y 10\n");
+            else
+                fprintf(g, "set ylabel 'GB/s'\nunset logscale y\n");
             /* Distinct backends of this op (plus memcpy). */
             char names[64][40];
             int nn = 0;
@@ -371,7 +397,10 @@ int cx_bench_plot(const char *png)
                 for (int k = 0; k < nn; k++) seen |= !strcmp(names[k], r->backend);
                 if (!seen) snprintf(names[nn++], sizeof names[0], "%s", r->backend);
             }
-            if (!nn) { fprintf(g, "set label 1 'no data' at graph 0.5,0.5\nplot NaN notitle\nunset label 1\n"); continue; }
+            if (!nn) {
+                fprintf(g, "set label 1 'no data' at graph 0.5,0.5\nplot NaN notitle\nunset label 1\n");
+                continue;
+            }
             fprintf(g, "plot ");
             for (int k = 0; k < nn; k++) {
                 char dat[300];
@@ -387,8 +416,7 @@ int cx_bench_plot(const char *png)
                 }
                 fclose(d);
                 files++;
-                fprintf(g, "%s'%s' using 1:%d with linespoints title '%s'", k ? ", " : "", dat, row ? 3 : 2,
-                        names[k]);
+                fprintf(g, "%s'%s' using 1:%d with linespoints title '%s'", k ? ", " : "", dat, row ? 3 : 2, names[k]);
             }
             fprintf(g, "\n");
         }

@@ -33,12 +33,12 @@
 
 #define SOAK_THREADS 4
 #define SOAK_BATCH 8
-#define SOAK_REGION ((size_t)4 << 20)    /* the peer's: reads from the first half, writes into the second */
-#define SOAK_SLICE ((size_t)512 << 10)   /* per thread: a read and a write slice, here and there */
+#define SOAK_REGION ((size_t)4 << 20)  /* the peer's: reads from the first half, writes into the second */
+#define SOAK_SLICE ((size_t)512 << 10) /* per thread: a read and a write slice, here and there */
 #define SOAK_SEED 10
 #define SOAK_FD_SLACK 4
 #define SOAK_RSS_SLACK_KIB (16L * 1024)
-#define SOAK_PEER_ADDR 0x200000000000ull  /* where every peer process maps its region */
+#define SOAK_PEER_ADDR 0x200000000000ull /* where every peer process maps its region */
 
 typedef struct soak_ctx {
     cx_engine_t *e;
@@ -46,10 +46,10 @@ typedef struct soak_ctx {
     uint64_t base;
     uint8_t *loc;
     atomic_int stop;
-    _Atomic uint64_t reap_ns;    /* the last killed peer was reaped: later ops reach the new one */
-    _Atomic uint64_t first_ok;   /* first good op started after reap_ns */
-    _Atomic uint64_t gen;        /* peer processes reaped so far: the index of the current one */
-    _Atomic uint64_t *reg_ns;    /* per peer process: when it registered its region (0: not known yet) */
+    _Atomic uint64_t reap_ns;  /* the last killed peer was reaped: later ops reach the new one */
+    _Atomic uint64_t first_ok; /* first good op started after reap_ns */
+    _Atomic uint64_t gen;      /* peer processes reaped so far: the index of the current one */
+    _Atomic uint64_t *reg_ns;  /* per peer process: when it registered its region (0: not known yet) */
     int ngen;
     _Atomic uint64_t ops[CX_SOAK_KINDS][CX_SOAK_RESULTS];
     _Atomic uint64_t codes[16];
@@ -62,7 +62,7 @@ typedef struct worker {
     pthread_t th;
 } worker_t;
 
-static uint64_t rnd(uint64_t *s)   /* xorshift64* */
+static uint64_t rnd(uint64_t *s) /* xorshift64* */
 {
     *s ^= *s >> 12;
     *s ^= *s << 25;
@@ -83,8 +83,11 @@ static int early(soak_ctx_t *x, uint64_t g, uint64_t t_start)
 /* Counts an op's end; a good one started after the last reap may be the rejoin's first. */
 static int note(soak_ctx_t *x, int kind, int rc, uint64_t t_start, uint64_t g)
 {
-    int r = rc == CX_OK ? CX_SOAK_OK : rc == CX_EPEER ? CX_SOAK_EPEER : rc == CX_ETIMEDOUT ? CX_SOAK_ETIMEDOUT
-          : rc == CX_EINVAL && early(x, g, t_start) ? CX_SOAK_EARLY : CX_SOAK_OTHER;
+    int r = rc == CX_OK                           ? CX_SOAK_OK
+        : rc == CX_EPEER                          ? CX_SOAK_EPEER
+        : rc == CX_ETIMEDOUT                      ? CX_SOAK_ETIMEDOUT
+        : rc == CX_EINVAL && early(x, g, t_start) ? CX_SOAK_EARLY
+                                                  : CX_SOAK_OTHER;
     atomic_fetch_add(&x->ops[kind][r], 1);
     if (r == CX_SOAK_OTHER) atomic_fetch_add(&x->codes[rc < 0 && rc > -15 ? -rc : 15], 1);
     if (rc == CX_OK && t_start >= atomic_load(&x->reap_ns)) {
@@ -139,7 +142,11 @@ static void *worker_main(void *arg)
                     irc = cx_write_async(x->e, x->url, wr + (size_t)k * chunk, wr_remote + (size_t)k * chunk, chunk,
                                          cls, &ops[k]);
                 }
-                if (irc) { note(x, kind, irc, t0, g); ops[k] = NULL; rc = irc; }
+                if (irc) {
+                    note(x, kind, irc, t0, g);
+                    ops[k] = NULL;
+                    rc = irc;
+                }
             }
             for (int k = 0; k < SOAK_BATCH; k++) {
                 if (!ops[k]) continue;
@@ -148,7 +155,7 @@ static void *worker_main(void *arg)
                 if (wrc) rc = wrc;
             }
         }
-        if (rc) usleep(1000);   /* the peer is down: do not spin against it */
+        if (rc) usleep(1000); /* the peer is down: do not spin against it */
     }
     return NULL;
 }
@@ -170,8 +177,12 @@ static int wait_first_ok(soak_ctx_t *x, uint64_t t_spawn, uint64_t *t_ok)
     uint64_t deadline = cx_bench_now_ns() + 20000000000ull;
     while (cx_bench_now_ns() < deadline) {
         uint64_t v = atomic_load(&x->first_ok);
-        if (v && v < t_spawn) atomic_compare_exchange_strong(&x->first_ok, &v, 0);   /* the old process's */
-        else if (v) { *t_ok = v; return 0; }
+        if (v && v < t_spawn)
+            atomic_compare_exchange_strong(&x->first_ok, &v, 0); /* the old process's */
+        else if (v) {
+            *t_ok = v;
+            return 0;
+        }
         usleep(500);
     }
     return -1;
@@ -187,7 +198,7 @@ static void soak_variant(const cx_bench_opts_t *o, const char *vname, cx_bench_s
     uint64_t rng = s->seed;
     uint64_t *fails = calloc((size_t)o->cycles, sizeof *fails), *joins = calloc((size_t)o->cycles + 1, sizeof *joins),
              *ups = calloc((size_t)o->cycles + 1, sizeof *ups);
-    int nf = 0, nj = 0, warm_at = o->cycles >= 50 ? 10 : o->cycles / 5;   /* kills before the warm sample */
+    int nf = 0, nj = 0, warm_at = o->cycles >= 50 ? 10 : o->cycles / 5; /* kills before the warm sample */
     static soak_ctx_t x;
     memset(&x, 0, sizeof x);
     worker_t w[SOAK_THREADS];
@@ -203,7 +214,10 @@ static void soak_variant(const cx_bench_opts_t *o, const char *vname, cx_bench_s
     x.loc = buf;
     x.ngen = o->cycles + 1;
     x.reg_ns = calloc((size_t)x.ngen, sizeof *x.reg_ns);
-    if (!x.reg_ns) { snprintf(s->verdict, sizeof s->verdict, "skipped: out of memory"); goto out; }
+    if (!x.reg_ns) {
+        snprintf(s->verdict, sizeof s->verdict, "skipped: out of memory");
+        goto out;
+    }
     if ((rc = cx_register_memory(x.e, buf, loclen))) {
         snprintf(s->verdict, sizeof s->verdict, "FAIL: register: %s", cx_strerror(rc));
         goto out;
@@ -212,8 +226,11 @@ static void soak_variant(const cx_bench_opts_t *o, const char *vname, cx_bench_s
     char addr[32];
     snprintf(addr, sizeof addr, "%llx", (unsigned long long)SOAK_PEER_ADDR);
     setenv("CX_BENCH_PEER_ADDR", addr, 1);
-    cx_bench_child_opts_t co = { .region = SOAK_REGION, .seed = SOAK_SEED, .connect = cx_engine_local_url(x.e),
-                                 .hb_ms = o->hb_ms, .hb_timeout_ms = o->hb_timeout_ms };
+    cx_bench_child_opts_t co = { .region = SOAK_REGION,
+                                 .seed = SOAK_SEED,
+                                 .connect = cx_engine_local_url(x.e),
+                                 .hb_ms = o->hb_ms,
+                                 .hb_timeout_ms = o->hb_timeout_ms };
     uint64_t t0 = cx_bench_now_ns();
     /* Cycle c starts peer process c and kills it; the one started at c == cycles is the end sample. */
     for (int c = 0; c <= o->cycles; c++) {
@@ -238,7 +255,8 @@ static void soak_variant(const cx_bench_opts_t *o, const char *vname, cx_bench_s
                 if (pthread_create(&w[nw].th, NULL, worker_main, &w[nw])) break;
             }
         } else if (ch.base != x.base) {
-            snprintf(s->verdict, sizeof s->verdict, "FAIL: cycle %d: the peer's region moved (%" PRIx64 ")", c, ch.base);
+            snprintf(s->verdict, sizeof s->verdict, "FAIL: cycle %d: the peer's region moved (%" PRIx64 ")", c,
+                     ch.base);
             break;
         }
         uint64_t t_ok;
@@ -285,7 +303,7 @@ static void soak_variant(const cx_bench_opts_t *o, const char *vname, cx_bench_s
         s->done = c + 1;
     }
     atomic_store(&x.stop, 1);
-    for (int i = 0; i < nw; i++) pthread_join(w[i].th, NULL);   /* each op ends within the op timeout */
+    for (int i = 0; i < nw; i++) pthread_join(w[i].th, NULL); /* each op ends within the op timeout */
     if (ch.pid > 0) cx_bench_stop(&ch);
     s->seconds = (double)(cx_bench_now_ns() - t0) / 1e9;
     s->to_failed = cx_bench_dist(fails, nf);
@@ -297,16 +315,21 @@ static void soak_variant(const cx_bench_opts_t *o, const char *vname, cx_bench_s
     for (int k = 0; k < CX_SOAK_KINDS; k++) other += s->ops[k][CX_SOAK_OTHER], bad += s->ops[k][CX_SOAK_BADDATA];
     for (int i = 0; i < 16; i++) s->other_codes[i] = atomic_load(&x.codes[i]);
     if (!s->verdict[0]) {
-        if (other) snprintf(s->verdict, sizeof s->verdict, "FAIL: %" PRIu64 " ops ended otherwise than 0, "
-                            "CX_EPEER or CX_ETIMEDOUT", other);
-        else if (bad) snprintf(s->verdict, sizeof s->verdict, "FAIL: %" PRIu64 " reads returned wrong data", bad);
+        if (other)
+            snprintf(s->verdict, sizeof s->verdict,
+                     "FAIL: %" PRIu64 " ops ended otherwise than 0, "
+                     "CX_EPEER or CX_ETIMEDOUT",
+                     other);
+        else if (bad)
+            snprintf(s->verdict, sizeof s->verdict, "FAIL: %" PRIu64 " reads returned wrong data", bad);
         else if (s->fds_end > s->fds_warm + SOAK_FD_SLACK)
             snprintf(s->verdict, sizeof s->verdict, "FAIL: fds grew (%ld -> %ld)", s->fds_warm, s->fds_end);
         else if (s->rss_end > s->rss_warm + SOAK_RSS_SLACK_KIB)
             snprintf(s->verdict, sizeof s->verdict, "FAIL: RSS grew by %ld KiB", s->rss_end - s->rss_warm);
         else if (s->regions_end != s->regions_start || s->rbytes_end != s->rbytes_start)
             snprintf(s->verdict, sizeof s->verdict, "FAIL: registrations changed");
-        else snprintf(s->verdict, sizeof s->verdict, "ok (flat)");
+        else
+            snprintf(s->verdict, sizeof s->verdict, "ok (flat)");
     }
 out:
     unsetenv("CX_BENCH_PEER_ADDR");
@@ -326,7 +349,10 @@ out:
 static void soak_isolated(const cx_bench_opts_t *o, const char *vname, cx_bench_soak_t *s)
 {
     int p[2];
-    if (pipe(p)) { soak_variant(o, vname, s); return; }
+    if (pipe(p)) {
+        soak_variant(o, vname, s);
+        return;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
@@ -366,8 +392,10 @@ static void soak_isolated(const cx_bench_opts_t *o, const char *vname, cx_bench_
             /* A library's own fault handler (libfabric's, UCX's) prints a backtrace on stderr
              * and exits: a crash all the same. */
             s->crashed = -1;
-            snprintf(s->verdict, sizeof s->verdict, "FAIL: CRASH: the survivor exited (status %d) without a result "
-                     "(a fault handler's backtrace on stderr?)", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+            snprintf(s->verdict, sizeof s->verdict,
+                     "FAIL: CRASH: the survivor exited (status %d) without a result "
+                     "(a fault handler's backtrace on stderr?)",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         }
     }
 }
@@ -388,7 +416,8 @@ int cx_bench_soak(const cx_bench_opts_t *o)
     cx_bench_progress_done(o);
     printf("\nsoak: %d threads of reads, writes, put_signals and batches of %d async ops against a peer killed "
            "(SIGKILL) at a random moment and restarted; ops by result; fds and RSS at start/warm/end (max); "
-           "times in ms p50/p99/max\n", SOAK_THREADS, SOAK_BATCH);
+           "times in ms p50/p99/max\n",
+           SOAK_THREADS, SOAK_BATCH);
     cx_bench_print_soak();
     cx_bench_soak_json_line();
     if (o->json && cx_bench_write_json(o, o->json)) bad = 1;

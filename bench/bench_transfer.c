@@ -18,7 +18,7 @@ typedef struct target {
     uint64_t base;
     size_t len;
     uint32_t seed;
-    uint32_t op_seed;   /* the next write's or put_signal's own pattern */
+    uint32_t op_seed; /* the next write's or put_signal's own pattern */
 } target_t;
 
 /* Bounded wait for a message that starts with prefix (the peer's replies); others are dropped. */
@@ -47,27 +47,72 @@ static int ask(cx_engine_t *e, const char *url, const char *q, char *ans, size_t
     return await_reply(e, prefix, ans, n, 10000);
 }
 
+/* How a point moves its bytes: one op per call (nb 0), or nb blocks laid end to end, in one
+ * batch (cx_batch_*) or as nb async ops waited for one by one (async). The arrays are the
+ * point's, allocated outside the timing. */
+typedef struct shape {
+    int nb, async;
+    cx_batch_entry_t *ents;
+    cx_op_t **ops;
+    int *st;
+} shape_t;
+
+static int timed_many(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t size, size_t roff, const char *msg,
+                      const shape_t *sh)
+{
+    int rc = CX_OK;
+    if (!sh->async) {
+        for (int k = 0; k < sh->nb; k++)
+            sh->ents[k] = (cx_batch_entry_t){ .peer = t->url,
+                                              .local = loc + (size_t)k * size,
+                                              .remote = t->base + roff + (size_t)k * size,
+                                              .len = size };
+        if (op == OP_READ) return cx_batch_read(e, sh->ents, (size_t)sh->nb, sh->st);
+        if (op == OP_WRITE) return cx_batch_write(e, sh->ents, (size_t)sh->nb, sh->st);
+        cx_op_t *h = NULL;
+        rc = cx_batch_put_signal(e, t->url, sh->ents, (size_t)sh->nb, msg, strlen(msg) + 1, CX_CLASS_CRITICAL, sh->st,
+                                 &h);
+        return rc ? rc : cx_op_wait(h, -1);
+    }
+    int n = 0;
+    for (; n < sh->nb && rc == CX_OK; n++) {
+        uint8_t *l = loc + (size_t)n * size;
+        uint64_t r = t->base + roff + (size_t)n * size;
+        rc = op == OP_READ ? cx_read_async(e, t->url, l, r, size, CX_CLASS_CRITICAL, &sh->ops[n])
+                           : cx_write_async(e, t->url, l, r, size, CX_CLASS_CRITICAL, &sh->ops[n]);
+    }
+    if (rc) n--; /* the last one did not start */
+    for (int k = 0; k < n; k++) {
+        int r = cx_op_wait(sh->ops[k], -1);
+        if (rc == CX_OK) rc = r;
+    }
+    return rc;
+}
+
 /* One op at remote offset roff: prepared, timed (*ns), then checked, all three bounded. Reads land
  * in a buffer filled with a sentinel first and are compared with the peer's pattern; a write or
  * put_signal sends a pattern of its own (seeded per op) that the peer checks in its memory (after
  * the write, on a CHK message; as the put_signal's message arrives). Returns the op's status, or
  * CX_ERR with *bad saying what the check found. */
-static int one_op(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t size, size_t roff, uint64_t *ns,
-                  char *bad, size_t badlen)
+static int one_op(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t bsize, size_t roff, uint64_t *ns, char *bad,
+                  size_t badlen, const shape_t *sh)
 {
     char msg[96], ans[96];
     uint32_t seed = 0;
+    size_t size = sh->nb ? bsize * (size_t)sh->nb : bsize; /* every byte of the call, checked as one range */
     if (op == OP_READ) {
         memset(loc, 0xA5, size);
     } else {
         seed = t->op_seed++;
-        if (seed == t->seed) seed = t->op_seed++;   /* never the peer's own pattern */
+        if (seed == t->seed) seed = t->op_seed++; /* never the peer's own pattern */
         cx_bench_fill_at(loc, size, seed, roff);
         snprintf(msg, sizeof msg, "PSIG %zu %zu %u", roff, size, seed);
     }
     int rc;
     uint64_t t0 = cx_bench_now_ns();
-    if (op == OP_READ) {
+    if (sh->nb) {
+        rc = timed_many(e, t, loc, op, bsize, roff, msg, sh);
+    } else if (op == OP_READ) {
         rc = cx_read(e, t->url, loc, t->base + roff, size);
     } else if (op == OP_WRITE) {
         rc = cx_write(e, t->url, loc, t->base + roff, size);
@@ -82,11 +127,15 @@ static int one_op(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t size
         if (!cx_bench_check(loc, size, t->seed, roff)) snprintf(bad, badlen, "data differs");
     } else if (op == OP_WRITE) {
         snprintf(msg, sizeof msg, "CHK %zu %zu %u", roff, size, seed);
-        if (ask(e, t->url, msg, ans, sizeof ans)) snprintf(bad, badlen, "no CHK reply");
-        else if (strncmp(ans, "CHK ok", 6)) snprintf(bad, badlen, "written data not at the peer");
+        if (ask(e, t->url, msg, ans, sizeof ans))
+            snprintf(bad, badlen, "no CHK reply");
+        else if (strncmp(ans, "CHK ok", 6))
+            snprintf(bad, badlen, "written data not at the peer");
     } else {
-        if (await_reply(e, "PSIG", ans, sizeof ans, 10000)) snprintf(bad, badlen, "no PSIG reply");
-        else if (strncmp(ans, "PSIG ok", 7)) snprintf(bad, badlen, "data not in place when the signal arrived");
+        if (await_reply(e, "PSIG", ans, sizeof ans, 10000))
+            snprintf(bad, badlen, "no PSIG reply");
+        else if (strncmp(ans, "PSIG ok", 7))
+            snprintf(bad, badlen, "data not in place when the signal arrived");
     }
     return *bad ? CX_ERR : CX_OK;
 }
@@ -98,7 +147,7 @@ static void add_idle_peers(cx_engine_t *e, int n)
     for (int k = 0; k < n; k++) {
         char u[CX_URL_MAX];
         snprintf(u, sizeof u, "127.0.0.1:9#idle|%d|%d|%d", k % 61, k % 7, k);
-        (void)cx_connect(e, u, 1);   /* refused: the peer stays known */
+        (void)cx_connect(e, u, 1); /* refused: the peer stays known */
     }
 }
 
@@ -116,33 +165,34 @@ static void dump_samples(const char *vname, int op, size_t size, const uint64_t 
     fclose(f);
 }
 
-static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t *loc,
-                  const char *vname, const char *pair, int op, size_t size, uint64_t *samples, int *pdone, int ptotal)
+static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t *loc, const char *vname,
+                  const char *pair, int op, size_t size, uint64_t *samples, int *pdone, int ptotal, const shape_t *sh)
 {
+    size_t total = sh->nb ? size * (size_t)sh->nb : size;
     uint64_t *starts = samples + o->iters + 1;
     cx_bench_row_t r;
     memset(&r, 0, sizeof r);
     snprintf(r.backend, sizeof r.backend, "%s", vname);
     snprintf(r.pair, sizeof r.pair, "%s", pair);
-    snprintf(r.op, sizeof r.op, "%s", op_names[op]);
+    snprintf(r.op, sizeof r.op, "%s%s", op_names[op], sh->async ? ".async" : "");
     r.size = size;
     char hs[32];
-    cx_bench_progress(o, "[%3d/%3d] %-14s %-10s %8s", ++*pdone, ptotal, vname, op_names[op],
+    cx_bench_progress(o, "[%3d/%3d] %-14s %-10s %8s", ++*pdone, ptotal, vname, r.op,
                       cx_bench_human(size, hs, sizeof hs));
-    if (size > t->len) {
+    if (total > t->len) {
         snprintf(r.note, sizeof r.note, "skipped: peer region is %zu bytes", t->len);
         cx_bench_add_row(&r);
         return;
     }
     /* Ops land at distinct remote offsets (4 KiB apart, wrapping inside the peer's region). */
-    size_t span = t->len - size + 1;
+    size_t span = t->len - total + 1;
     char bad[96] = "";
     uint64_t ns;
     /* Warm-up: connections, registration caches, page faults; bounded like the loop. */
     int rc = 0, warm = 0, wmax = o->iters / 10 < 2 ? 2 : o->iters / 10 > 20 ? 20 : o->iters / 10;
     uint64_t t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 250000ull;
     while (warm < wmax && !rc && (warm < 1 || cx_bench_now_ns() < t_end)) {
-        rc = one_op(e, t, loc, op, size, ((size_t)warm * 4096) % span, &ns, bad, sizeof bad);
+        rc = one_op(e, t, loc, op, size, ((size_t)warm * 4096) % span, &ns, bad, sizeof bad, sh);
         warm += !rc;
     }
     int n = 0, failed_op = -1;
@@ -153,7 +203,7 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
     uint64_t spent = 0, budget = (uint64_t)o->budget_ms * 1000000ull, wall_end = cx_bench_now_ns() + 10 * budget;
     while (!rc && n < o->iters && (n < 3 || (spent < budget && cx_bench_now_ns() < wall_end))) {
         starts[n] = cx_bench_now_ns();
-        rc = one_op(e, t, loc, op, size, ((size_t)(warm + n) * 4096) % span, &ns, bad, sizeof bad);
+        rc = one_op(e, t, loc, op, size, ((size_t)(warm + n) * 4096) % span, &ns, bad, sizeof bad, sh);
         samples[n] = ns;
         spent += ns;
         if (rc) failed_op = warm + n;
@@ -164,7 +214,8 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
     /* How many timed ops ended on their own caller's thread (docs/semantics.md, "Threads and
      * polling"): the rest went through the progress thread and paid its wake-ups. */
     int driven = have_st && n && cx_stats(e, &s1) == CX_OK
-                     ? (int)((s1.ops_driven_done - s0.ops_driven_done) * 100 / (uint64_t)n) : -1;
+        ? (int)((s1.ops_driven_done - s0.ops_driven_done) * 100 / (uint64_t)n)
+        : -1;
     /* Writes and put_signals overwrote the peer's pattern that reads check: ask for it back. */
     char ans[32];
     if (op != OP_READ && ask(e, t->url, "FILL", ans, sizeof ans) && !rc) {
@@ -179,11 +230,18 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
         return;
     }
     cx_bench_row_fill(&r, samples, n);
+    r.gbps *= sh->nb ? sh->nb : 1; /* every block of the call */
+    r.batch = sh->nb;
+    r.async = sh->async;
     static const char *const oks[] = { "ok (every op verified)", "ok (every op checked at the peer)",
                                        "ok (every op checked on arrival)" };
     snprintf(r.note, sizeof r.note, "%s", oks[op]);
     size_t nl = strlen(r.note);
-    if (driven >= 0) snprintf(r.note + nl, sizeof r.note - nl, ", %d%% driven", driven);
+    if (sh->nb)
+        snprintf(r.note + nl, sizeof r.note - nl, ", %d x %s per call%s", sh->nb, hs,
+                 sh->async ? " (async ops)" : " (batch)");
+    else if (driven >= 0)
+        snprintf(r.note + nl, sizeof r.note - nl, ", %d%% driven", driven);
     cx_bench_add_row(&r);
 }
 
@@ -201,6 +259,13 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
     size_t maxsz = 0;
     for (int i = 0; i < o->nsizes; i++)
         if (o->sizes[i] > maxsz) maxsz = o->sizes[i];
+    if (o->batch) maxsz *= (size_t)o->batch;
+    shape_t one = { 0 }, bat = { .nb = o->batch }, asy = { .nb = o->batch, .async = 1 };
+    if (o->batch) {
+        bat.ents = calloc((size_t)o->batch, sizeof *bat.ents);
+        bat.st = calloc((size_t)o->batch, sizeof *bat.st);
+        asy.ops = calloc((size_t)o->batch, sizeof *asy.ops);
+    }
     cx_bench_row_t skip;
     memset(&skip, 0, sizeof skip);
     snprintf(skip.backend, sizeof skip.backend, "%s", vname);
@@ -213,12 +278,16 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
         return 0;
     }
     uint8_t *loc = mmap(NULL, maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    uint64_t *samples = calloc(2 * ((size_t)o->iters + 1), sizeof *samples);   /* latencies, then starts */
+    uint64_t *samples = calloc(2 * ((size_t)o->iters + 1), sizeof *samples); /* latencies, then starts */
     int failed = 0;
     cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
     target_t t = { 0 };
     char info[128];
-    if (loc == MAP_FAILED || !samples) { fprintf(stderr, "connex-bench: out of memory\n"); failed = 1; goto out; }
+    if (loc == MAP_FAILED || !samples || (o->batch && (!bat.ents || !bat.st || !asy.ops))) {
+        fprintf(stderr, "connex-bench: out of memory\n");
+        failed = 1;
+        goto out;
+    }
     memset(loc, 0, maxsz);
     t.op_seed = 1000;
     if ((rc = cx_register_memory(e, loc, maxsz))) {
@@ -242,8 +311,11 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
         t.len = (size_t)l;
         t.seed = s;
     } else {
-        cx_bench_child_opts_t co = { .region = maxsz, .seed = 7, .connect = cx_engine_local_url(e),
-                                     .hb_ms = o->hb_ms, .hb_timeout_ms = o->hb_timeout_ms };
+        cx_bench_child_opts_t co = { .region = maxsz,
+                                     .seed = 7,
+                                     .connect = cx_engine_local_url(e),
+                                     .hb_ms = o->hb_ms,
+                                     .hb_timeout_ms = o->hb_timeout_ms };
         if (cx_bench_spawn(o, &ch, &co)) {
             snprintf(skip.note, sizeof skip.note, "FAIL: peer process did not start");
             cx_bench_add_row(&skip);
@@ -269,8 +341,12 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
     /* Reads first: they check the peer's pattern, which writes overwrite. */
     for (int op = 0; op < 3; op++) {
         if (!(mask & (1 << op))) continue;
-        for (int s = 0; s < o->nsizes; s++)
-            point(o, e, &t, loc, vname, pairb, op, o->sizes[s], samples, pdone, ptotal);
+        for (int s = 0; s < o->nsizes; s++) {
+            point(o, e, &t, loc, vname, pairb, op, o->sizes[s], samples, pdone, ptotal, o->batch ? &bat : &one);
+            /* The same blocks as async ops, waited for one by one: what a caller did without batches. */
+            if (o->batch && op != OP_PUTSIG)
+                point(o, e, &t, loc, vname, pairb, op, o->sizes[s], samples, pdone, ptotal, &asy);
+        }
     }
 out:
     if (ch.pid > 0) cx_bench_stop(&ch);
@@ -278,6 +354,9 @@ out:
     cx_engine_destroy(e);
     if (loc != MAP_FAILED) munmap(loc, maxsz);
     free(samples);
+    free(bat.ents);
+    free(bat.st);
+    free(asy.ops);
     return failed;
 }
 
@@ -287,8 +366,11 @@ int cx_bench_transfer(const cx_bench_opts_t *o)
     int nv = 0;
     if (!o->peer && (nv = cx_bench_variants(o->backend, vs, 16)) < 0) return 2;
     int mask = ops_mask(o->ops), nops = 0;
-    for (int i = 0; i < 3; i++) nops += (mask >> i) & 1;
-    if (!nops) { fprintf(stderr, "connex-bench: --ops: none of read,write,put_signal\n"); return 2; }
+    for (int i = 0; i < 3; i++) nops += ((mask >> i) & 1) * (o->batch && i != OP_PUTSIG ? 2 : 1);
+    if (!nops) {
+        fprintf(stderr, "connex-bench: --ops: none of read,write,put_signal\n");
+        return 2;
+    }
     int rounds = o->rounds > 0 ? o->rounds : 1;
     int total = (o->peer ? 1 : nv) * nops * o->nsizes * rounds, done = 0, failed = 0;
     for (int round = 0; round < rounds; round++) {
@@ -307,8 +389,10 @@ int cx_bench_transfer(const cx_bench_opts_t *o)
         if (!o->peer && !(round % 2)) cx_bench_baselines(o, vs, nv);
     }
     cx_bench_progress_done(o);
-    if (rounds == 1) cx_bench_print_transfer();
-    else printf("\n(%d rounds: every row is in --json FILE; the table pairs each round's rows)\n", rounds);
+    if (rounds == 1)
+        cx_bench_print_transfer();
+    else
+        printf("\n(%d rounds: every row is in --json FILE; the table pairs each round's rows)\n", rounds);
     cx_bench_print_ratios(rounds);
     for (int i = 0; i < cx_bench_nrows(); i++)
         if (!strncmp(cx_bench_rows()[i].note, "FAIL", 4)) failed = 1;

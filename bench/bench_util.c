@@ -26,9 +26,18 @@ int cx_bench_parse_size(const char *s, size_t *out)
     unsigned shift = 0;
     switch (toupper((unsigned char)*end)) {
     case 0: break;
-    case 'K': shift = 10; end++; break;
-    case 'M': shift = 20; end++; break;
-    case 'G': shift = 30; end++; break;
+    case 'K':
+        shift = 10;
+        end++;
+        break;
+    case 'M':
+        shift = 20;
+        end++;
+        break;
+    case 'G':
+        shift = 30;
+        end++;
+        break;
     default: return -1;
     }
     if (*end == 'i' || *end == 'B') end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
@@ -46,8 +55,8 @@ int cx_bench_parse_sizes(const char *s, cx_bench_opts_t *o)
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         size_t v;
         if (o->nsizes == CX_BENCH_MAX_SIZES || cx_bench_parse_size(t, &v)) {
-            fprintf(stderr, "connex-bench: bad size '%s' (use e.g. 4K,16K,16M; at most %d sizes, 1 TiB)\n",
-                    t, CX_BENCH_MAX_SIZES);
+            fprintf(stderr, "connex-bench: bad size '%s' (use e.g. 4K,16K,16M; at most %d sizes, 1 TiB)\n", t,
+                    CX_BENCH_MAX_SIZES);
             return -1;
         }
         o->sizes[o->nsizes++] = v;
@@ -57,9 +66,12 @@ int cx_bench_parse_sizes(const char *s, cx_bench_opts_t *o)
 
 const char *cx_bench_human(size_t n, char *buf, size_t len)
 {
-    if (n >= (1u << 20) && n % (1u << 20) == 0) snprintf(buf, len, "%zu MiB", n >> 20);
-    else if (n >= 1024 && n % 1024 == 0) snprintf(buf, len, "%zu KiB", n >> 10);
-    else snprintf(buf, len, "%zu B", n);
+    if (n >= (1u << 20) && n % (1u << 20) == 0)
+        snprintf(buf, len, "%zu MiB", n >> 20);
+    else if (n >= 1024 && n % 1024 == 0)
+        snprintf(buf, len, "%zu KiB", n >> 10);
+    else
+        snprintf(buf, len, "%zu B", n);
     return buf;
 }
 
@@ -101,8 +113,10 @@ void cx_bench_progress(const cx_bench_opts_t *o, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     /* On a terminal one line is rewritten; in a log every step gets its own line. */
-    if (isatty(2)) fprintf(stderr, "\r\033[K%s", line);
-    else fprintf(stderr, "%s\n", line);
+    if (isatty(2))
+        fprintf(stderr, "\r\033[K%s", line);
+    else
+        fprintf(stderr, "%s\n", line);
 }
 
 void cx_bench_progress_done(const cx_bench_opts_t *o)
@@ -159,7 +173,7 @@ long cx_bench_count_fds(void)
     while ((de = readdir(d)))
         if (de->d_name[0] != '.') n++;
     closedir(d);
-    return n - 1;   /* the directory's own fd */
+    return n - 1; /* the directory's own fd */
 }
 
 long cx_bench_rss_kib(void)
@@ -200,8 +214,10 @@ int cx_bench_variants(const char *list, const cx_bench_variant_t **out, int max)
             if (!dup && n < max) out[n++] = &variants[i];
         }
         if (!hit) {
-            fprintf(stderr, "connex-bench: unknown backend '%s' (all, ucx, ucx_shm, ucx_tcp, libfabric, "
-                    "libfabric_shm, libfabric_tcp, zmq)\n", t);
+            fprintf(stderr,
+                    "connex-bench: unknown backend '%s' (all, ucx, ucx_shm, ucx_tcp, libfabric, "
+                    "libfabric_shm, libfabric_tcp, zmq)\n",
+                    t);
             return -1;
         }
     }
@@ -210,13 +226,17 @@ int cx_bench_variants(const char *list, const cx_bench_variant_t **out, int max)
 
 void cx_bench_variant_env(const cx_bench_variant_t *v, int set)
 {
-    if (set) setenv("CONNEX_BACKEND", v->backend, 1);
-    else unsetenv("CONNEX_BACKEND");
+    if (set)
+        setenv("CONNEX_BACKEND", v->backend, 1);
+    else
+        unsetenv("CONNEX_BACKEND");
     for (int i = 0; i < CX_BENCH_MAX_ENV && v->env[i]; i++) {
         char k[64];
         const char *eq = strchr(v->env[i], '=');
         snprintf(k, sizeof k, "%.*s", (int)(eq - v->env[i]), v->env[i]);
-        if (set) setenv(k, eq + 1, 1);
-        else unsetenv(k);
+        if (set)
+            setenv(k, eq + 1, 1);
+        else
+            unsetenv(k);
     }
 }

@@ -13,23 +13,24 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-        "usage: connex-bench transfer [--backend all|LIST] [--sizes 4K,64K,1M,16M] [--iters N]\n"
-        "                             [--budget-ms MS] [--ops read,write,put_signal]\n"
-        "                             [--baselines all|none|memcpy,tcp,zmq,ucx_raw,fi_raw,perftest]\n"
-        "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
-        "                             [--rounds N: all of it N times, then connex-c / raw loop per round]\n"
-        "                             [--idle-peers N: name N peers that never come up beside the target]\n"
-        "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
-        "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
-        "       connex-bench soak     [--backend ...] [--kills N, default 1000] [--kill-window-ms MS]\n"
-        "                             [--seed N] [--json FILE]   (--cycles N: the same as --kills)\n"
-        "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
-        "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
-        "       connex-bench serve    [--listen IP] [--port P] [--region SIZE] [--extra-regions N]\n"
-        "                             (the peer for --peer; N more 4 KiB regions registered after SIZE)\n"
-        "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
-        "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
-        " UCX_TLS / CONNEX_FI_PROVIDER for both processes)\n");
+            "usage: connex-bench transfer [--backend all|LIST] [--sizes 4K,64K,1M,16M] [--iters N]\n"
+            "                             [--budget-ms MS] [--ops read,write,put_signal]\n"
+            "                             [--baselines all|none|memcpy,tcp,zmq,ucx_raw,fi_raw,perftest]\n"
+            "                             [--peer URL] [--json FILE] [--plot FILE.png] [--quiet]\n"
+            "                             [--rounds N: all of it N times, then connex-c / raw loop per round]\n"
+            "                             [--idle-peers N: name N peers that never come up beside the target]\n"
+            "                             [--batch N: N blocks of each size per call, beside N async ops]\n"
+            "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
+            "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
+            "       connex-bench soak     [--backend ...] [--kills N, default 1000] [--kill-window-ms MS]\n"
+            "                             [--seed N] [--json FILE]   (--cycles N: the same as --kills)\n"
+            "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
+            "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
+            "       connex-bench serve    [--listen IP] [--port P] [--region SIZE] [--extra-regions N]\n"
+            "                             (the peer for --peer; N more 4 KiB regions registered after SIZE)\n"
+            "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
+            "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
+            " UCX_TLS / CONNEX_FI_PROVIDER for both processes)\n");
 }
 
 int main(int argc, char **argv)
@@ -53,10 +54,13 @@ int main(int argc, char **argv)
     o.faults = 7;
     o.cycles = 1000;
     o.kill_window_ms = 50;
-    o.hb_ms = 0;           /* 0: engine defaults (1 s / 3 s) for transfer and soak */
+    o.hb_ms = 0; /* 0: engine defaults (1 s / 3 s) for transfer and soak */
     o.hb_timeout_ms = 0;
     ssize_t sl = readlink("/proc/self/exe", o.self, sizeof o.self - 1);
-    if (sl <= 0) { perror("connex-bench: readlink /proc/self/exe"); return 1; }
+    if (sl <= 0) {
+        perror("connex-bench: readlink /proc/self/exe");
+        return 1;
+    }
     o.self[sl] = 0;
     size_t used = 0;
     for (int i = 0; i < argc && used < sizeof o.cmdline - 1; i++) {
@@ -73,14 +77,31 @@ int main(int argc, char **argv)
     }
     const char *sizes = "4K,64K,1M,16M";
     if (!strcmp(cmd, "serve")) return cx_bench_serve_main(&o, argc - 2, argv + 2);
-    static const struct option lo[] = {
-        { "backend", 1, 0, 'b' }, { "sizes", 1, 0, 's' }, { "iters", 1, 0, 'i' }, { "budget-ms", 1, 0, 'B' },
-        { "ops", 1, 0, 'o' }, { "baselines", 1, 0, 'L' }, { "peer", 1, 0, 'p' }, { "json", 1, 0, 'j' },
-        { "plot", 1, 0, 'P' }, { "runs", 1, 0, 'r' }, { "cycles", 1, 0, 'c' }, { "kills", 1, 0, 'c' }, { "hb-ms", 1, 0, 'h' },
-        { "hb-timeout-ms", 1, 0, 'H' }, { "quiet", 0, 0, 'q' }, { "bg-size", 1, 0, 'G' },
-        { "crit-size", 1, 0, 'C' }, { "chunk", 1, 0, 'K' }, { "faults", 1, 0, 'F' }, { "rounds", 1, 0, 'R' },
-        { "idle-peers", 1, 0, 'I' }, { "kill-window-ms", 1, 0, 'W' }, { "seed", 1, 0, 'S' }, { 0, 0, 0, 0 }
-    };
+    static const struct option lo[] = { { "backend", 1, 0, 'b' },
+                                        { "sizes", 1, 0, 's' },
+                                        { "iters", 1, 0, 'i' },
+                                        { "budget-ms", 1, 0, 'B' },
+                                        { "ops", 1, 0, 'o' },
+                                        { "baselines", 1, 0, 'L' },
+                                        { "peer", 1, 0, 'p' },
+                                        { "json", 1, 0, 'j' },
+                                        { "plot", 1, 0, 'P' },
+                                        { "runs", 1, 0, 'r' },
+                                        { "cycles", 1, 0, 'c' },
+                                        { "kills", 1, 0, 'c' },
+                                        { "hb-ms", 1, 0, 'h' },
+                                        { "hb-timeout-ms", 1, 0, 'H' },
+                                        { "quiet", 0, 0, 'q' },
+                                        { "bg-size", 1, 0, 'G' },
+                                        { "crit-size", 1, 0, 'C' },
+                                        { "chunk", 1, 0, 'K' },
+                                        { "faults", 1, 0, 'F' },
+                                        { "rounds", 1, 0, 'R' },
+                                        { "idle-peers", 1, 0, 'I' },
+                                        { "kill-window-ms", 1, 0, 'W' },
+                                        { "seed", 1, 0, 'S' },
+                                        { "batch", 1, 0, 'N' },
+                                        { 0, 0, 0, 0 } };
     optind = 2;
     int c, budget_set = 0, iters_set = 0;
     o.cls_bg = (size_t)1 << 30;
@@ -90,8 +111,14 @@ int main(int argc, char **argv)
         switch (c) {
         case 'b': o.backend = optarg; break;
         case 's': sizes = optarg; break;
-        case 'i': o.iters = (int)v; iters_set = 1; break;
-        case 'B': o.budget_ms = (int)v; budget_set = 1; break;
+        case 'i':
+            o.iters = (int)v;
+            iters_set = 1;
+            break;
+        case 'B':
+            o.budget_ms = (int)v;
+            budget_set = 1;
+            break;
         case 'o': o.ops = optarg; break;
         case 'L': o.baselines = optarg; break;
         case 'p': o.peer = optarg; break;
@@ -100,6 +127,7 @@ int main(int argc, char **argv)
         case 'r': o.runs = (int)v; break;
         case 'R': o.rounds = (int)v; break;
         case 'I': o.idle_peers = (int)v; break;
+        case 'N': o.batch = (int)v; break;
         case 'c': o.cycles = (int)v; break;
         case 'W': o.kill_window_ms = (int)v; break;
         case 'S': o.seed = strtoull(optarg, NULL, 10); break;
@@ -120,29 +148,42 @@ int main(int argc, char **argv)
                 }
                 o.faults |= 1u << k;
             }
-            if (!o.faults) { fprintf(stderr, "connex-bench: --faults names none\n"); return 2; }
+            if (!o.faults) {
+                fprintf(stderr, "connex-bench: --faults names none\n");
+                return 2;
+            }
             break;
         }
-        case 'G': case 'C': case 'K': {
+        case 'G':
+        case 'C':
+        case 'K': {
             size_t sz;
             if (cx_bench_parse_size(optarg, &sz) || !sz || sz % 8 || (c == 'K' && sz > 0xFFFFF000u)) {
                 fprintf(stderr, "connex-bench: bad size '%s' (a multiple of 8 bytes)\n", optarg);
                 return 2;
             }
-            if (c == 'G') o.cls_bg = sz;
-            else if (c == 'C') o.cls_crit = sz;
-            else o.cls_chunk = (uint32_t)sz;
+            if (c == 'G')
+                o.cls_bg = sz;
+            else if (c == 'C')
+                o.cls_crit = sz;
+            else
+                o.cls_chunk = (uint32_t)sz;
             break;
         }
         default: usage(stderr); return 2;
         }
     }
-    if (optind < argc) { fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]); return 2; }
+    if (optind < argc) {
+        fprintf(stderr, "connex-bench: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
     if (o.iters < 1 || o.iters > 1000000 || o.budget_ms < 1 || o.runs < 1 || o.runs > 10000 || o.cycles < 1 ||
-        o.kill_window_ms < 0 || o.kill_window_ms > 600000 || o.rounds < 1 || o.rounds > 50 || o.idle_peers < 0 || o.idle_peers > 10000 ||
-        o.cycles > 1000000 || (o.hb_ms && o.hb_ms < 10) || (o.hb_timeout_ms && o.hb_timeout_ms < 2 * o.hb_ms)) {
-        fprintf(stderr, "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --rounds 1..50, "
-                "--idle-peers 0..10000, "
+        o.kill_window_ms < 0 || o.kill_window_ms > 600000 || o.rounds < 1 || o.rounds > 50 || o.idle_peers < 0 ||
+        o.idle_peers > 10000 || o.batch < 0 || o.batch > 65536 || o.cycles > 1000000 || (o.hb_ms && o.hb_ms < 10) ||
+        (o.hb_timeout_ms && o.hb_timeout_ms < 2 * o.hb_ms)) {
+        fprintf(stderr,
+                "connex-bench: bad numbers: --iters 1..1e6, --budget-ms >= 1, --runs 1..10000, --rounds 1..50, "
+                "--idle-peers 0..10000, --batch 0..65536, "
                 "--kills (--cycles) >= 1, --kill-window-ms 0..600000, "
                 "--hb-ms >= 10, --hb-timeout-ms >= 2 x --hb-ms\n");
         return 2;
@@ -153,7 +194,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "transfer")) return cx_bench_transfer(&o);
     if (!strcmp(cmd, "classes")) {
         if (!budget_set) o.budget_ms = 20000;
-        if (!iters_set) o.iters = 100000;   /* the budget ends a phase: reads for all of it */
+        if (!iters_set) o.iters = 100000; /* the budget ends a phase: reads for all of it */
         return cx_bench_classes(&o);
     }
     if (!strcmp(cmd, "failover")) {

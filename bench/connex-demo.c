@@ -95,11 +95,17 @@ static int child_main(uint16_t port, uint32_t seed, const char *parent)
     c.stage = 1;
     c.port = port;
     int rc = cx_engine_create(&c, &c_e);
-    if (rc) { fprintf(stderr, "child: engine: %s\n", cx_strerror(rc)); return 1; }
+    if (rc) {
+        fprintf(stderr, "child: engine: %s\n", cx_strerror(rc));
+        return 1;
+    }
     c_reg = mmap(NULL, REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (c_reg == MAP_FAILED) return 1;
     fill(c_reg, REGION, seed, 0);
-    if ((rc = cx_register_memory(c_e, c_reg, REGION))) { fprintf(stderr, "child: register: %s\n", cx_strerror(rc)); return 1; }
+    if ((rc = cx_register_memory(c_e, c_reg, REGION))) {
+        fprintf(stderr, "child: register: %s\n", cx_strerror(rc));
+        return 1;
+    }
     pthread_t t;
     pthread_create(&t, NULL, child_msgs, NULL);
     if (parent && (rc = cx_connect(c_e, parent, 5000)))
@@ -107,7 +113,7 @@ static int child_main(uint16_t port, uint32_t seed, const char *parent)
     printf("READY %s %" PRIxPTR "\n", cx_engine_local_url(c_e), (uintptr_t)c_reg);
     fflush(stdout);
     char buf[64];
-    while (read(0, buf, sizeof buf) > 0) {}   /* until the parent closes our stdin */
+    while (read(0, buf, sizeof buf) > 0) {} /* until the parent closes our stdin */
     atomic_store(&c_stop, 1);
     pthread_join(t, NULL);
     cx_engine_destroy(c_e);
@@ -135,7 +141,7 @@ static int spawn(child_t *ch, const char *self, uint16_t port, uint32_t seed, co
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* never outlive the demo */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the demo */
         if (getppid() != me) _exit(1);
         dup2(in[0], 0);
         dup2(out[1], 1);
@@ -178,11 +184,18 @@ static void reap(child_t *ch, int sig)
     if (ch->pid <= 0) return;
     if (sig) kill(ch->pid, sig);
     close(ch->in);
-    for (int i = 0; i < 500; i++) {   /* 5 s, then SIGKILL */
-        if (waitpid(ch->pid, NULL, WNOHANG) == ch->pid) { ch->pid = -1; break; }
+    for (int i = 0; i < 500; i++) { /* 5 s, then SIGKILL */
+        if (waitpid(ch->pid, NULL, WNOHANG) == ch->pid) {
+            ch->pid = -1;
+            break;
+        }
         usleep(10000);
     }
-    if (ch->pid > 0) { kill(ch->pid, SIGKILL); waitpid(ch->pid, NULL, 0); ch->pid = -1; }
+    if (ch->pid > 0) {
+        kill(ch->pid, SIGKILL);
+        waitpid(ch->pid, NULL, 0);
+        ch->pid = -1;
+    }
     close(ch->out);
 }
 
@@ -197,11 +210,20 @@ static int wait_ev(cx_engine_t *e, cx_event_type_t type, int ms, cx_event_t *out
         char lid[CX_URL_MAX];
         cx_lid_format(&ev.peer, lid, sizeof lid);
         printf("  event %-7s %-14s %s\n", cx_event_name(ev.type), lid, ev.reason);
-        if (ev.type == type) { if (out) *out = ev; return CX_OK; }
+        if (ev.type == type) {
+            if (out) *out = ev;
+            return CX_OK;
+        }
     }
 }
 
-typedef struct row { char op[24]; size_t size; int iters; double p50_us, gbps; char result[64]; } row_t;
+typedef struct row {
+    char op[24];
+    size_t size;
+    int iters;
+    double p50_us, gbps;
+    char result[64];
+} row_t;
 static row_t rows[64];
 static int nrows, failures;
 
@@ -225,9 +247,12 @@ static int cmp_u64(const void *a, const void *b)
 
 static const char *human(size_t n, char *buf, size_t len)
 {
-    if (n >= (1u << 20) && n % (1u << 20) == 0) snprintf(buf, len, "%zu MiB", n >> 20);
-    else if (n >= 1024 && n % 1024 == 0) snprintf(buf, len, "%zu KiB", n >> 10);
-    else snprintf(buf, len, "%zu B", n);
+    if (n >= (1u << 20) && n % (1u << 20) == 0)
+        snprintf(buf, len, "%zu MiB", n >> 20);
+    else if (n >= 1024 && n % 1024 == 0)
+        snprintf(buf, len, "%zu KiB", n >> 10);
+    else
+        snprintf(buf, len, "%zu B", n);
     return buf;
 }
 
@@ -237,9 +262,15 @@ static int child_check(cx_engine_t *e, const child_t *ch, size_t off, size_t len
 {
     char msg[96];
     snprintf(msg, sizeof msg, "CHK %zu %zu %" PRIx64, off, len, h);
-    if (cx_send_msg(e, ch->url, msg, strlen(msg))) { *why = "check request not sent"; return -1; }
+    if (cx_send_msg(e, ch->url, msg, strlen(msg))) {
+        *why = "check request not sent";
+        return -1;
+    }
     cx_msg_t m;
-    if (cx_recv_msg(e, &m, 10000)) { *why = "no check reply"; return -1; }
+    if (cx_recv_msg(e, &m, 10000)) {
+        *why = "no check reply";
+        return -1;
+    }
     int ok = m.len >= 2 && !memcmp(m.data, "OK", 2);
     cx_msg_release(&m);
     if (!ok) *why = "peer's memory differs";
@@ -254,7 +285,7 @@ static void bench(cx_engine_t *e, const child_t *ch, uint8_t *loc, int kind, siz
                   uint32_t child_seed)
 {
     static const char *names[] = { "write", "read", "put_signal" };
-    static uint32_t op_seed = 1000;   /* never the child's seed: a fresh pattern per op */
+    static uint32_t op_seed = 1000; /* never the child's seed: a fresh pattern per op */
     uint64_t *t = calloc((size_t)iters, sizeof *t);
     const char *res = "ok";
     char why[96];
@@ -279,7 +310,11 @@ static void bench(cx_engine_t *e, const child_t *ch, uint8_t *loc, int kind, siz
             if (rc == CX_OK) rc = cx_op_wait(op, -1);
         }
         t[i] = now_ns() - t0;
-        if (rc) { snprintf(why, sizeof why, "FAIL: op %d: %s", i, cx_strerror(rc)); res = why; break; }
+        if (rc) {
+            snprintf(why, sizeof why, "FAIL: op %d: %s", i, cx_strerror(rc));
+            res = why;
+            break;
+        }
         const char *bad = NULL;
         if (kind == 0) {
             child_check(e, ch, off, size, fnv(loc + off, size), &bad);
@@ -295,7 +330,11 @@ static void bench(cx_engine_t *e, const child_t *ch, uint8_t *loc, int kind, siz
                 cx_msg_release(&m);
             }
         }
-        if (bad) { snprintf(why, sizeof why, "FAIL: op %d: %s", i, bad); res = why; break; }
+        if (bad) {
+            snprintf(why, sizeof why, "FAIL: op %d: %s", i, bad);
+            res = why;
+            break;
+        }
     }
     if (!strcmp(res, "ok"))
         res = kind == 0 ? "ok (checked at the peer)" : kind == 1 ? "ok (verified)" : "ok (checked on arrival)";
@@ -320,7 +359,10 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     char self[4096];
     ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (sl <= 0) { perror("readlink /proc/self/exe"); return 1; }
+    if (sl <= 0) {
+        perror("readlink /proc/self/exe");
+        return 1;
+    }
     self[sl] = 0;
 
     cx_config_t c;
@@ -328,7 +370,10 @@ int main(int argc, char **argv)
     c.model = MODEL;
     cx_engine_t *e;
     int rc = cx_engine_create(&c, &e);
-    if (rc) { fprintf(stderr, "demo: engine: %s\n", cx_strerror(rc)); return 1; }
+    if (rc) {
+        fprintf(stderr, "demo: engine: %s\n", cx_strerror(rc));
+        return 1;
+    }
     const char *be = getenv("CONNEX_BACKEND");
     printf("connex-demo: survivor %s, backends opened: %s (CONNEX_BACKEND=%s)\n", cx_engine_local_url(e),
            cx_engine_backends(e), be && *be ? be : "auto");
@@ -336,14 +381,20 @@ int main(int argc, char **argv)
     uint8_t *loc = mmap(NULL, 2 * REGION, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (loc == MAP_FAILED) return 1;
     fill(loc, REGION, 77, 0);
-    if ((rc = cx_register_memory(e, loc, 2 * REGION))) { fprintf(stderr, "demo: register: %s\n", cx_strerror(rc)); return 1; }
+    if ((rc = cx_register_memory(e, loc, 2 * REGION))) {
+        fprintf(stderr, "demo: register: %s\n", cx_strerror(rc));
+        return 1;
+    }
 
     child_t ch = { 0 };
     uint32_t seed = 5;
     uint64_t t0 = now_ns();
     /* The child comes back on this port after its kill -9: see stable_port.h. */
     if (spawn(&ch, self, cx_bench_stable_port(NULL), seed, cx_engine_local_url(e))) return 1;
-    if (wait_ev(e, CX_EVENT_UP, 5000, NULL)) { fprintf(stderr, "demo: no UP from the child\n"); failures++; }
+    if (wait_ev(e, CX_EVENT_UP, 5000, NULL)) {
+        fprintf(stderr, "demo: no UP from the child\n");
+        failures++;
+    }
     printf("child %d up at %s after %.1f ms, pair backend %s\n", (int)ch.pid, ch.url, (now_ns() - t0) / 1e6,
            cx_peer_backend(e, ch.url) ? cx_peer_backend(e, ch.url) : "?");
 
@@ -368,8 +419,10 @@ int main(int argc, char **argv)
     double fail_ms = (now_ns() - tk) / 1e6;
     reap(&ch, 0);
     char res[64];
-    if (rc) snprintf(res, sizeof res, "FAIL: no event in 5 s");
-    else snprintf(res, sizeof res, "ok (%.40s)", ev.reason);
+    if (rc)
+        snprintf(res, sizeof res, "FAIL: no event in 5 s");
+    else
+        snprintf(res, sizeof res, "ok (%.40s)", ev.reason);
     add_row("kill -9 -> FAILED", 0, 1, rc ? 0 : fail_ms * 1e3, res);
     rc = cx_read(e, ch.url, loc, ch.base, 4096);
     add_row("op to dead peer", 4096, 1, 0, rc == CX_EPEER ? "ok (CX_EPEER)" : "FAIL: not CX_EPEER");
@@ -385,13 +438,15 @@ int main(int argc, char **argv)
         rc = wait_ev(e, CX_EVENT_JOINED, 8000, &ev);
         double join_ms = (now_ns() - tr) / 1e6;
         add_row("restart -> JOINED", 0, 1, rc ? 0 : join_ms * 1e3,
-                rc ? "FAIL: no JOINED in 8 s" : strcmp(ch.url, old_url) ? "FAIL: other URL" : "ok (same LID, port)");
+                rc                            ? "FAIL: no JOINED in 8 s"
+                    : strcmp(ch.url, old_url) ? "FAIL: other URL"
+                                              : "ok (same LID, port)");
         memset(loc + REGION, 0xA5, 1u << 20);
         rc = cx_read(e, ch.url, loc + REGION, ch.base, 1u << 20);
         double first_ms = (now_ns() - tr) / 1e6;
         int ok = rc == CX_OK && check(loc + REGION, 1u << 20, seed, 0);
         add_row("first read after", 1u << 20, 1, first_ms * 1e3, ok ? "ok (new process's data)" : "FAIL");
-        reap(&ch, 0);   /* clean close: stdin EOF, the child sends BYE */
+        reap(&ch, 0); /* clean close: stdin EOF, the child sends BYE */
         rc = wait_ev(e, CX_EVENT_LEFT, 5000, NULL);
         add_row("clean close -> LEFT", 0, 1, 0, rc ? "FAIL: no LEFT" : "ok");
     }
@@ -399,21 +454,22 @@ int main(int argc, char **argv)
     cx_stats_t st;
     cx_stats(e, &st);
     printf("\n%-20s %9s %6s %12s %10s  %s\n", "operation", "size", "iters", "p50", "GB/s", "result");
-    printf("%-20s %9s %6s %12s %10s  %s\n", "--------------------", "---------", "------", "------------",
-           "----------", "------------------------");
+    printf("%-20s %9s %6s %12s %10s  %s\n", "--------------------", "---------", "------", "------------", "----------",
+           "------------------------");
     for (int i = 0; i < nrows; i++) {
         char sz[32] = "-", lat[32] = "-", bw[32] = "-";
         if (rows[i].size) human(rows[i].size, sz, sizeof sz);
         if (rows[i].p50_us > 0) {
-            if (rows[i].p50_us >= 10000) snprintf(lat, sizeof lat, "%.1f ms", rows[i].p50_us / 1e3);
-            else snprintf(lat, sizeof lat, "%.1f us", rows[i].p50_us);
+            if (rows[i].p50_us >= 10000)
+                snprintf(lat, sizeof lat, "%.1f ms", rows[i].p50_us / 1e3);
+            else
+                snprintf(lat, sizeof lat, "%.1f us", rows[i].p50_us);
         }
         if (rows[i].gbps > 0 && rows[i].iters > 1) snprintf(bw, sizeof bw, "%.3f", rows[i].gbps);
         printf("%-20s %9s %6d %12s %10s  %s\n", rows[i].op, sz, rows[i].iters, lat, bw, rows[i].result);
     }
-    printf("\nsurvivor incarnation %016" PRIx64 " unchanged; peer failures %" PRIu64 ", joins %" PRIu64
-           "; %s\n", cx_engine_incarnation(e), st.peer_failures, st.peer_joins,
-           failures ? "SOME STEPS FAILED" : "all steps ok");
+    printf("\nsurvivor incarnation %016" PRIx64 " unchanged; peer failures %" PRIu64 ", joins %" PRIu64 "; %s\n",
+           cx_engine_incarnation(e), st.peer_failures, st.peer_joins, failures ? "SOME STEPS FAILED" : "all steps ok");
     cx_unregister_memory(e, loc);
     cx_engine_destroy(e);
     munmap(loc, 2 * REGION);

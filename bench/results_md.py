@@ -8,7 +8,8 @@ Usage:
 Each FILE is what `connex-bench transfer|failover|soak --json FILE` wrote. Every table states
 the date, host and command recorded in its file and the commit the run was built from: the file's
 own "commit" field where it has one, else --commit (default: the checkout's `git rev-parse --short
-HEAD`). Runs taken at different commits keep each its own.
+HEAD`). Runs taken at different commits keep each its own; a soak row with a "commit" of its
+own (a variant run again alone, merged into the file) names it and its "date" in its verdict.
 
 A soak run is long (minutes per 100 kills). When no file holds soak rows, the section of the
 existing output between the markers `<!-- soak:begin -->` and `<!-- soak:end -->` is kept as it
@@ -167,12 +168,14 @@ def section_transfer(doc, commit, plot_rel):
     if any(p.get("rounds", 0) > 1 for p in vs):
         out += ["### Paired rounds (`--rounds`)", "",
                 "Each round's connex p50 over the raw p50 of the same round; median, range, and "
-                "`best` (lowest connex p50 over lowest raw p50).", "",
+                "`best` (lowest connex p50 over lowest raw p50). `read x128`: 128 blocks per call "
+                "(`--batch`), one batch against the raw loop posting the same 128 ops.", "",
                 "| op | size | backend | raw | rounds | connex p50 | raw p50 | ratio | range | best |",
                 "|---|---|---|---|---|---|---|---|---|---|"]
         for p in vs:
             out.append("| %s | %s | %s | %s | %d | %s | %s | %.2f | %.2f-%.2f | %.2f |" % (
-                p["op"], size_str(p["size"]), p["backend"], p["raw"], p["rounds"],
+                p["op"] + (" x%d" % p["batch"] if p.get("batch") else ""), size_str(p["size"]),
+                p["backend"], p["raw"], p["rounds"],
                 us_str(p["p50_us"]), us_str(p["raw_p50_us"]), p["ratio"], p["ratio_min"],
                 p["ratio_max"], p["ratio_best"]))
         out.append("")
@@ -227,6 +230,14 @@ def section_failover(doc, commit):
     return out
 
 
+def verdict_of(doc, row):
+    """A row run at another commit than its file's says which (a variant run again alone)."""
+    v = row.get("verdict", "")
+    if row.get("commit") and row.get("commit") != doc.get("commit"):
+        v += " (commit %s, %s)" % (row["commit"], row.get("date", "?"))
+    return v
+
+
 def section_soak(doc, commit):
     soaks = doc.get("soak") or []
     if not soaks:
@@ -253,7 +264,7 @@ def section_soak(doc, commit):
             t["unregistered"], t["other"], t["bad_data"], fds.get("start"), fds.get("warm"),
             fds.get("end"), rss.get("start"), rss.get("warm"), rss.get("end"),
             ms_triplet(s.get("kill_to_failed")), ms_triplet(s.get("start_to_first_transfer")),
-            ms_triplet(s.get("engine_up_to_first_transfer")), md_escape(s.get("verdict", ""))))
+            ms_triplet(s.get("engine_up_to_first_transfer")), md_escape(verdict_of(doc, s))))
     flat = [s["backend"] for s in soaks
             if list(s.get("regions", [0, 0]))[:1] * 2 == list(s.get("regions", [0, 0]))
             and list(s.get("registered_bytes", [0, 0]))[:1] * 2 == list(s.get("registered_bytes", [0, 0]))]

@@ -20,8 +20,7 @@ static void efd_signal(int efd)
 int cx_ce_create(int kind, int device, cx_ce_t **out)
 {
     *out = NULL;
-    const struct ce_ops *ops = kind == CX_MEM_CUDA ? &cx_ce_cuda_ops
-                             : kind == CX_MEM_SIM ? &cx_ce_sim_ops : NULL;
+    const struct ce_ops *ops = kind == CX_MEM_CUDA ? &cx_ce_cuda_ops : kind == CX_MEM_SIM ? &cx_ce_sim_ops : NULL;
     if (!ops) {
         cx_error("copy engine: memory kind %d has none", kind);
         return CX_EINVAL;
@@ -69,10 +68,22 @@ void cx_ce_destroy(cx_ce_t *ce)
     free(ce);
 }
 
-int cx_ce_fd(const cx_ce_t *ce) { return ce->efd; }
-int cx_ce_kind(const cx_ce_t *ce) { return ce->kind; }
-unsigned cx_ce_inflight(const cx_ce_t *ce) { return atomic_load(&((cx_ce_t *)ce)->inflight); }
-void cx_ce_kick(cx_ce_t *ce) { efd_signal(ce->efd); }
+int cx_ce_fd(const cx_ce_t *ce)
+{
+    return ce->efd;
+}
+int cx_ce_kind(const cx_ce_t *ce)
+{
+    return ce->kind;
+}
+unsigned cx_ce_inflight(const cx_ce_t *ce)
+{
+    return atomic_load(&((cx_ce_t *)ce)->inflight);
+}
+void cx_ce_kick(cx_ce_t *ce)
+{
+    efd_signal(ce->efd);
+}
 
 int cx_ce_copy(cx_ce_t *ce, int dir, void *dev, void *host, size_t len, void *cookie)
 {
@@ -98,8 +109,10 @@ void cx_ce_complete(struct ce_req *r, int status)
     r->status = status;
     r->next = NULL;
     pthread_mutex_lock(&ce->mu);
-    if (ce->done_tail) ce->done_tail->next = r;
-    else ce->done_head = r;
+    if (ce->done_tail)
+        ce->done_tail->next = r;
+    else
+        ce->done_head = r;
     ce->done_tail = r;
     pthread_mutex_unlock(&ce->mu);
     efd_signal(ce->efd);
@@ -123,7 +136,7 @@ int cx_ce_poll(cx_ce_t *ce, cx_ce_done_t *out, int max)
     }
     int more = ce->done_head != NULL;
     pthread_mutex_unlock(&ce->mu);
-    if (more) efd_signal(ce->efd);   /* the caller stopped at max: keep the fd readable */
+    if (more) efd_signal(ce->efd); /* the caller stopped at max: keep the fd readable */
     atomic_fetch_sub(&ce->inflight, (unsigned)n);
     return n;
 }

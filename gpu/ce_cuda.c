@@ -11,10 +11,13 @@
 
 struct cuda_ce {
     CUstream s[2];
-    pthread_mutex_t mu;   /* one submitter at a time per stream pair keeps copy+callback adjacent */
+    pthread_mutex_t mu; /* one submitter at a time per stream pair keeps copy+callback adjacent */
 };
 
-static void host_fn(void *arg) { cx_ce_complete(arg, CX_OK); }
+static void host_fn(void *arg)
+{
+    cx_ce_complete(arg, CX_OK);
+}
 
 static void cuda_stop(cx_ce_t *ce)
 {
@@ -25,8 +28,7 @@ static void cuda_stop(cx_ce_t *ce)
         for (int d = 0; d < 2; d++) {
             if (!c->s[d]) continue;
             CUresult r = cu->cuStreamSynchronize(c->s[d]);
-            if (r != CUDA_SUCCESS)
-                cx_error("cuda copy engine: stream sync: %s", cx_cuda_errname(r));
+            if (r != CUDA_SUCCESS) cx_error("cuda copy engine: stream sync: %s", cx_cuda_errname(r));
             cu->cuStreamDestroy(c->s[d]);
         }
     }
@@ -71,8 +73,8 @@ static int cuda_submit(cx_ce_t *ce, struct ce_req *r)
     if (e != CUDA_SUCCESS) {
         pthread_mutex_unlock(&c->mu);
         cx_error("cuda copy engine: %s of %zu bytes (dev %p, host %p): %s",
-                 r->dir == CX_CE_H2D ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync", r->len, r->dev,
-                 r->host, cx_cuda_errname(e));
+                 r->dir == CX_CE_H2D ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync", r->len, r->dev, r->host,
+                 cx_cuda_errname(e));
         return CX_ERR;
     }
     e = cu->cuLaunchHostFunc(s, host_fn, r);

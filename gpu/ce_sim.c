@@ -18,7 +18,7 @@ struct sim_q {
 
 struct sim_ce {
     struct sim_q q[2];
-    double bytes_per_ns;   /* 0: as fast as memcpy */
+    double bytes_per_ns; /* 0: as fast as memcpy */
 };
 
 static void throttle(const struct sim_ce *s, size_t len, const struct timespec *t0)
@@ -42,7 +42,7 @@ static void *worker(void *arg)
     pthread_mutex_lock(&q->mu);
     for (;;) {
         while (!q->head && !q->stop) pthread_cond_wait(&q->cv, &q->mu);
-        if (!q->head) break;   /* stop, and the queue is drained */
+        if (!q->head) break; /* stop, and the queue is drained */
         r = q->head;
         q->head = r->next;
         if (!q->head) q->tail = NULL;
@@ -50,8 +50,10 @@ static void *worker(void *arg)
         if (!s) s = (struct sim_ce *)r->ce->impl;
         struct timespec t0;
         clock_gettime(CLOCK_MONOTONIC, &t0);
-        if (r->dir == CX_CE_H2D) memcpy(r->dev, r->host, r->len);
-        else memcpy(r->host, r->dev, r->len);
+        if (r->dir == CX_CE_H2D)
+            memcpy(r->dev, r->host, r->len);
+        else
+            memcpy(r->host, r->dev, r->len);
         throttle(s, r->len, &t0);
         cx_ce_complete(r, CX_OK);
         pthread_mutex_lock(&q->mu);
@@ -86,8 +88,8 @@ static int sim_start(cx_ce_t *ce)
     struct sim_ce *s = calloc(1, sizeof *s);
     if (!s) return CX_ENOMEM;
     double v;
-    (void)cx_opt_get_float("CONNEX_GPU_SIM_GBPS", &v);   /* default 0: unlimited */
-    s->bytes_per_ns = v;   /* GB/s == bytes/ns */
+    (void)cx_opt_get_float("CONNEX_GPU_SIM_GBPS", &v); /* default 0: unlimited */
+    s->bytes_per_ns = v;                               /* GB/s == bytes/ns */
     ce->impl = s;
     for (int d = 0; d < 2; d++) {
         pthread_mutex_init(&s->q[d].mu, NULL);
@@ -108,8 +110,10 @@ static int sim_submit(cx_ce_t *ce, struct ce_req *r)
 {
     struct sim_q *q = &((struct sim_ce *)ce->impl)->q[r->dir];
     pthread_mutex_lock(&q->mu);
-    if (q->tail) q->tail->next = r;
-    else q->head = r;
+    if (q->tail)
+        q->tail->next = r;
+    else
+        q->head = r;
     q->tail = r;
     pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);

@@ -13,10 +13,10 @@
 #define CX_CUDA_MAXDEV 64
 
 static struct cx_cuda g_cu;
-static const struct cx_cuda *g_cu_ok;   /* &g_cu once usable */
+static const struct cx_cuda *g_cu_ok; /* &g_cu once usable */
 static int g_init_rc = CX_EUNSUPPORTED;
 static char g_cuda_line[256] = "cuda: not probed";
-static char g_status[2][320];           /* [sim on] */
+static char g_status[2][320]; /* [sim on] */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t g_ctx_mu = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext g_ctx[CX_CUDA_MAXDEV];
@@ -25,7 +25,7 @@ const char *cx_cuda_errname(CUresult r)
 {
     const char *s = NULL;
     if (g_cu.cuGetErrorName && g_cu.cuGetErrorName(r, &s) == CUDA_SUCCESS && s) return s;
-    switch (r) {   /* the ones that matter before cuGetErrorName is known to work */
+    switch (r) { /* the ones that matter before cuGetErrorName is known to work */
     case CUDA_ERROR_STUB_LIBRARY: return "CUDA_ERROR_STUB_LIBRARY";
     case CUDA_ERROR_INSUFFICIENT_DRIVER: return "CUDA_ERROR_INSUFFICIENT_DRIVER";
     case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
@@ -51,14 +51,12 @@ static int sym(void **dst, const char *name, const char *name_v2)
 
 static int resolve(void)
 {
-    return SYM(cuInit) | SYM(cuDriverGetVersion) | SYM(cuGetErrorName) | SYM(cuGetErrorString) |
-           SYM(cuDeviceGetCount) | SYM(cuDeviceGet) | SYM(cuDeviceGetName) |
-           SYM(cuDeviceGetAttribute) | SYM(cuDevicePrimaryCtxRetain) |
-           SYM2(cuDevicePrimaryCtxRelease) | SYM(cuCtxSetCurrent) | SYM(cuPointerGetAttribute) |
-           SYM2(cuMemAlloc) | SYM2(cuMemFree) | SYM(cuMemHostAlloc) | SYM(cuMemFreeHost) |
-           SYM(cuMemcpy) | SYM2(cuMemsetD8) | SYM2(cuMemcpyHtoDAsync) |
-           SYM2(cuMemcpyDtoHAsync) | SYM(cuStreamCreate) | SYM2(cuStreamDestroy) |
-           SYM(cuStreamSynchronize) | SYM(cuLaunchHostFunc);
+    return SYM(cuInit) | SYM(cuDriverGetVersion) | SYM(cuGetErrorName) | SYM(cuGetErrorString) | SYM(cuDeviceGetCount) |
+        SYM(cuDeviceGet) | SYM(cuDeviceGetName) | SYM(cuDeviceGetAttribute) | SYM(cuDevicePrimaryCtxRetain) |
+        SYM2(cuDevicePrimaryCtxRelease) | SYM(cuCtxSetCurrent) | SYM(cuPointerGetAttribute) | SYM2(cuMemAlloc) |
+        SYM2(cuMemFree) | SYM(cuMemHostAlloc) | SYM(cuMemFreeHost) | SYM(cuMemcpy) | SYM2(cuMemsetD8) |
+        SYM2(cuMemcpyHtoDAsync) | SYM2(cuMemcpyDtoHAsync) | SYM(cuStreamCreate) | SYM2(cuStreamDestroy) |
+        SYM(cuStreamSynchronize) | SYM(cuLaunchHostFunc);
 }
 
 static void load(void)
@@ -71,33 +69,35 @@ static void load(void)
         const char *err = dlerror();
         snprintf(g_cuda_line, sizeof g_cuda_line,
                  "cuda: unavailable: no %s (%s); the NVIDIA driver is not installed (a CUDA "
-                 "toolkit's libcudart alone is not enough)", path, err ? err : "dlopen failed");
+                 "toolkit's libcudart alone is not enough)",
+                 path, err ? err : "dlopen failed");
         return;
     }
     if (resolve()) return;
     CUresult r = g_cu.cuInit(0);
     if (r != CUDA_SUCCESS) {
         const char *hint = r == CUDA_ERROR_STUB_LIBRARY ? ": this is the toolkit's stub library, not a driver"
-                         : r == CUDA_ERROR_NO_DEVICE ? ": the driver sees no GPU"
-                         : r == CUDA_ERROR_INSUFFICIENT_DRIVER ? ": the driver is too old" : "";
-        snprintf(g_cuda_line, sizeof g_cuda_line, "cuda: unavailable: %s: cuInit failed: %s (%d)%s",
-                 path, cx_cuda_errname(r), r, hint);
+            : r == CUDA_ERROR_NO_DEVICE                 ? ": the driver sees no GPU"
+            : r == CUDA_ERROR_INSUFFICIENT_DRIVER       ? ": the driver is too old"
+                                                        : "";
+        snprintf(g_cuda_line, sizeof g_cuda_line, "cuda: unavailable: %s: cuInit failed: %s (%d)%s", path,
+                 cx_cuda_errname(r), r, hint);
         return;
     }
     g_cu.cuDriverGetVersion(&g_cu.driver_version);
     int n = 0;
     r = g_cu.cuDeviceGetCount(&n);
     if (r != CUDA_SUCCESS || n <= 0) {
-        snprintf(g_cuda_line, sizeof g_cuda_line, "cuda: unavailable: driver %d, %s",
-                 g_cu.driver_version, r ? cx_cuda_errname(r) : "no device");
+        snprintf(g_cuda_line, sizeof g_cuda_line, "cuda: unavailable: driver %d, %s", g_cu.driver_version,
+                 r ? cx_cuda_errname(r) : "no device");
         return;
     }
     g_cu.ndev = n > CX_CUDA_MAXDEV ? CX_CUDA_MAXDEV : n;
     char name[128] = "?";
     CUdevice d;
     if (g_cu.cuDeviceGet(&d, 0) == CUDA_SUCCESS) g_cu.cuDeviceGetName(name, (int)sizeof name, d);
-    snprintf(g_cuda_line, sizeof g_cuda_line, "cuda: driver %d, %d device(s) [%s]",
-             g_cu.driver_version, g_cu.ndev, name);
+    snprintf(g_cuda_line, sizeof g_cuda_line, "cuda: driver %d, %d device(s) [%s]", g_cu.driver_version, g_cu.ndev,
+             name);
     g_cu_ok = &g_cu;
     g_init_rc = CX_OK;
 }
@@ -107,8 +107,10 @@ static void init_once(void)
     load();
     for (int on = 0; on < 2; on++)
         snprintf(g_status[on], sizeof g_status[on], "%s; sim: %s", g_cuda_line, on ? "on" : "off");
-    if (g_init_rc == CX_OK) cx_info("%s", g_cuda_line);
-    else cx_info("%s (host memory and the sim still work)", g_cuda_line);
+    if (g_init_rc == CX_OK)
+        cx_info("%s", g_cuda_line);
+    else
+        cx_info("%s (host memory and the sim still work)", g_cuda_line);
 }
 
 int cx_gpu_init(void)

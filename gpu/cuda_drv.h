@@ -21,13 +21,18 @@ enum {
     CUDA_ERROR_INSUFFICIENT_DRIVER = 35,
     CUDA_ERROR_NO_DEVICE = 100,
 };
-enum { CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
-       CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11, CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12 };
-enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3,
-       CU_MEMORYTYPE_UNIFIED = 4 };
-enum { CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
-       CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
-       CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124 };
+enum {
+    CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,
+    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
+    CU_POINTER_ATTRIBUTE_RANGE_SIZE = 12
+};
+enum { CU_MEMORYTYPE_HOST = 1, CU_MEMORYTYPE_DEVICE = 2, CU_MEMORYTYPE_ARRAY = 3, CU_MEMORYTYPE_UNIFIED = 4 };
+enum {
+    CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT = 40,
+    CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED = 116,
+    CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124
+};
 enum { CU_MEMHOSTALLOC_PORTABLE = 0x01 };
 enum { CU_STREAM_NON_BLOCKING = 0x1 };
 
@@ -42,19 +47,19 @@ struct cx_cuda {
     CUresult (*cuDeviceGetName)(char *, int, CUdevice);
     CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
     CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);           /* _v2 */
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice); /* _v2 */
     CUresult (*cuCtxSetCurrent)(CUcontext);
     CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
-    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);              /* _v2 */
-    CUresult (*cuMemFree)(CUdeviceptr);                         /* _v2 */
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t); /* _v2 */
+    CUresult (*cuMemFree)(CUdeviceptr);            /* _v2 */
     CUresult (*cuMemHostAlloc)(void **, size_t, unsigned);
     CUresult (*cuMemFreeHost)(void *);
     CUresult (*cuMemcpy)(CUdeviceptr, CUdeviceptr, size_t);
-    CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t); /* _v2 */
-    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);  /* _v2 */
-    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);        /* _v2 */
+    CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);                 /* _v2 */
+    CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream); /* _v2 */
+    CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);       /* _v2 */
     CUresult (*cuStreamCreate)(CUstream *, unsigned);
-    CUresult (*cuStreamDestroy)(CUstream);                      /* _v2 */
+    CUresult (*cuStreamDestroy)(CUstream); /* _v2 */
     CUresult (*cuStreamSynchronize)(CUstream);
     CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void *);
     int driver_version;

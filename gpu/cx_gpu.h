@@ -15,8 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "connex/backend.h"   /* CX_MEM_HOST / CX_MEM_CUDA / CX_MEM_SIM */
-#include "connex/connex.h"    /* status codes */
+#include "connex/backend.h" /* CX_MEM_HOST / CX_MEM_CUDA / CX_MEM_SIM */
+#include "connex/connex.h"  /* status codes */
 
 #ifdef __cplusplus
 extern "C" {
@@ -42,15 +42,15 @@ void cx_gpu_sim_enable(int on);
 int cx_gpu_sim_enabled(void);
 /* "Device" memory of the sim. NULL (and a log line) when the sim is off or memory is short. */
 void *cx_gpu_sim_alloc(size_t len);
-void cx_gpu_sim_free(void *p);          /* p must come from cx_gpu_sim_alloc; NULL is ignored */
-size_t cx_gpu_sim_bytes(void);          /* bytes currently allocated (leak checks) */
+void cx_gpu_sim_free(void *p); /* p must come from cx_gpu_sim_alloc; NULL is ignored */
+size_t cx_gpu_sim_bytes(void); /* bytes currently allocated (leak checks) */
 
 /* ---- memory kind ---- */
 
 typedef struct cx_gpu_mem {
-    int kind;          /* CX_MEM_* */
-    int device;        /* CUDA ordinal (0 for sim, -1 for host) */
-    uintptr_t base;    /* the allocation holding the pointer (0 for host) */
+    int kind;       /* CX_MEM_* */
+    int device;     /* CUDA ordinal (0 for sim, -1 for host) */
+    uintptr_t base; /* the allocation holding the pointer (0 for host) */
     size_t size;
 } cx_gpu_mem_t;
 
@@ -73,7 +73,7 @@ int cx_gpu_memset(void *dst, int c, size_t len);
 typedef struct cx_pinned {
     void *p;
     size_t len;
-    int how;           /* internal: how it was allocated */
+    int how; /* internal: how it was allocated */
 } cx_pinned_t;
 /* Page-locked when CUDA is usable (cuMemHostAlloc, portable to every context), else ordinary
  * page-aligned memory (the sim and the network need nothing more). */
@@ -86,17 +86,17 @@ enum { CX_GDR_AUTO = 0, CX_GDR_OFF = 1, CX_GDR_ON = 2 };
 
 /* What the backend can register (gpu/ knows nothing of networks: the caller says). */
 typedef struct cx_gdr_caps {
-    int rdma;          /* the backend drives an RDMA NIC at all (not TCP, not shm) */
-    int peermem;       /* it can register GPU virtual addresses (ibv_reg_mr; needs nvidia_peermem) */
-    int dmabuf;        /* it can register a dma-buf fd (ibv_reg_dmabuf_mr, FI_MR_DMABUF, UCX) */
+    int rdma;    /* the backend drives an RDMA NIC at all (not TCP, not shm) */
+    int peermem; /* it can register GPU virtual addresses (ibv_reg_mr; needs nvidia_peermem) */
+    int dmabuf;  /* it can register a dma-buf fd (ibv_reg_dmabuf_mr, FI_MR_DMABUF, UCX) */
 } cx_gdr_caps_t;
 
 typedef struct cx_gdr_info {
-    int mode;          /* CX_GDR_* from CONNEX_GDR */
-    int peermem_loaded;/* /sys/module/nvidia_peermem (or nv_peer_mem) exists */
-    int dmabuf_device; /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED on the device */
-    int use;           /* the decision: 1 = register GPU memory with the backend directly */
-    char reason[192];  /* why, in words */
+    int mode;           /* CX_GDR_* from CONNEX_GDR */
+    int peermem_loaded; /* /sys/module/nvidia_peermem (or nv_peer_mem) exists */
+    int dmabuf_device;  /* CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED on the device */
+    int use;            /* the decision: 1 = register GPU memory with the backend directly */
+    char reason[192];   /* why, in words */
 } cx_gdr_info_t;
 
 /* CONNEX_GDR=auto|0|1 (unset = auto). CX_EINVAL (and a log line) for any other value. */
@@ -115,7 +115,7 @@ enum { CX_CE_H2D = 0, CX_CE_D2H = 1 };
 typedef struct cx_ce cx_ce_t;
 typedef struct cx_ce_done {
     void *cookie;
-    int status;        /* CX_OK or CX_ERR (the copy failed; see the log) */
+    int status; /* CX_OK or CX_ERR (the copy failed; see the log) */
 } cx_ce_done_t;
 
 /* A copy engine for device memory of `kind` (CX_MEM_CUDA: primary context of `device`, one
@@ -135,7 +135,7 @@ int cx_ce_poll(cx_ce_t *ce, cx_ce_done_t *out, int max);
 /* Wake the fd without a completion (cx_ce_poll then returns 0 and clears it). */
 void cx_ce_kick(cx_ce_t *ce);
 int cx_ce_kind(const cx_ce_t *ce);
-unsigned cx_ce_inflight(const cx_ce_t *ce);  /* submitted, not yet polled */
+unsigned cx_ce_inflight(const cx_ce_t *ce); /* submitted, not yet polled */
 
 #ifdef __cplusplus
 }

@@ -45,24 +45,24 @@ enum { CX_STAGE_OUT = 0, CX_STAGE_IN = 1 };
 typedef struct cx_stage cx_stage_t;
 typedef struct cx_stage_job cx_stage_job_t;
 
-typedef struct cx_stage_cfg {  /* zero = environment or default */
-    size_t chunk;              /* CONNEX_STAGE_CHUNK (bytes, K/M suffix), default 4 MiB */
-    uint32_t slots;            /* CONNEX_STAGE_SLOTS, default 8 */
-    uint32_t per_job;          /* CONNEX_STAGE_PER_JOB, default slots/2 (at least 2) */
-    size_t min_chunk;          /* a transfer shorter than 8 chunks is cut into 8 pieces of at
+typedef struct cx_stage_cfg { /* zero = environment or default */
+    size_t chunk;             /* CONNEX_STAGE_CHUNK (bytes, K/M suffix), default 4 MiB */
+    uint32_t slots;           /* CONNEX_STAGE_SLOTS, default 8 */
+    uint32_t per_job;         /* CONNEX_STAGE_PER_JOB, default slots/2 (at least 2) */
+    size_t min_chunk;         /* a transfer shorter than 8 chunks is cut into 8 pieces of at
                                   least this (default 256 KiB), so its copies still overlap */
 } cx_stage_cfg_t;
 
 typedef struct cx_stage_chunk {
     cx_stage_job_t *job;
-    void *job_arg;             /* the cbs.arg of the job */
-    uint32_t index;            /* 0 .. nchunks-1 */
+    void *job_arg;  /* the cbs.arg of the job */
+    uint32_t index; /* 0 .. nchunks-1 */
     uint32_t nchunks;
-    size_t off;                /* offset in the transfer */
-    size_t len;                /* bytes of this chunk (the last may be short; a transfer of
+    size_t off; /* offset in the transfer */
+    size_t len; /* bytes of this chunk (the last may be short; a transfer of
                                   fewer than 8 full chunks uses smaller ones, see min_chunk) */
-    void *host;                /* the slot (inside the ring) */
-    int last;                  /* index == nchunks - 1 */
+    void *host; /* the slot (inside the ring) */
+    int last;   /* index == nchunks - 1 */
 } cx_stage_chunk_t;
 
 typedef struct cx_stage_cbs {
@@ -73,7 +73,7 @@ typedef struct cx_stage_cbs {
 } cx_stage_cbs_t;
 
 typedef struct cx_stage_stats {
-    uint64_t h2d_bytes, d2h_bytes;   /* bytes copied by the copy engine, per direction */
+    uint64_t h2d_bytes, d2h_bytes; /* bytes copied by the copy engine, per direction */
     uint64_t jobs_ok, jobs_failed;
     uint32_t slots, slots_free;
     size_t chunk;
@@ -87,12 +87,12 @@ int cx_stage_create(int kind, int device, const cx_stage_cfg_t *cfg, cx_stage_t 
 void cx_stage_destroy(cx_stage_t *st);
 int cx_stage_fd(const cx_stage_t *st);
 void cx_stage_ring(const cx_stage_t *st, void **base, size_t *len);
-void cx_stage_get_stats(const cx_stage_t *st, cx_stage_stats_t *out);  /* any thread */
+void cx_stage_get_stats(const cx_stage_t *st, cx_stage_stats_t *out); /* any thread */
 
 /* Stage len bytes at device address dev (inside one allocation of this stage's kind and device)
  * in direction dir. flags: CX_STAGE_LAST_AFTER_ALL. CX_EINVAL for bad arguments (logged). */
-int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flags,
-                   const cx_stage_cbs_t *cbs, cx_stage_job_t **out);
+int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flags, const cx_stage_cbs_t *cbs,
+                   cx_stage_job_t **out);
 /* The network part of chunk `index` finished (status CX_OK or an error). */
 void cx_stage_chunk_done(cx_stage_job_t *job, uint32_t index, int status);
 /* End the job with `status` (an error) as soon as its slots come back. */

@@ -12,18 +12,20 @@
 
 int cx_gdr_mode(int *mode)
 {
-    unsigned long long v;   /* auto|0|1 (also off|on, no|yes) */
+    unsigned long long v; /* auto|0|1 (also off|on, no|yes) */
     *mode = CX_GDR_AUTO;
-    if (cx_opt_get_num("CONNEX_GDR", &v) == CX_EINVAL) return CX_EINVAL;   /* logged */
-    if (v == 1) *mode = CX_GDR_OFF;
-    else if (v == 2) *mode = CX_GDR_ON;
+    if (cx_opt_get_num("CONNEX_GDR", &v) == CX_EINVAL) return CX_EINVAL; /* logged */
+    if (v == 1)
+        *mode = CX_GDR_OFF;
+    else if (v == 2)
+        *mode = CX_GDR_ON;
     return CX_OK;
 }
 
 static int peermem_loaded(void)
 {
     /* nv_peer_mem is the out-of-tree predecessor of nvidia_peermem; both serve ibv_reg_mr. */
-    const char *root;   /* tests point this elsewhere; default /sys/module */
+    const char *root; /* tests point this elsewhere; default /sys/module */
     (void)cx_opt_get_str("CONNEX_SYSFS_MODULE", &root);
     char path[512];
     static const char *mods[] = { "nvidia_peermem", "nv_peer_mem" };
@@ -67,27 +69,35 @@ int cx_gdr_decide(int kind, int device, const cx_gdr_caps_t *caps, cx_gdr_info_t
     if (kind == CX_MEM_SIM) {
         /* The sim's memory is host memory: a backend can register it, which is how CPU tests
          * run the "GPUDirect" path. auto stages so that the staging path is the default test. */
-        if (info->mode == CX_GDR_ON) info->use = 1;
-        else why = "sim memory stages unless CONNEX_GDR=1";
+        if (info->mode == CX_GDR_ON)
+            info->use = 1;
+        else
+            why = "sim memory stages unless CONNEX_GDR=1";
     } else if (kind == CX_MEM_CUDA) {
-        if (!cx_cuda()) why = cx_gpu_status();
+        if (!cx_cuda())
+            why = cx_gpu_status();
         else {
             info->peermem_loaded = peermem_loaded();
             info->dmabuf_device = dmabuf_device(device);
-            if (!caps->rdma) why = "the backend has no RDMA NIC (TCP or shared memory)";
-            else if (info->peermem_loaded && caps->peermem) info->use = 1;
-            else if (info->dmabuf_device && caps->dmabuf) info->use = 1;
+            if (!caps->rdma)
+                why = "the backend has no RDMA NIC (TCP or shared memory)";
+            else if (info->peermem_loaded && caps->peermem)
+                info->use = 1;
+            else if (info->dmabuf_device && caps->dmabuf)
+                info->use = 1;
             else if (!info->peermem_loaded && !info->dmabuf_device)
                 why = "neither nvidia_peermem is loaded nor does the GPU support dma-buf";
-            else why = "the backend can register neither through nvidia_peermem nor dma-buf here";
+            else
+                why = "the backend can register neither through nvidia_peermem nor dma-buf here";
         }
     } else {
         why = "unknown memory kind";
     }
     if (info->use) {
         snprintf(info->reason, sizeof info->reason, "GPUDirect: %s",
-                 kind == CX_MEM_SIM ? "sim memory registered as host memory (CONNEX_GDR=1)"
-                 : info->peermem_loaded && caps->peermem ? "nvidia_peermem" : "dma-buf");
+                 kind == CX_MEM_SIM                          ? "sim memory registered as host memory (CONNEX_GDR=1)"
+                     : info->peermem_loaded && caps->peermem ? "nvidia_peermem"
+                                                             : "dma-buf");
         return CX_OK;
     }
     snprintf(info->reason, sizeof info->reason, "no GPUDirect: %.170s", why);

@@ -25,9 +25,8 @@ static int cuda_query(uintptr_t p, cx_gpu_mem_t *m)
     const struct cx_cuda *cu = cx_cuda();
     if (!cu) return 0;
     unsigned mtype = 0;
-    if (cu->cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)p) !=
-        CUDA_SUCCESS)
-        return 0;   /* CUDA_ERROR_INVALID_VALUE: memory CUDA never saw, i.e. plain host memory */
+    if (cu->cuPointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)p) != CUDA_SUCCESS)
+        return 0; /* CUDA_ERROR_INVALID_VALUE: memory CUDA never saw, i.e. plain host memory */
     if (mtype != CU_MEMORYTYPE_DEVICE && mtype != CU_MEMORYTYPE_UNIFIED) return 0;
     int ord = 0;
     CUdeviceptr base = 0;
@@ -35,7 +34,7 @@ static int cuda_query(uintptr_t p, cx_gpu_mem_t *m)
     cu->cuPointerGetAttribute(&ord, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)p);
     if (cu->cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)p) ||
         cu->cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)p)) {
-        base = (CUdeviceptr)p;   /* older drivers: no range; trust the caller's length */
+        base = (CUdeviceptr)p; /* older drivers: no range; trust the caller's length */
         size = SIZE_MAX - (size_t)p;
     }
     *m = (cx_gpu_mem_t){ CX_MEM_CUDA, ord, (uintptr_t)base, size };
@@ -52,11 +51,13 @@ int cx_gpu_mem_query(const void *ptr, size_t len, cx_gpu_mem_t *out)
     }
     uintptr_t base;
     size_t size;
-    if (cx_sim_lookup(p, &base, &size)) m = (cx_gpu_mem_t){ CX_MEM_SIM, 0, base, size };
-    else cuda_query(p, &m);
+    if (cx_sim_lookup(p, &base, &size))
+        m = (cx_gpu_mem_t){ CX_MEM_SIM, 0, base, size };
+    else
+        cuda_query(p, &m);
     if (m.kind != CX_MEM_HOST && len > m.size - (p - m.base)) {
-        cx_error("%s memory %p+%zu runs past the end of its allocation %p+%zu",
-                 cx_mem_kind_name(m.kind), ptr, len, (void *)m.base, m.size);
+        cx_error("%s memory %p+%zu runs past the end of its allocation %p+%zu", cx_mem_kind_name(m.kind), ptr, len,
+                 (void *)m.base, m.size);
         return CX_EINVAL;
     }
     if (out) *out = m;
@@ -96,10 +97,12 @@ void cx_gpu_dev_free(void *p)
     if (!p) return;
     cx_gpu_mem_t m;
     if (cx_gpu_mem_query(p, 0, &m)) return;
-    if (m.kind == CX_MEM_SIM) cx_gpu_sim_free(p);
+    if (m.kind == CX_MEM_SIM)
+        cx_gpu_sim_free(p);
     else if (m.kind == CX_MEM_CUDA && cx_cuda_ctx(m.device) == CX_OK)
         cx_cuda()->cuMemFree((CUdeviceptr)(uintptr_t)p);
-    else cx_error("cx_gpu_dev_free(%p): not device memory (ignored)", p);
+    else
+        cx_error("cx_gpu_dev_free(%p): not device memory (ignored)", p);
 }
 
 int cx_gpu_memcpy(void *dst, const void *src, size_t len)
@@ -153,8 +156,7 @@ int cx_pinned_alloc(size_t len, cx_pinned_t *out)
             *out = (cx_pinned_t){ p, len, PIN_CUDA };
             return CX_OK;
         }
-        cx_warn("cuMemHostAlloc(%zu): %s; using pageable memory (copies will be slower)",
-                rounded, cx_cuda_errname(r));
+        cx_warn("cuMemHostAlloc(%zu): %s; using pageable memory (copies will be slower)", rounded, cx_cuda_errname(r));
     }
     void *p = aligned_alloc(4096, rounded);
     if (!p) {
@@ -170,7 +172,9 @@ int cx_pinned_alloc(size_t len, cx_pinned_t *out)
 void cx_pinned_free(cx_pinned_t *pm)
 {
     if (!pm || !pm->p) return;
-    if (pm->how == PIN_CUDA && cx_cuda()) cx_cuda()->cuMemFreeHost(pm->p);
-    else free(pm->p);
+    if (pm->how == PIN_CUDA && cx_cuda())
+        cx_cuda()->cuMemFreeHost(pm->p);
+    else
+        free(pm->p);
     memset(pm, 0, sizeof *pm);
 }

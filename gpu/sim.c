@@ -10,10 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct sim_alloc { uintptr_t base; size_t len; };
+struct sim_alloc {
+    uintptr_t base;
+    size_t len;
+};
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct sim_alloc *g_tab;   /* unsorted: a handful of buffers in practice */
+static struct sim_alloc *g_tab; /* unsorted: a handful of buffers in practice */
 static size_t g_n, g_cap, g_bytes;
 static atomic_int g_enabled = -1; /* -1: CONNEX_GPU_SIM not read yet */
 
@@ -22,7 +25,7 @@ int cx_gpu_sim_enabled(void)
     int on = atomic_load(&g_enabled);
     if (on < 0) {
         unsigned long long on;
-        (void)cx_opt_get_num("CONNEX_GPU_SIM", &on);   /* default 0; a bad value is logged */
+        (void)cx_opt_get_num("CONNEX_GPU_SIM", &on); /* default 0; a bad value is logged */
         int want = on != 0;
         int expect = -1;
         atomic_compare_exchange_strong(&g_enabled, &expect, want);
@@ -31,13 +34,17 @@ int cx_gpu_sim_enabled(void)
     return on;
 }
 
-void cx_gpu_sim_enable(int on) { atomic_store(&g_enabled, on ? 1 : 0); }
+void cx_gpu_sim_enable(int on)
+{
+    atomic_store(&g_enabled, on ? 1 : 0);
+}
 
 void *cx_gpu_sim_alloc(size_t len)
 {
     if (!cx_gpu_sim_enabled()) {
         cx_error("sim alloc of %zu bytes: the simulated device is off (CONNEX_GPU_SIM=1 or "
-                 "cx_gpu_sim_enable(1))", len);
+                 "cx_gpu_sim_enable(1))",
+                 len);
         return NULL;
     }
     if (len == 0 || len > ((size_t)1 << 40)) {
@@ -50,7 +57,7 @@ void *cx_gpu_sim_alloc(size_t len)
         cx_error("sim alloc of %zu bytes: out of memory", len);
         return NULL;
     }
-    memset(p, 0, rounded);   /* like device memory: resident from the start */
+    memset(p, 0, rounded); /* like device memory: resident from the start */
     pthread_mutex_lock(&g_mu);
     if (g_n == g_cap) {
         size_t ncap = g_cap ? 2 * g_cap : 16;
@@ -78,7 +85,11 @@ void cx_gpu_sim_free(void *p)
         if (g_tab[i].base == (uintptr_t)p) {
             g_bytes -= g_tab[i].len;
             g_tab[i] = g_tab[--g_n];
-            if (g_n == 0) { free(g_tab); g_tab = NULL; g_cap = 0; }
+            if (g_n == 0) {
+                free(g_tab);
+                g_tab = NULL;
+                g_cap = 0;
+            }
             pthread_mutex_unlock(&g_mu);
             free(p);
             return;

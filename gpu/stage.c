@@ -13,11 +13,11 @@
 
 enum {
     S_FREE = 0,
-    S_COPY,      /* a copy engine copy in flight */
-    S_READY,     /* OUT: bytes in the slot, chunk callback not yet given */
-    S_HOLD,      /* OUT with LAST_AFTER_ALL: last chunk waiting for the others */
-    S_NET,       /* the caller has the slot (chunk callback given, chunk_done not yet) */
-    S_NETDONE,   /* chunk_done recorded, to be handled by the pump */
+    S_COPY,    /* a copy engine copy in flight */
+    S_READY,   /* OUT: bytes in the slot, chunk callback not yet given */
+    S_HOLD,    /* OUT with LAST_AFTER_ALL: last chunk waiting for the others */
+    S_NET,     /* the caller has the slot (chunk callback given, chunk_done not yet) */
+    S_NETDONE, /* chunk_done recorded, to be handled by the pump */
 };
 
 struct slot {
@@ -32,14 +32,14 @@ struct slot {
 
 struct cx_stage_job {
     cx_stage_t *st;
-    cx_stage_job_t *prev, *next;   /* st->jobs, in round-robin order */
+    cx_stage_job_t *prev, *next; /* st->jobs, in round-robin order */
     int dir;
     char *dev;
     size_t len, chunk;
     unsigned flags;
     cx_stage_cbs_t cbs;
     uint32_t nchunks, next_chunk, done_chunks, held;
-    int status;                    /* first error; CX_OK while healthy */
+    int status; /* first error; CX_OK while healthy */
 };
 
 struct cx_stage {
@@ -73,8 +73,7 @@ static int env_size(const char *name, size_t def, size_t *out)
 #define CHUNK_MAX ((size_t)1 << 30)
 #define SLOTS_MAX 1024
 
-static int resolve_cfg(const cx_stage_cfg_t *in, size_t *chunk, uint32_t *slots, uint32_t *per_job,
-                       size_t *min_chunk)
+static int resolve_cfg(const cx_stage_cfg_t *in, size_t *chunk, uint32_t *slots, uint32_t *per_job, size_t *min_chunk)
 {
     cx_stage_cfg_t c = in ? *in : (cx_stage_cfg_t){ 0 };
     size_t v;
@@ -92,8 +91,7 @@ static int resolve_cfg(const cx_stage_cfg_t *in, size_t *chunk, uint32_t *slots,
         c.per_job = (uint32_t)v;
     }
     if (c.chunk > CHUNK_MAX || c.slots > SLOTS_MAX) {
-        cx_error("staging: chunk %zu (max %zu) or slots %u (max %d) too large", c.chunk,
-                 CHUNK_MAX, c.slots, SLOTS_MAX);
+        cx_error("staging: chunk %zu (max %zu) or slots %u (max %d) too large", c.chunk, CHUNK_MAX, c.slots, SLOTS_MAX);
         return CX_EINVAL;
     }
     if (!c.min_chunk) c.min_chunk = (size_t)256 << 10;
@@ -123,7 +121,10 @@ int cx_stage_create(int kind, int device, const cx_stage_cfg_t *cfg, cx_stage_t 
     /* Page-aligned slots keep each DMA on its own pages. */
     st->stride = (st->chunk + 4095) & ~(size_t)4095;
     st->slots = calloc(st->nslots, sizeof *st->slots);
-    if (!st->slots) { rc = CX_ENOMEM; goto fail; }
+    if (!st->slots) {
+        rc = CX_ENOMEM;
+        goto fail;
+    }
     rc = cx_pinned_alloc(st->stride * st->nslots, &st->ring);
     if (rc) goto fail;
     rc = cx_ce_create(kind, st->device, &st->ce);
@@ -134,8 +135,8 @@ int cx_stage_create(int kind, int device, const cx_stage_cfg_t *cfg, cx_stage_t 
         st->free_list = &st->slots[i];
     }
     atomic_init(&st->slots_free, st->nslots);
-    cx_info("staging for %s device %d: %u slots of %zu bytes, at most %u per transfer",
-            cx_mem_kind_name(kind), st->device, st->nslots, st->chunk, st->per_job);
+    cx_info("staging for %s device %d: %u slots of %zu bytes, at most %u per transfer", cx_mem_kind_name(kind),
+            st->device, st->nslots, st->chunk, st->per_job);
     *out = st;
     return CX_OK;
 fail:
@@ -147,10 +148,14 @@ fail:
 
 static void job_unlink(cx_stage_t *st, cx_stage_job_t *j)
 {
-    if (j->prev) j->prev->next = j->next;
-    else st->head = j->next;
-    if (j->next) j->next->prev = j->prev;
-    else st->tail = j->prev;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        st->head = j->next;
+    if (j->next)
+        j->next->prev = j->prev;
+    else
+        st->tail = j->prev;
     j->prev = j->next = NULL;
 }
 
@@ -158,8 +163,10 @@ static void job_append(cx_stage_t *st, cx_stage_job_t *j)
 {
     j->prev = st->tail;
     j->next = NULL;
-    if (st->tail) st->tail->next = j;
-    else st->head = j;
+    if (st->tail)
+        st->tail->next = j;
+    else
+        st->head = j;
     st->tail = j;
 }
 
@@ -187,15 +194,17 @@ void cx_stage_destroy(cx_stage_t *st)
         free(j);
         left++;
     }
-    if (left)
-        cx_warn("staging: %d transfer(s) still had chunks on the network at destroy; dropped", left);
-    cx_ce_destroy(st->ce);   /* waits for any copy still running */
+    if (left) cx_warn("staging: %d transfer(s) still had chunks on the network at destroy; dropped", left);
+    cx_ce_destroy(st->ce); /* waits for any copy still running */
     cx_pinned_free(&st->ring);
     free(st->slots);
     free(st);
 }
 
-int cx_stage_fd(const cx_stage_t *st) { return cx_ce_fd(st->ce); }
+int cx_stage_fd(const cx_stage_t *st)
+{
+    return cx_ce_fd(st->ce);
+}
 
 void cx_stage_ring(const cx_stage_t *st, void **base, size_t *len)
 {
@@ -219,12 +228,14 @@ void cx_stage_get_stats(const cx_stage_t *st, cx_stage_stats_t *out)
 
 static void wake(cx_stage_t *st)
 {
-    if (st->in_progress) st->again = 1;
-    else cx_ce_kick(st->ce);
+    if (st->in_progress)
+        st->again = 1;
+    else
+        cx_ce_kick(st->ce);
 }
 
-int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flags,
-                   const cx_stage_cbs_t *cbs, cx_stage_job_t **out)
+int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flags, const cx_stage_cbs_t *cbs,
+                   cx_stage_job_t **out)
 {
     if (out) *out = NULL;
     if (!st || !dev || len == 0 || !cbs || !cbs->chunk || (dir != CX_STAGE_OUT && dir != CX_STAGE_IN) ||
@@ -235,8 +246,8 @@ int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flag
     cx_gpu_mem_t m;
     if (cx_gpu_mem_query(dev, len, &m)) return CX_EINVAL;
     if (m.kind != st->kind || (m.kind == CX_MEM_CUDA && m.device != st->device)) {
-        cx_error("staging: %p+%zu is %s memory (device %d), this pipeline stages %s device %d",
-                 dev, len, cx_mem_kind_name(m.kind), m.device, cx_mem_kind_name(st->kind), st->device);
+        cx_error("staging: %p+%zu is %s memory (device %d), this pipeline stages %s device %d", dev, len,
+                 cx_mem_kind_name(m.kind), m.device, cx_mem_kind_name(st->kind), st->device);
         return CX_EINVAL;
     }
     /* Fewer than 8 chunks leave the pipeline mostly filling and draining (3 stages: D2H, net,
@@ -312,10 +323,9 @@ static void slot_release(cx_stage_t *st, struct slot *s)
 static void give_chunk(cx_stage_t *st, struct slot *s)
 {
     cx_stage_job_t *j = s->job;
-    cx_stage_chunk_t c = { j, j->cbs.arg, s->chunk, j->nchunks, s->off, s->len, s->host,
-                           s->chunk == j->nchunks - 1 };
+    cx_stage_chunk_t c = { j, j->cbs.arg, s->chunk, j->nchunks, s->off, s->len, s->host, s->chunk == j->nchunks - 1 };
     s->state = S_NET;
-    st->again = 1;   /* the callback may have changed anything */
+    st->again = 1; /* the callback may have changed anything */
     j->cbs.chunk(&c);
 }
 
@@ -333,9 +343,12 @@ static void handle_copies(cx_stage_t *st)
         for (int i = 0; i < n; i++) {
             struct slot *s = d[i].cookie;
             cx_stage_job_t *j = s->job;
-            if (d[i].status != CX_OK) copy_failed(st, s);
-            else if (j->dir == CX_STAGE_OUT) atomic_fetch_add(&st->d2h, s->len);
-            else atomic_fetch_add(&st->h2d, s->len);
+            if (d[i].status != CX_OK)
+                copy_failed(st, s);
+            else if (j->dir == CX_STAGE_OUT)
+                atomic_fetch_add(&st->d2h, s->len);
+            else
+                atomic_fetch_add(&st->h2d, s->len);
             if (j->dir == CX_STAGE_OUT && j->status == CX_OK) {
                 s->state = S_READY;
             } else {
@@ -378,14 +391,15 @@ static void handle_slots(cx_stage_t *st)
             break;
         case S_READY:
         case S_HOLD:
-            if (j->status != CX_OK) slot_release(st, s);
+            if (j->status != CX_OK)
+                slot_release(st, s);
             else if ((j->flags & CX_STAGE_LAST_AFTER_ALL) && s->chunk == j->nchunks - 1 &&
                      j->done_chunks < j->nchunks - 1)
                 s->state = S_HOLD;
-            else give_chunk(st, s);
+            else
+                give_chunk(st, s);
             break;
-        default:
-            break;
+        default: break;
         }
     }
 }
@@ -408,11 +422,13 @@ static void assign_slots(cx_stage_t *st)
                 s->off = (size_t)s->chunk * j->chunk;
                 s->len = j->len - s->off < j->chunk ? j->len - s->off : j->chunk;
                 j->held++;
-                job_unlink(st, j);   /* round robin: to the back */
+                job_unlink(st, j); /* round robin: to the back */
                 job_append(st, j);
                 progress = 1;
-                if (j->dir == CX_STAGE_OUT) start_copy(st, s, CX_CE_D2H);
-                else give_chunk(st, s);
+                if (j->dir == CX_STAGE_OUT)
+                    start_copy(st, s, CX_CE_D2H);
+                else
+                    give_chunk(st, s);
             }
             j = next;
         }
@@ -437,7 +453,7 @@ static int finish_one(cx_stage_t *st)
 
 int cx_stage_progress(cx_stage_t *st)
 {
-    if (st->in_progress) {   /* called from inside a callback: the running pump loops again */
+    if (st->in_progress) { /* called from inside a callback: the running pump loops again */
         st->again = 1;
         return st->njobs;
     }

@@ -3,6 +3,7 @@
 #include "cx_select.h"
 #include "connex/options.h"
 #include "probe_int.h"
+#include "backends.h"
 #include "connex/backend.h"
 #include "connex/connex.h"
 #include "connex/log.h"
@@ -21,54 +22,52 @@
 static cx_probe_t *probe_cached;
 static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Under probe_mu. */
-static cx_probe_t *probe_get(unsigned libs)
+/* Under probe_mu. The probe's own variables come from the engine's table: CONNEX_SYSFS_ROOT
+ * (tests: a synthetic tree), CONNEX_HOST_ID, CONNEX_PROBE_CUDA. */
+static cx_probe_t *probe_get(const cx_opts_t *opts, unsigned libs)
 {
-    const char *root;   /* tests: a synthetic tree */
-    (void)cx_opt_get_str("CONNEX_SYSFS_ROOT", &root);
+    const char *root = cx_opts_str(opts, "CONNEX_SYSFS_ROOT");
     if (root && !*root) root = NULL;
     if (!probe_cached) {
         cx_probe_t *p = calloc(1, sizeof *p);
         if (!p) return NULL;
-        cx_probe_host_base(p, root);
+        cx_sel_probe_base(p, root, cx_opts_str(opts, "CONNEX_HOST_ID"));
         probe_cached = p;
     }
-    if (libs & ~probe_cached->libs_done) cx_probe_host_libs(probe_cached, root, libs);
+    if (libs & ~probe_cached->libs_done)
+        cx_sel_probe_libs(probe_cached, root, libs, (int)cx_opts_num(opts, "CONNEX_PROBE_CUDA", NULL));
     return probe_cached;
 }
 
-/* What the policy reads for a backend: RDMA devices (verbs) and GPUs (CUDA) for both network
- * libraries, the library itself; nothing for ZeroMQ. Anything else (auto, or a name the policy
+/* What the policy reads for a backend (its table entry: RDMA devices and GPUs for the network
+ * libraries, the library itself; nothing for ZeroMQ). Anything else (auto, or a name the policy
  * will refuse): all of it. */
 static unsigned libs_for(const char *backend)
 {
-    if (!backend) return CX_PROBE_LIBS;
-    if (!strcmp(backend, "zmq")) return 0;
-    if (!strcmp(backend, "ucx")) return CX_PROBE_VERBS | CX_PROBE_UCX | CX_PROBE_CUDA;
-    if (!strcmp(backend, "libfabric")) return CX_PROBE_VERBS | CX_PROBE_FABRIC | CX_PROBE_CUDA;
-    return CX_PROBE_LIBS;
+    const cx_sel_backend_t *be = backend ? cx_sel_backend(backend) : NULL;
+    return be ? be->probes : CX_PROBE_LIBS;
 }
 
-const char *cx_select_host_id(void)
+const char *cx_select_host_id_opts(const cx_opts_t *opts)
 {
     pthread_mutex_lock(&probe_mu);
-    cx_probe_t *p = probe_get(0);
+    cx_probe_t *p = probe_get(opts, 0);
     pthread_mutex_unlock(&probe_mu);
-    return p ? p->host_id : "";   /* set once, before probe_cached is published */
+    return p ? p->host_id : ""; /* set once, before probe_cached is published */
 }
 
-int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **out, int max,
-                         cx_decision_t *dec)
+int cx_select_for_engine_opts(const cx_opts_t *opts, const char *cfg_backend, const struct cx_backend_ops **out,
+                              int max, cx_decision_t *dec)
 {
-    if (!out || max <= 0) return CX_EINVAL;
+    if (!opts || !out || max <= 0) return CX_EINVAL;
     cx_select_opts_t o;
-    cx_select_opts_from_env(&o, cfg_backend);
+    cx_select_opts_from(&o, opts, cfg_backend);
     cx_decision_t *d = dec ? dec : calloc(1, sizeof *d);
     if (!d) return CX_ENOMEM;
     /* The decision reads the shared probe, which another engine's open may be adding to. */
     pthread_mutex_lock(&probe_mu);
-    cx_probe_t *p = probe_get(libs_for(o.backend && *o.backend && strcasecmp(o.backend, "auto")
-                                       ? o.backend : NULL));
+    cx_probe_t *p =
+        probe_get(opts, libs_for(o.backend && *o.backend && strcasecmp(o.backend, "auto") ? o.backend : NULL));
     int rc = p ? cx_select_decide_opts(p, &o, d) : CX_ENOMEM;
     if (p) cx_select_log(p, d, rc);
     pthread_mutex_unlock(&probe_mu);
@@ -81,8 +80,10 @@ int cx_select_for_engine(const char *cfg_backend, const struct cx_backend_ops **
         const struct cx_backend_ops *ops = NULL;
         for (int k = 0; cx_backends_builtin[k]; k++)
             if (!strcmp(cx_backends_builtin[k]->name, d->be[i].backend)) ops = cx_backends_builtin[k];
-        if (ops) out[n++] = ops;
-        else cx_error("select: decided backend %s is not in cx_backends_builtin", d->be[i].backend);
+        if (ops)
+            out[n++] = ops;
+        else
+            cx_error("select: decided backend %s is not in cx_backends_builtin", d->be[i].backend);
     }
     if (!dec) free(d);
     if (rc != CX_OK) return rc;

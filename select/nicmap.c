@@ -10,9 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define REASON(d, ...) do { cx_sel_appendf((d)->reasons, sizeof (d)->reasons, __VA_ARGS__); \
-                            cx_sel_appendf((d)->reasons, sizeof (d)->reasons, "\n"); } while (0)
-
 /* Smaller is nearer. Same switch < same root complex < same NUMA node < unknown < other node. */
 static int pci_dist(const cx_probe_pci_t *a, const cx_probe_pci_t *b, const char **level)
 {
@@ -20,12 +17,21 @@ static int pci_dist(const cx_probe_pci_t *a, const cx_probe_pci_t *b, const char
         int k = 0;
         while (k < a->depth && k < b->depth && !strcmp(a->chain[k], b->chain[k])) k++;
         int hops = (a->depth - k) + (b->depth - k);
-        if (k >= 2) { *level = "same PCIe switch"; return hops; }
+        if (k >= 2) {
+            *level = "same PCIe switch";
+            return hops;
+        }
         *level = "same root complex";
         return 50 + hops;
     }
-    if (a->numa >= 0 && a->numa == b->numa) { *level = "same NUMA node"; return 100; }
-    if (a->numa < 0 || b->numa < 0) { *level = "topology unknown"; return 150; }
+    if (a->numa >= 0 && a->numa == b->numa) {
+        *level = "same NUMA node";
+        return 100;
+    }
+    if (a->numa < 0 || b->numa < 0) {
+        *level = "topology unknown";
+        return 150;
+    }
     *level = "other NUMA node";
     return 200;
 }
@@ -47,8 +53,8 @@ static int find_nic(const cx_probe_t *p, const char *name)
 }
 
 /* Parse CONNEX_NET_DEVICES into allowed[] (restriction) and pin[] (per GPU). */
-static int parse_override(const cx_probe_t *p, unsigned cand_caps, const char *ov, int *allowed,
-                          int *n_allowed, int *pin, cx_decision_t *d)
+static int parse_override(const cx_probe_t *p, unsigned cand_caps, const char *ov, int *allowed, int *n_allowed,
+                          int *pin, cx_decision_t *d)
 {
     char buf[512];
     if (strlen(ov) >= sizeof buf)
@@ -65,11 +71,12 @@ static int parse_override(const cx_probe_t *p, unsigned cand_caps, const char *o
             char *end = NULL;
             long v = strtol(g, &end, 10);
             if (!*g || *end || v < 0 || v >= CX_SEL_MAX_GPU)
-                return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: '%s' is not a GPU index "
-                                   "(want gpuN=device)", tok);
+                return cx_sel_fail(d, CX_EINVAL,
+                                   "CONNEX_NET_DEVICES: '%s' is not a GPU index "
+                                   "(want gpuN=device)",
+                                   tok);
             if (v >= p->n_gpu)
-                return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: gpu%ld, but %d GPU(s) found",
-                                   v, p->n_gpu);
+                return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: gpu%ld, but %d GPU(s) found", v, p->n_gpu);
             gpu = (int)v;
             tok = eq + 1;
         }
@@ -80,8 +87,7 @@ static int parse_override(const cx_probe_t *p, unsigned cand_caps, const char *o
             char *end = NULL;
             long v = strtol(colon + 1, &end, 10);
             if (!colon[1] || *end || v <= 0 || v > 255)
-                return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: bad port in '%s:%s'", tok,
-                                   colon + 1);
+                return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: bad port in '%s:%s'", tok, colon + 1);
             port = (int)v;
         }
         int nic = find_nic(p, tok);
@@ -89,17 +95,23 @@ static int parse_override(const cx_probe_t *p, unsigned cand_caps, const char *o
             char have[256] = "";
             for (int i = 0; i < p->n_rdma; i++)
                 cx_sel_appendf(have, sizeof have, "%s%s", i ? "," : "", p->rdma[i].name);
-            return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: no RDMA device '%s' (have: %s)",
-                               tok, have[0] ? have : "none");
+            return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: no RDMA device '%s' (have: %s)", tok,
+                               have[0] ? have : "none");
         }
         if (!eligible(&p->rdma[nic], cand_caps))
-            return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: %s has no active port usable by "
-                               "the chosen backend", tok);
+            return cx_sel_fail(d, CX_EINVAL,
+                               "CONNEX_NET_DEVICES: %s has no active port usable by "
+                               "the chosen backend",
+                               tok);
         if (port && port != p->rdma[nic].active_port)
-            return cx_sel_fail(d, CX_EINVAL, "CONNEX_NET_DEVICES: %s port %d is not its active "
-                               "port (%d)", tok, port, p->rdma[nic].active_port);
-        if (gpu >= 0) pin[gpu] = nic;
-        else if (*n_allowed < CX_SEL_MAX_RDMA) allowed[(*n_allowed)++] = nic;
+            return cx_sel_fail(d, CX_EINVAL,
+                               "CONNEX_NET_DEVICES: %s port %d is not its active "
+                               "port (%d)",
+                               tok, port, p->rdma[nic].active_port);
+        if (gpu >= 0)
+            pin[gpu] = nic;
+        else if (*n_allowed < CX_SEL_MAX_RDMA)
+            allowed[(*n_allowed)++] = nic;
     }
     return CX_OK;
 }
@@ -136,7 +148,9 @@ int cx_select_nics(const cx_probe_t *p, unsigned cand_caps, const char *override
                 int dist = pci_dist(&p->gpu[g].pci, &p->rdma[n].pci, &lv);
                 /* nearest; among equals the least loaded, then the lowest name */
                 if (best < 0 || dist < bd || (dist == bd && load[n] < load[best])) {
-                    best = n; bd = dist; level = lv;
+                    best = n;
+                    bd = dist;
+                    level = lv;
                 }
             }
         }
@@ -151,7 +165,7 @@ int cx_select_nics(const cx_probe_t *p, unsigned cand_caps, const char *override
         for (int k = 0; k < n_allowed; k++) used[allowed[k]] = 1;
     for (int i = 0; i < p->n_rdma; i++)
         if (used[i])
-            cx_sel_appendf(d->net_devices, sizeof d->net_devices, "%s%s:%d",
-                           d->net_devices[0] ? "," : "", p->rdma[i].name, p->rdma[i].active_port);
+            cx_sel_appendf(d->net_devices, sizeof d->net_devices, "%s%s:%d", d->net_devices[0] ? "," : "",
+                           p->rdma[i].name, p->rdma[i].active_port);
     return CX_OK;
 }

@@ -2,7 +2,7 @@
  * the unordered pair of advertisements, so both ends agree without negotiating. */
 #include "cx_select.h"
 #include "probe_int.h"
-#include "rates.h"
+#include "backends.h"
 #include "connex/connex.h"
 
 #include <stdio.h>
@@ -22,8 +22,8 @@ int cx_choice_parse(const char *s, cx_choice_t *c)
     memset(c, 0, sizeof *c);
     const char *a = strchr(s, '/');
     const char *b = a ? strchr(a + 1, '/') : NULL;
-    if (!a || !b || a == s || (size_t)(a - s) >= sizeof c->backend ||
-        (size_t)(b - a - 1) >= sizeof c->variant || strncmp(b + 1, "0x", 2) || !b[3])
+    if (!a || !b || a == s || (size_t)(a - s) >= sizeof c->backend || (size_t)(b - a - 1) >= sizeof c->variant ||
+        strncmp(b + 1, "0x", 2) || !b[3])
         return CX_EINVAL;
     char *end = NULL;
     unsigned long caps = strtoul(b + 3, &end, 16);
@@ -36,20 +36,12 @@ int cx_choice_parse(const char *s, cx_choice_t *c)
 
 enum { PATH_NONE = 0, PATH_TCP = 1, PATH_RDMA = 2, PATH_SHM = 3 };
 
-/* libfabric endpoints of different providers cannot address each other: "tcp;ofi_rxm" and
- * "tcp" share the core provider, "efa" and "tcp;ofi_rxm" do not. */
-static int same_core_provider(const char *a, const char *b)
-{
-    size_t la = strcspn(a, ";"), lb = strcspn(b, ";");
-    return la == lb && !strncmp(a, b, la);
-}
-
 static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, unsigned *common)
 {
     *common = 0;
     if (strcmp(a->backend, b->backend)) return PATH_NONE;
-    if (!strcmp(a->backend, "libfabric") && !same_core_provider(a->variant, b->variant))
-        return PATH_NONE;
+    const cx_sel_backend_t *be = cx_sel_backend(a->backend);
+    if (be && be->pairs && !be->pairs(a, b)) return PATH_NONE;
     unsigned c = a->caps & b->caps;
     *common = c;
     if (c & CX_CAP_RDMA) return PATH_RDMA;
@@ -60,40 +52,43 @@ static int pair_path(const cx_choice_t *a, const cx_choice_t *b, int same_host, 
 
 static double path_rate(const char *backend, int path)
 {
-    int ucx = !strcmp(backend, "ucx"), fab = !strcmp(backend, "libfabric");
+    const cx_sel_backend_t *be = cx_sel_backend(backend);
+    if (!be) return 0;
     switch (path) {
-    case PATH_SHM: return ucx ? CX_RATE_SAMEHOST_UCX : fab ? CX_RATE_SAMEHOST_LIBFABRIC_SHM : 0;
-    case PATH_RDMA: return ucx ? CX_RATE_RDMA_UCX : fab ? CX_RATE_RDMA_LIBFABRIC : 0;
-    case PATH_TCP: return ucx ? CX_RATE_TCP_UCX : fab ? CX_RATE_TCP_LIBFABRIC : CX_RATE_TCP_ZMQ;
+    case PATH_SHM: return be->rate_shm;
+    case PATH_RDMA: return be->rate_rdma;
+    case PATH_TCP: return be->rate_tcp;
     }
     return 0;
 }
 
-/* Fixed tie-break independent of either side's order: the build's preference. */
-static int name_rank(const char *b)
-{
-    return !strcmp(b, "ucx") ? 0 : !strcmp(b, "libfabric") ? 1 : !strcmp(b, "zmq") ? 2 : 3;
-}
-
 static const char *path_name(const char *backend, int path, unsigned common)
 {
+    const cx_sel_backend_t *be = cx_sel_backend(backend);
     switch (path) {
-    case PATH_SHM: return !strcmp(backend, "ucx") ? "same host (one tcp/lo lane)" : "shared memory";
-    case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB)
-                           ? "rdma (ib)" : "rdma (roce)";
+    case PATH_SHM: return be ? be->shm_path : "shared memory";
+    case PATH_RDMA: return (common & CX_CAP_EFA) ? "rdma (efa)" : (common & CX_CAP_IB) ? "rdma (ib)" : "rdma (roce)";
     case PATH_TCP: return "tcp";
     }
     return "none";
 }
 
-int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *theirs, int n_theirs,
-                   int same_host, int *order, char *why, size_t why_len)
+/* An instance's same-host rate over the caps a pair has in common. */
+static double samehost_rate(const cx_choice_t *c, unsigned common)
+{
+    cx_choice_t x = *c;
+    x.caps = common;
+    return cx_sel_samehost_rate(&x);
+}
+
+int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *theirs, int n_theirs, int same_host,
+                   int *order, char *why, size_t why_len)
 {
     if (why && why_len) why[0] = 0;
     if (!mine || !theirs || !order || n_mine < 0 || n_theirs < 0) return 0;
     int path[CX_SEL_MAX_BE], n = 0;
     unsigned common[CX_SEL_MAX_BE];
-    double local[CX_SEL_MAX_BE];   /* same host: the rate the backends were measured at */
+    double local[CX_SEL_MAX_BE]; /* same host: the rate the backends were measured at */
     for (int i = 0; i < n_mine && i < CX_SEL_MAX_BE; i++) {
         path[i] = PATH_NONE;
         common[i] = 0;
@@ -105,15 +100,17 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
                 path[i] = pth;
                 common[i] = c;
                 /* the lower of the two ends' figures: the same number on both sides */
-                double a = cx_rate_samehost(mine[i].backend, mine[i].variant, c);
-                double b = cx_rate_samehost(theirs[j].backend, theirs[j].variant, c);
+                double a = samehost_rate(&mine[i], c);
+                double b = samehost_rate(&theirs[j], c);
                 local[i] = a < b ? a : b;
             }
         }
-        if (path[i] != PATH_NONE) order[n++] = i;
-        else if (why)
-            cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend,
-                           !strcmp(mine[i].backend, "libfabric") ? " (or another provider)" : "");
+        if (path[i] != PATH_NONE)
+            order[n++] = i;
+        else if (why) {
+            const cx_sel_backend_t *be = cx_sel_backend(mine[i].backend);
+            cx_sel_appendf(why, why_len, "%s: not shared%s; ", mine[i].backend, be ? be->unshared : "");
+        }
     }
     /* insertion sort on (path class, measured rate, name rank): both sides sort the same keys.
      * On one host, RDMA (a loopback through the NIC) first, then every local path (shared memory
@@ -132,8 +129,8 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
             int y = order[j];
             double rx = rate[x], ry = rate[y];
             int better = key[x] != key[y] ? key[x] > key[y]
-                         : rx != ry ? rx > ry
-                         : name_rank(mine[x].backend) < name_rank(mine[y].backend);
+                : rx != ry                ? rx > ry
+                                          : cx_sel_backend_rank(mine[x].backend) < cx_sel_backend_rank(mine[y].backend);
             if (!better) break;
             order[j + 1] = y;
             j--;
@@ -142,8 +139,7 @@ int cx_select_pair(const cx_choice_t *mine, int n_mine, const cx_choice_t *their
     }
     if (why)
         for (int k = 0; k < n; k++)
-            cx_sel_appendf(why, why_len, "%s%s %s", k ? ", then " : "",
-                           mine[order[k]].backend,
+            cx_sel_appendf(why, why_len, "%s%s %s", k ? ", then " : "", mine[order[k]].backend,
                            path_name(mine[order[k]].backend, path[order[k]], common[order[k]]));
     return n;
 }

@@ -1,6 +1,5 @@
 /* cx_probe_host: everything the policy needs, gathered once at engine start. */
 #include "cx_select.h"
-#include "connex/options.h"
 #include "probe_int.h"
 #include "connex/backend.h"
 #include "connex/connex.h"
@@ -17,8 +16,7 @@ void cx_sel_vappendf(char *buf, size_t cap, const char *fmt, va_list ap)
     size_t n = strnlen(buf, cap);
     if (n >= cap - 1) return;
     int w = vsnprintf(buf + n, cap - n, fmt, ap);
-    if (w >= 0 && (size_t)w >= cap - n && cap >= 4)
-        memcpy(buf + cap - 4, "...", 4);   /* make truncation visible */
+    if (w >= 0 && (size_t)w >= cap - n && cap >= 4) memcpy(buf + cap - 4, "...", 4); /* make truncation visible */
 }
 
 void cx_sel_appendf(char *buf, size_t cap, const char *fmt, ...)
@@ -47,12 +45,10 @@ static void probe_built(cx_probe_t *p)
 /* Peers with the same host id may use shared memory. CONNEX_HOST_ID overrides the default
  * (hostname/boot id): containers sharing a kernel but not a hostname, or tests that stand in for
  * two hosts on one machine. */
-static void probe_host_id(cx_probe_t *p)
+static void probe_host_id(cx_probe_t *p, const char *id)
 {
-    const char *env;
-    (void)cx_opt_get_str("CONNEX_HOST_ID", &env);
-    if (env && *env) {
-        snprintf(p->host_id, sizeof p->host_id, "%s", env);
+    if (id && *id) {
+        snprintf(p->host_id, sizeof p->host_id, "%s", id);
         return;
     }
     char host[64] = "", boot[48] = "";
@@ -62,12 +58,12 @@ static void probe_host_id(cx_probe_t *p)
     snprintf(p->host_id, sizeof p->host_id, "%s/%s", host, boot);
 }
 
-int cx_probe_host_base(cx_probe_t *p, const char *sysfs_root)
+int cx_sel_probe_base(cx_probe_t *p, const char *sysfs_root, const char *host_id)
 {
     if (!p) return CX_EINVAL;
     memset(p, 0, sizeof *p);
     probe_built(p);
-    probe_host_id(p);
+    probe_host_id(p, host_id);
     cx_probe_sysfs(p, sysfs_root);
     static const char *const skipped = "not probed: the engine's backend does not use it";
     cx_sel_copy(p->verbs.note, sizeof p->verbs.note, skipped);
@@ -77,7 +73,7 @@ int cx_probe_host_base(cx_probe_t *p, const char *sysfs_root)
     return CX_OK;
 }
 
-int cx_probe_host_libs(cx_probe_t *p, const char *sysfs_root, unsigned libs)
+int cx_sel_probe_libs(cx_probe_t *p, const char *sysfs_root, unsigned libs, int cuda)
 {
     if (!p) return CX_EINVAL;
     libs &= CX_PROBE_LIBS & ~p->libs_done;
@@ -102,13 +98,7 @@ int cx_probe_host_libs(cx_probe_t *p, const char *sysfs_root, unsigned libs)
     }
     if (libs & CX_PROBE_CUDA) {
         p->cuda.note[0] = 0;
-        cx_sel_probe_cuda(p);
+        cx_sel_probe_cuda(p, cuda);
     }
     return CX_OK;
-}
-
-int cx_probe_host(cx_probe_t *p, const char *sysfs_root)
-{
-    int rc = cx_probe_host_base(p, sysfs_root);
-    return rc ? rc : cx_probe_host_libs(p, sysfs_root, CX_PROBE_LIBS);
 }

@@ -6,6 +6,7 @@
  * that leak checkers can only attribute (and suppress) while the library is still mapped, and a
  * libconnex with those backends has them loaded anyway. dlopen of a loaded library only counts. */
 #include "cx_select.h"
+#include "connex/backend.h"
 #include "connex/options.h"
 #include "probe_int.h"
 
@@ -26,19 +27,27 @@
 #endif
 #endif
 
-static void cx_sel_unload(void *h) { (void)h; }
+static void cx_sel_unload(void *h)
+{
+    (void)h;
+}
 
 /* dlsym into a function pointer without a pedantic object->function pointer cast warning */
 #define CX_SYM(h, var, name) (*(void **)(&(var)) = dlsym((h), (name)))
 
+/* Through the core's loader, which puts back the signal handlers a constructor installs (libucs's
+ * take SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGHUP): probing leaves the process's own. */
 static void *open_first(const char *const *names, cx_probe_lib_t *lib)
 {
+    char why[200] = "?";
     for (int i = 0; names[i]; i++) {
-        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (h) { lib->loaded = 1; return h; }
+        void *h = cx_core_dlopen(names[i], i ? NULL : why, i ? 0 : sizeof why);
+        if (h) {
+            lib->loaded = 1;
+            return h;
+        }
     }
-    const char *e = dlerror();
-    snprintf(lib->note, sizeof lib->note, "%s not loadable: %s", names[0], e ? e : "?");
+    snprintf(lib->note, sizeof lib->note, "%s not loadable: %s", names[0], why);
     return NULL;
 }
 
@@ -80,8 +89,10 @@ void cx_sel_probe_verbs(cx_probe_t *p)
             if (nm && !strcmp(nm, p->rdma[i].name)) p->rdma[i].verbs_ok = 1;
         }
         if (!p->rdma[i].verbs_ok)
-            cx_sel_note(p, "ibverbs: %s is in sysfs but has no user-space provider "
-                        "(rdma-core driver package missing?)", p->rdma[i].name);
+            cx_sel_note(p,
+                        "ibverbs: %s is in sysfs but has no user-space provider "
+                        "(rdma-core driver package missing?)",
+                        p->rdma[i].name);
     }
     free_list(list);
     cx_sel_unload(h);
@@ -91,8 +102,7 @@ void cx_sel_probe_verbs(cx_probe_t *p)
 
 #ifdef CX_SEL_HAVE_FABRIC_H
 typedef struct {
-    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *,
-                   struct fi_info **);
+    int (*getinfo)(uint32_t, const char *, const char *, uint64_t, const struct fi_info *, struct fi_info **);
     void (*freeinfo)(struct fi_info *);
     struct fi_info *(*dupinfo)(const struct fi_info *);
 } cx_fab_fns_t;
@@ -105,9 +115,9 @@ static struct fi_info *fab_query(const cx_fab_fns_t *f, const char *prov, uint64
     h->caps = FI_RMA | FI_MSG | extra_caps;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                              FI_MR_ENDPOINT | ((extra_caps & FI_HMEM) ? FI_MR_HMEM : 0);
-    if (prov) h->fabric_attr->prov_name = strdup(prov);   /* fi_freeinfo frees it */
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
+        ((extra_caps & FI_HMEM) ? FI_MR_HMEM : 0);
+    if (prov) h->fabric_attr->prov_name = strdup(prov); /* fi_freeinfo frees it */
     int rc = f->getinfo(FI_VERSION(1, 14), NULL, NULL, 0, h, &info);
     f->freeinfo(h);
     return rc ? NULL : info;
@@ -155,15 +165,20 @@ void cx_sel_probe_fabric(cx_probe_t *p)
         char have[sizeof p->fi_providers + 2];
         snprintf(have, sizeof have, ",%s,", p->fi_providers);
         if (!*pn || strstr(have, tok)) continue;
-        cx_sel_appendf(p->fi_providers, sizeof p->fi_providers, "%s%s",
-                       p->fi_providers[0] ? "," : "", pn);
-        if (!strcmp(pn, "efa")) p->fi_efa = 1;
-        else if (!strcmp(pn, "verbs;ofi_rxm")) p->fi_verbs = 1;
-        else if (!strcmp(pn, "tcp;ofi_rxm") || !strcmp(pn, "tcp")) p->fi_tcp = 1;
-        else if (!strcmp(pn, "shm")) p->fi_shm = 1;
+        cx_sel_appendf(p->fi_providers, sizeof p->fi_providers, "%s%s", p->fi_providers[0] ? "," : "", pn);
+        if (!strcmp(pn, "efa"))
+            p->fi_efa = 1;
+        else if (!strcmp(pn, "verbs;ofi_rxm"))
+            p->fi_verbs = 1;
+        else if (!strcmp(pn, "tcp;ofi_rxm") || !strcmp(pn, "tcp"))
+            p->fi_tcp = 1;
+        else if (!strcmp(pn, "shm"))
+            p->fi_shm = 1;
     }
-    if (all) f.freeinfo(all);
-    else snprintf(lib->note, sizeof lib->note, "fi_getinfo: no RDM provider with FI_RMA|FI_MSG");
+    if (all)
+        f.freeinfo(all);
+    else
+        snprintf(lib->note, sizeof lib->note, "fi_getinfo: no RDM provider with FI_RMA|FI_MSG");
     /* FI_HMEM only matters where GPU memory could go to the NIC */
     if (p->fi_efa) p->fi_efa_hmem = fab_has(&f, "efa", FI_HMEM);
     if (p->fi_verbs) p->fi_verbs_hmem = fab_has(&f, "verbs;ofi_rxm", FI_HMEM);
@@ -179,8 +194,8 @@ void cx_sel_probe_fabric(cx_probe_t *p)
 static unsigned ucx_tl_caps(const cx_probe_t *p, const char *tl, const char *dev)
 {
     if (!strcmp(tl, "tcp")) return CX_CAP_TCP;
-    if (!strcmp(tl, "posix") || !strcmp(tl, "sysv") || !strcmp(tl, "cma") ||
-        !strcmp(tl, "xpmem") || !strcmp(tl, "knem"))
+    if (!strcmp(tl, "posix") || !strcmp(tl, "sysv") || !strcmp(tl, "cma") || !strcmp(tl, "xpmem") ||
+        !strcmp(tl, "knem"))
         return CX_CAP_SHM;
     if (!strncmp(tl, "rc", 2) || !strncmp(tl, "dc", 2) || !strncmp(tl, "ud", 2)) {
         /* dev is "mlx5_0:1": the port's link layer says IB or RoCE */
@@ -216,8 +231,7 @@ void cx_sel_probe_ucx(cx_probe_t *p)
     ucs_status_t (*query_components)(uct_component_h **, unsigned *) = NULL;
     void (*release_components)(uct_component_h *) = NULL;
     ucs_status_t (*component_query)(uct_component_h, uct_component_attr_t *) = NULL;
-    ucs_status_t (*md_config_read)(uct_component_h, const char *, const char *,
-                                   uct_md_config_t **) = NULL;
+    ucs_status_t (*md_config_read)(uct_component_h, const char *, const char *, uct_md_config_t **) = NULL;
     void (*config_release)(void *) = NULL;
     ucs_status_t (*md_open)(uct_component_h, const char *, const uct_md_config_t *, uct_md_h *) = NULL;
     void (*md_close)(uct_md_h) = NULL;
@@ -232,15 +246,14 @@ void cx_sel_probe_ucx(cx_probe_t *p)
     CX_SYM(h, md_close, "uct_md_close");
     CX_SYM(h, query_tl, "uct_md_query_tl_resources");
     CX_SYM(h, release_tl, "uct_release_tl_resource_list");
-    if (!query_components || !release_components || !component_query || !md_config_read ||
-        !config_release || !md_open || !md_close || !query_tl || !release_tl) {
+    if (!query_components || !release_components || !component_query || !md_config_read || !config_release ||
+        !md_open || !md_close || !query_tl || !release_tl) {
         snprintf(lib->note, sizeof lib->note, "libuct.so.0 lacks the uct query API");
         return;
     }
-    void *hp = dlopen("libucp.so.0", RTLD_NOW | RTLD_LOCAL);
+    void *hp = cx_core_dlopen("libucp.so.0", NULL, 0);
     const char *(*ver)(void) = NULL;
-    if (hp && CX_SYM(hp, ver, "ucp_get_version_string") && ver)
-        cx_sel_copy(lib->version, sizeof lib->version, ver());
+    if (hp && CX_SYM(hp, ver, "ucp_get_version_string") && ver) cx_sel_copy(lib->version, sizeof lib->version, ver());
 
     uct_component_h *comps = NULL;
     unsigned ncomp = 0, nres_total = 0;
@@ -258,7 +271,10 @@ void cx_sel_probe_ucx(cx_probe_t *p)
         ca.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCES;
         ca.md_resources = mds;
         unsigned nmd = ca.md_resource_count;
-        if (component_query(comps[c], &ca) != UCS_OK) { free(mds); continue; }
+        if (component_query(comps[c], &ca) != UCS_OK) {
+            free(mds);
+            continue;
+        }
         for (unsigned m = 0; m < nmd; m++) {
             uct_md_config_t *cfg = NULL;
             uct_md_h md = NULL;
@@ -274,8 +290,8 @@ void cx_sel_probe_ucx(cx_probe_t *p)
             if (query_tl(md, &res, &nres) == UCS_OK) {
                 for (unsigned r = 0; r < nres; r++) {
                     nres_total++;
-                    cx_sel_appendf(p->ucx_resources, sizeof p->ucx_resources, "%s%s/%s",
-                                   p->ucx_resources[0] ? "," : "", res[r].tl_name, res[r].dev_name);
+                    cx_sel_appendf(p->ucx_resources, sizeof p->ucx_resources, "%s%s/%s", p->ucx_resources[0] ? "," : "",
+                                   res[r].tl_name, res[r].dev_name);
                     p->ucx_caps |= ucx_tl_caps(p, res[r].tl_name, res[r].dev_name);
                     if (!strcmp(res[r].tl_name, "cuda_copy")) p->ucx_cuda = 1;
                     if (!strcmp(res[r].tl_name, "gdr_copy")) p->ucx_gdr_copy = 1;
@@ -293,21 +309,22 @@ void cx_sel_probe_ucx(cx_probe_t *p)
 
 /* ---------------- CUDA driver ---------------- */
 
-static void lower(char *s) { for (; *s; s++) *s = (char)tolower((unsigned char)*s); }
+static void lower(char *s)
+{
+    for (; *s; s++) *s = (char)tolower((unsigned char)*s);
+}
 
-void cx_sel_probe_cuda(cx_probe_t *p)
+void cx_sel_probe_cuda(cx_probe_t *p, int mode)
 {
     cx_probe_lib_t *lib = &p->cuda;
-    unsigned long long mode;   /* auto|0|1 */
-    (void)cx_opt_get_num("CONNEX_PROBE_CUDA", &mode);
-    if (mode == 1) {
+    if (mode == CX_SEL_CUDA_OFF) {
         snprintf(lib->note, sizeof lib->note, "skipped (CONNEX_PROBE_CUDA=0)");
         return;
     }
     /* cuInit costs hundreds of ms and a driver context's memory: only where a GPU can exist */
     FILE *ctl = fopen("/dev/nvidiactl", "r");
     if (ctl) fclose(ctl);
-    if (!p->n_gpu && !ctl && mode != 2) {
+    if (!p->n_gpu && !ctl && mode != CX_SEL_CUDA_ON) {
         snprintf(lib->note, sizeof lib->note, "skipped: no NVIDIA GPU on PCI and no /dev/nvidiactl");
         return;
     }
@@ -330,8 +347,7 @@ void cx_sel_probe_cuda(cx_probe_t *p)
         return;
     }
     int v = 0, n = 0, rc;
-    if (drv_ver && !drv_ver(&v))
-        snprintf(lib->version, sizeof lib->version, "%d.%d", v / 1000, (v % 1000) / 10);
+    if (drv_ver && !drv_ver(&v)) snprintf(lib->version, sizeof lib->version, "%d.%d", v / 1000, (v % 1000) / 10);
     if ((rc = init(0)) != 0) {
         /* 100 no device, 35 insufficient driver, 34 stub library */
         snprintf(lib->note, sizeof lib->note, "cuInit failed (CUresult %d)", rc);
@@ -365,8 +381,7 @@ void cx_sel_probe_cuda(cx_probe_t *p)
     /* CUDA ordinals (after CUDA_VISIBLE_DEVICES) are what applications use: they replace the
      * PCI-order list; GPUs hidden from this process are not mapped */
     if (p->n_gpu > nseen)
-        cx_sel_note(p, "cuda: %d of %d NVIDIA GPUs on PCI are visible to this process", nseen,
-                    p->n_gpu);
+        cx_sel_note(p, "cuda: %d of %d NVIDIA GPUs on PCI are visible to this process", nseen, p->n_gpu);
     memcpy(p->gpu, seen, sizeof seen[0] * (size_t)nseen);
     p->n_gpu = nseen;
     snprintf(lib->note, sizeof lib->note, "%d device(s)", nseen);

@@ -17,8 +17,15 @@
 int cx_sel_read_line(const char *path, char *buf, size_t len)
 {
     FILE *f = fopen(path, "r");
-    if (!f) { if (len) buf[0] = 0; return -1; }
-    if (!fgets(buf, (int)len, f)) { fclose(f); buf[0] = 0; return -1; }
+    if (!f) {
+        if (len) buf[0] = 0;
+        return -1;
+    }
+    if (!fgets(buf, (int)len, f)) {
+        fclose(f);
+        buf[0] = 0;
+        return -1;
+    }
     fclose(f);
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
@@ -31,15 +38,17 @@ static int is_bdf(const char *s)
     static const char pat[] = "xxxx:xx:xx.x";
     if (strlen(s) != sizeof pat - 1) return 0;
     for (size_t i = 0; pat[i]; i++) {
-        if (pat[i] == 'x') { if (!strchr("0123456789abcdefABCDEF", s[i])) return 0; }
-        else if (s[i] != pat[i]) return 0;
+        if (pat[i] == 'x') {
+            if (!strchr("0123456789abcdefABCDEF", s[i])) return 0;
+        } else if (s[i] != pat[i])
+            return 0;
     }
     return 1;
 }
 
 static int is_pci_root(const char *s)
 {
-    return !strncmp(s, "pci", 3) && strlen(s) == 10 && s[7] == ':';   /* pci0000:00 */
+    return !strncmp(s, "pci", 3) && strlen(s) == 10 && s[7] == ':'; /* pci0000:00 */
 }
 
 /* The PCI chain of the device a sysfs link points at: root complex, bridges, device. */
@@ -54,13 +63,19 @@ int cx_sel_pci_from_link(const char *link, cx_probe_pci_t *pci)
     int started = 0;
     char *save = NULL;
     for (char *tok = strtok_r(tmp, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
-        if (!started && is_pci_root(tok)) { started = 1; pci->depth = 0; }
+        if (!started && is_pci_root(tok)) {
+            started = 1;
+            pci->depth = 0;
+        }
         if (!started) continue;
-        if (!is_pci_root(tok) && !is_bdf(tok)) break;   /* e.g. virtfn, net/... below it */
+        if (!is_pci_root(tok) && !is_bdf(tok)) break; /* e.g. virtfn, net/... below it */
         if (pci->depth == CX_SEL_PCI_DEPTH) return -1;
         cx_sel_copy(pci->chain[pci->depth++], sizeof pci->chain[0], tok);
     }
-    if (pci->depth < 2 || !is_bdf(pci->chain[pci->depth - 1])) { pci->depth = 0; return -1; }
+    if (pci->depth < 2 || !is_bdf(pci->chain[pci->depth - 1])) {
+        pci->depth = 0;
+        return -1;
+    }
     cx_sel_copy(pci->bdf, sizeof pci->bdf, pci->chain[pci->depth - 1]);
     char path[PATH_MAX + 16], v[32];
     snprintf(path, sizeof path, "%s/numa_node", real);
@@ -107,8 +122,7 @@ static void probe_one_rdma(const char *root, const char *name, cx_probe_rdma_t *
         snprintf(path, sizeof path, "%s/class/infiniband/%s/ports/%s/state", root, name, de->d_name);
         /* "4: ACTIVE" */
         if (!cx_sel_read_line(path, v, sizeof v)) active = strstr(v, "ACTIVE") != NULL;
-        snprintf(path, sizeof path, "%s/class/infiniband/%s/ports/%s/link_layer", root, name,
-                 de->d_name);
+        snprintf(path, sizeof path, "%s/class/infiniband/%s/ports/%s/link_layer", root, name, de->d_name);
         if (!cx_sel_read_line(path, v, sizeof v)) lk = link_of(v);
         if (efa) lk = CX_LINK_EFA;
         r->ports[r->nports].num = num;
@@ -141,7 +155,10 @@ static void probe_rdma(cx_probe_t *p, const char *root)
     int skipped = 0;
     while ((de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
-        if (p->n_rdma == CX_SEL_MAX_RDMA) { skipped++; continue; }
+        if (p->n_rdma == CX_SEL_MAX_RDMA) {
+            skipped++;
+            continue;
+        }
         probe_one_rdma(root, de->d_name, &p->rdma[p->n_rdma++]);
     }
     closedir(d);

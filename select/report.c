@@ -1,5 +1,6 @@
 /* What connex-probe prints and the engine logs: the findings, the decision, the reasons. */
 #include "cx_select.h"
+#include "backends.h"
 #include "probe_int.h"
 #include "connex/connex.h"
 #include "connex/log.h"
@@ -8,7 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef struct { char *buf; size_t cap, need; } cx_out_t;
+typedef struct {
+    char *buf;
+    size_t cap, need;
+} cx_out_t;
 
 static void outf(cx_out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void outf(cx_out_t *o, const char *fmt, ...)
@@ -33,13 +37,15 @@ size_t cx_select_caps_str(unsigned caps, char *buf, size_t len)
 
 static const char *link_name(int l)
 {
-    return l == CX_LINK_IB ? "InfiniBand" : l == CX_LINK_ETH ? "Ethernet (RoCE)"
-           : l == CX_LINK_EFA ? "EFA" : "unknown";
+    return l == CX_LINK_IB ? "InfiniBand" : l == CX_LINK_ETH ? "Ethernet (RoCE)" : l == CX_LINK_EFA ? "EFA" : "unknown";
 }
 
 static void lib_text(cx_out_t *o, const char *name, const cx_probe_lib_t *l)
 {
-    outf(o, "  %-10s %s%s%s%s%s\n", name, !l->probed ? "not probed" : l->loaded ? "loaded" : "absent",
+    outf(o, "  %-10s %s%s%s%s%s\n", name,
+         !l->probed      ? "not probed"
+             : l->loaded ? "loaded"
+                         : "absent",
          l->version[0] ? " " : "", l->version, l->note[0] ? ": " : "", l->note);
 }
 
@@ -63,23 +69,25 @@ static void plan_text(cx_out_t *o, const cx_probe_t *p, const cx_decision_t *d)
         const cx_plan_be_t *pl = &d->plan[i];
         outf(o, "  %s:", d->be[i].backend);
         if (pl->provider[0]) outf(o, " provider %s,", pl->provider);
-        if (!strcmp(d->be[i].backend, "libfabric"))
-            outf(o, " domain %s,", pl->domain[0] ? pl->domain : "(the provider's)");
-        if (!strcmp(d->be[i].backend, "ucx"))
-            outf(o, " devices %s%s,", pl->devices[0] ? pl->devices : "none (tcp on the engine's "
-                 "interface)", pl->devices_exact ? " (as given)" : "");
+        const cx_sel_backend_t *be = cx_sel_backend(d->be[i].backend);
+        if (be && be->shows_domain) outf(o, " domain %s,", pl->domain[0] ? pl->domain : "(the provider's)");
+        if (pl->domains[0]) outf(o, " rails %s,", pl->domains);
+        if (be && be->shows_devices)
+            outf(o, " devices %s%s,",
+                 pl->devices[0] ? pl->devices
+                                : "none (tcp on the engine's "
+                                  "interface)",
+                 pl->devices_exact ? " (as given)" : "");
         outf(o, " over %s\n", pl->transports[0] ? pl->transports : "-");
         outf(o, "    host memory: registered; cuda memory: %s (%s)\n",
              pl->gpudirect ? "GPUDirect" : "staged through pinned host memory", pl->gpudirect_via);
     }
     for (int g = 0; g < d->n_gpu; g++)
         if (d->nic_of_gpu[g] >= 0)
-            outf(o, "  gpu%d -> %s\n", p->gpu[g].ordinal >= 0 ? p->gpu[g].ordinal : g,
-                 p->rdma[d->nic_of_gpu[g]].name);
+            outf(o, "  gpu%d -> %s\n", p->gpu[g].ordinal >= 0 ? p->gpu[g].ordinal : g, p->rdma[d->nic_of_gpu[g]].name);
 }
 
-size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
-                             size_t len)
+size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf, size_t len)
 {
     cx_out_t o = { buf, len, 0 };
     char tmp[64];
@@ -106,17 +114,18 @@ size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc
          p->fi_efa ? (p->fi_efa_hmem ? " (efa with FI_HMEM)" : " (efa without FI_HMEM)") : "",
          p->fi_verbs_hmem ? " (verbs with FI_HMEM)" : "");
     cx_select_caps_str(p->ucx_caps, tmp, sizeof tmp);
-    outf(&o, "ucx transports: %s\n  ucx reaches: %s%s%s\n",
-         p->ucx_resources[0] ? p->ucx_resources : "none", tmp[0] ? tmp : "nothing",
-         p->ucx_cuda ? ", cuda memory" : "", p->ucx_gdr_copy ? ", gdr_copy" : "");
+    outf(&o, "ucx transports: %s\n  ucx reaches: %s%s%s\n", p->ucx_resources[0] ? p->ucx_resources : "none",
+         tmp[0] ? tmp : "nothing", p->ucx_cuda ? ", cuda memory" : "", p->ucx_gdr_copy ? ", gdr_copy" : "");
     outf(&o, "gpus: %d  (nvidia_peermem %s)\n", p->n_gpu, p->peermem ? "loaded" : "not loaded");
     for (int i = 0; i < p->n_gpu; i++) {
         const cx_probe_gpu_t *g = &p->gpu[i];
-        outf(&o, "  gpu%-2d %-24s pci %-12s numa %2d  gdr-attr %d  dma-buf %d\n",
-             g->ordinal >= 0 ? g->ordinal : i, g->name[0] ? g->name : "(sysfs only)",
-             g->pci.bdf, g->pci.numa, g->gdr_attr, g->dmabuf_attr);
+        outf(&o, "  gpu%-2d %-24s pci %-12s numa %2d  gdr-attr %d  dma-buf %d\n", g->ordinal >= 0 ? g->ordinal : i,
+             g->name[0] ? g->name : "(sysfs only)", g->pci.bdf, g->pci.numa, g->gdr_attr, g->dmabuf_attr);
     }
-    if (p->notes[0]) { outf(&o, "notes:\n"); lines_text(&o, p->notes, "  "); }
+    if (p->notes[0]) {
+        outf(&o, "notes:\n");
+        lines_text(&o, p->notes, "  ");
+    }
 
     outf(&o, "\ndecision: %s\n", rc == CX_OK ? "ok" : cx_strerror(rc));
     if (rc != CX_OK) outf(&o, "  error: %s\n", d->error);
@@ -140,13 +149,14 @@ size_t cx_select_report_text(const cx_probe_t *p, const cx_decision_t *d, int rc
     return o.need;
 }
 
-size_t cx_select_report_plan(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
-                             size_t len)
+size_t cx_select_report_plan(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf, size_t len)
 {
     cx_out_t o = { buf, len, 0 };
     if (buf && len) buf[0] = 0;
-    if (rc != CX_OK) outf(&o, "no plan: %s\n", d->error);
-    else plan_text(&o, p, d);
+    if (rc != CX_OK)
+        outf(&o, "no plan: %s\n", d->error);
+    else
+        plan_text(&o, p, d);
     return o.need;
 }
 
@@ -155,10 +165,14 @@ static void jstr(cx_out_t *o, const char *s)
     outf(o, "\"");
     for (; s && *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') outf(o, "\\%c", c);
-        else if (c == '\n') outf(o, "\\n");
-        else if (c < 0x20) outf(o, "\\u%04x", c);
-        else outf(o, "%c", c);
+        if (c == '"' || c == '\\')
+            outf(o, "\\%c", c);
+        else if (c == '\n')
+            outf(o, "\\n");
+        else if (c < 0x20)
+            outf(o, "\\u%04x", c);
+        else
+            outf(o, "%c", c);
     }
     outf(o, "\"");
 }
@@ -193,8 +207,7 @@ static void jlines(cx_out_t *o, const char *s)
     outf(o, "]");
 }
 
-size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf,
-                             size_t len)
+size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc, char *buf, size_t len)
 {
     cx_out_t o = { buf, len, 0 };
     char tmp[64];
@@ -204,7 +217,10 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
     outf(&o, ",\"sysfs_root\":");
     jstr(&o, p->sysfs_root);
     outf(&o, ",\"built\":[");
-    for (int i = 0; i < p->n_built; i++) { outf(&o, "%s", i ? "," : ""); jstr(&o, p->built[i]); }
+    for (int i = 0; i < p->n_built; i++) {
+        outf(&o, "%s", i ? "," : "");
+        jstr(&o, p->built[i]);
+    }
     outf(&o, "],\"libraries\":{");
     jlib(&o, "ibverbs", &p->verbs, 0);
     jlib(&o, "libfabric", &p->fabric, 0);
@@ -246,8 +262,7 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
         jstr(&o, g->name);
         outf(&o, ",\"pci\":");
         jstr(&o, g->pci.bdf);
-        outf(&o, ",\"numa\":%d,\"gdr_attr\":%d,\"dmabuf_attr\":%d}", g->pci.numa, g->gdr_attr,
-             g->dmabuf_attr);
+        outf(&o, ",\"numa\":%d,\"gdr_attr\":%d,\"dmabuf_attr\":%d}", g->pci.numa, g->gdr_attr, g->dmabuf_attr);
     }
     outf(&o, "],\"notes\":");
     jlines(&o, p->notes);
@@ -273,8 +288,10 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
     outf(&o, ",\"nic_of_gpu\":[");
     for (int g = 0; g < d->n_gpu; g++) {
         outf(&o, "%s", g ? "," : "");
-        if (d->nic_of_gpu[g] >= 0) jstr(&o, p->rdma[d->nic_of_gpu[g]].name);
-        else outf(&o, "null");
+        if (d->nic_of_gpu[g] >= 0)
+            jstr(&o, p->rdma[d->nic_of_gpu[g]].name);
+        else
+            outf(&o, "null");
     }
     outf(&o, "],\"plan\":[");
     for (int i = 0; i < d->n; i++) {
@@ -285,6 +302,10 @@ size_t cx_select_report_json(const cx_probe_t *p, const cx_decision_t *d, int rc
         jstr(&o, pl->provider);
         outf(&o, ",\"domain\":");
         jstr(&o, pl->domain);
+        outf(&o, ",\"rails\":");
+        jstr(&o, pl->domains);
+        outf(&o, ",\"gpu_rails\":");
+        jstr(&o, pl->gpu_domains);
         outf(&o, ",\"devices\":");
         jstr(&o, pl->devices);
         outf(&o, ",\"devices_exact\":%s,\"transports\":", pl->devices_exact ? "true" : "false");
@@ -304,13 +325,14 @@ void cx_select_log(const cx_probe_t *p, const cx_decision_t *d, int rc)
 {
     char order[128] = "";
     for (int i = 0; i < d->n; i++)
-        cx_sel_appendf(order, sizeof order, "%s%s%s%s", i ? "," : "", d->be[i].backend,
-                       d->be[i].variant[0] ? "/" : "", d->be[i].variant);
-    if (rc != CX_OK) cx_error("select: %s", d->error);
+        cx_sel_appendf(order, sizeof order, "%s%s%s%s", i ? "," : "", d->be[i].backend, d->be[i].variant[0] ? "/" : "",
+                       d->be[i].variant);
+    if (rc != CX_OK)
+        cx_error("select: %s", d->error);
     else
-        cx_info("select: backends %s; same-host %s; gpudirect %s; %d GPU(s), %d RDMA device(s)%s%s",
-                order, d->same_host[0] ? d->same_host : "-", d->gpudirect ? "on" : "off",
-                p->n_gpu, p->n_rdma, d->net_devices[0] ? "; nics " : "", d->net_devices);
+        cx_info("select: backends %s; same-host %s; gpudirect %s; %d GPU(s), %d RDMA device(s)%s%s", order,
+                d->same_host[0] ? d->same_host : "-", d->gpudirect ? "on" : "off", p->n_gpu, p->n_rdma,
+                d->net_devices[0] ? "; nics " : "", d->net_devices);
     const char *s = d->reasons;
     while (s && *s) {
         const char *e = strchr(s, '\n');

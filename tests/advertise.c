@@ -52,8 +52,9 @@ static int setup_net(void)
         cxt_sh("ip -n %s link set lo up", g_ns))
         return -1;
     char cmd[256];
-    snprintf(cmd, sizeof cmd, "ip -o link show dev %s | grep -q LOWER_UP && ip -n %s -o link show dev %s | grep -q LOWER_UP",
-             g_va, g_ns, g_vb);
+    snprintf(cmd, sizeof cmd,
+             "ip -o link show dev %s | grep -q LOWER_UP && ip -n %s -o link show dev %s | grep -q LOWER_UP", g_va, g_ns,
+             g_vb);
     for (int i = 0; i < 300; i++) {
         if (system(cmd) == 0) return 0;
         usleep(10000);
@@ -65,7 +66,7 @@ static int setup_net(void)
 static void teardown_net(void)
 {
     if (!g_have_ns) return;
-    cxt_sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
+    cxt_sh("ip link del %s 2>/dev/null || true", g_va); /* removes both ends */
     cxt_sh("ip netns del %s", g_ns);
     g_have_ns = 0;
 }
@@ -81,8 +82,10 @@ static cx_engine_t *wildcard_engine_on(const char *listen, const char *model, co
     c.heartbeat_ms = 200;
     c.heartbeat_timeout_ms = 2000;
     c.op_timeout_ms = 10000;
-    if (adv) setenv("CONNEX_ADVERTISE_IP", adv, 1);
-    else unsetenv("CONNEX_ADVERTISE_IP");
+    if (adv)
+        setenv("CONNEX_ADVERTISE_IP", adv, 1);
+    else
+        unsetenv("CONNEX_ADVERTISE_IP");
     cx_engine_t *e = NULL;
     int rc = cx_engine_create(&c, &e);
     unsetenv("CONNEX_ADVERTISE_IP");
@@ -173,7 +176,9 @@ static void test_default_advertised(void **state)
 {
     (void)state;
     char want[CX_IP_MAX];
-    assert_int_equal(cx_advertise_resolve("0.0.0.0", NULL, want, sizeof want), 0);
+    static cx_opts_t o;
+    assert_int_equal(cx_opts_load(&o), CX_OK);
+    assert_int_equal(cx_advertise_resolve(&o, "0.0.0.0", NULL, want, sizeof want), 0);
     assert_false(cx_ip_is_wildcard(want));
     cx_engine_t *e = wildcard_engine("adv-default", NULL);
     assert_url_host(cx_engine_local_url(e), want);
@@ -189,8 +194,9 @@ static void test_netns_advertised(void **state)
     cx_engine_t *e = wildcard_engine("adv-ns", g_ip_a);
     assert_url_host(cx_engine_local_url(e), g_ip_a);
     /* The peer sees only its veth end: it can reach us through the advertised address alone. */
-    cxt_peer_opts_t o = { .model = "adv-ns-peer", .replica = 2, .listen_ip = g_ip_b, .netns = g_ns,
-                          .net_devices = g_vb };
+    cxt_peer_opts_t o = {
+        .model = "adv-ns-peer", .replica = 2, .listen_ip = g_ip_b, .netns = g_ns, .net_devices = g_vb
+    };
     pair_through_url(e, &o);
     cx_engine_destroy(e);
     teardown_net();

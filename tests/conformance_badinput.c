@@ -81,7 +81,8 @@ static void all_ops(const char *peer, void *loc, uint64_t rem, size_t len, int w
         assert_non_null(op);
         rc = cx_op_wait(op, 10000);
     }
-    if (rc != want) fail_msg("%s: put_signal returned %d (%s), expected %s", what, rc, cx_strerror(rc), cx_strerror(want));
+    if (rc != want)
+        fail_msg("%s: put_signal returned %d (%s), expected %s", what, rc, cx_strerror(rc), cx_strerror(want));
 }
 
 static void test_unregistered_local(void **state)
@@ -154,9 +155,17 @@ static void test_unknown_peer(void **state)
 static void test_malformed_urls(void **state)
 {
     (void)state;
-    static const char *bad[] = { "", "127.0.0.1", "127.0.0.1:5000", "localhost:5000#m|0|0|0",
-                                 "127.0.0.1:0#m|0|0|0", "127.0.0.1:5000#m|0|0", "::1:5000#m|0|0|0",
-                                 "m|0|0", "m|0|0|0|0", "127.0.0.1:5000#m|0|0|0 ", "|||" };
+    static const char *bad[] = { "",
+                                 "127.0.0.1",
+                                 "127.0.0.1:5000",
+                                 "localhost:5000#m|0|0|0",
+                                 "127.0.0.1:0#m|0|0|0",
+                                 "127.0.0.1:5000#m|0|0",
+                                 "::1:5000#m|0|0|0",
+                                 "m|0|0",
+                                 "m|0|0|0|0",
+                                 "127.0.0.1:5000#m|0|0|0 ",
+                                 "|||" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int rc = cx_read(E, bad[i], R, P.base, 16);
         if (rc != CX_EINVAL) fail_msg("read peer '%s': %s, expected CX_EINVAL", bad[i], cx_strerror(rc));
@@ -228,8 +237,8 @@ static void test_bad_engine_config(void **state)
     assert_int_equal(cx_engine_create(NULL, &e), CX_EINVAL);
     c.model = "ok";
     assert_int_equal(cx_engine_create(&c, NULL), CX_EINVAL);
-    static const char *models[] = { NULL, "", "bad model", "a|b", "x#y",
-                                    "0123456789012345678901234567890123456789012345678901234567890123" };
+    static const char *models[] = { NULL,  "",    "bad model",
+                                    "a|b", "x#y", "0123456789012345678901234567890123456789012345678901234567890123" };
     for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
         c.model = models[i];
         e = NULL;
@@ -241,13 +250,16 @@ static void test_bad_engine_config(void **state)
     c.listen_ip = "localhost";
     assert_int_equal(cx_engine_create(&c, &e), CX_EINVAL);
     c.listen_ip = "127.0.0.1";
-    c.port = P.port;   /* taken */
+    c.port = P.port; /* taken */
     e = NULL;
     int rc = cx_engine_create(&c, &e);
-    if (rc == CX_OK) { cx_engine_destroy(e); fail_msg("two engines bound one port"); }
+    if (rc == CX_OK) {
+        cx_engine_destroy(e);
+        fail_msg("two engines bound one port");
+    }
     c.port = 0;
-    still_works();   /* failed creates closed nothing of E's */
-    if (!getenv("CONNEX_BACKEND")) {   /* the environment overrides cfg.backend */
+    still_works();                   /* failed creates closed nothing of E's */
+    if (!getenv("CONNEX_BACKEND")) { /* the environment overrides cfg.backend */
         c.backend = "nosuchbackend";
         e = NULL;
         rc = cx_engine_create(&c, &e);
@@ -259,20 +271,20 @@ static void test_bad_engine_config(void **state)
 static void test_registration_errors(void **state)
 {
     (void)state;
-    assert_int_equal(cx_register_memory(E, R, RS), CX_EINVAL);           /* duplicate */
-    assert_int_equal(cx_register_memory(E, R + 4096, 4096), CX_EINVAL);  /* inside */
-    assert_int_equal(cx_register_memory(E, R + RS - 1, 4096), CX_EINVAL);/* overlaps the end */
+    assert_int_equal(cx_register_memory(E, R, RS), CX_EINVAL);            /* duplicate */
+    assert_int_equal(cx_register_memory(E, R + 4096, 4096), CX_EINVAL);   /* inside */
+    assert_int_equal(cx_register_memory(E, R + RS - 1, 4096), CX_EINVAL); /* overlaps the end */
     uint8_t *x = malloc(4096);
     assert_non_null(x);
-    assert_int_equal(cx_unregister_memory(E, x), CX_EINVAL);            /* never registered */
-    assert_int_equal(cx_unregister_memory(E, R + 1), CX_EINVAL);        /* not a region start */
+    assert_int_equal(cx_unregister_memory(E, x), CX_EINVAL);     /* never registered */
+    assert_int_equal(cx_unregister_memory(E, R + 1), CX_EINVAL); /* not a region start */
     assert_int_equal(cx_register_memory(E, x, 4096), CX_OK);
     cx_stats_t st;
     assert_int_equal(cx_stats(E, &st), CX_OK);
     assert_int_equal(st.regions, 2);
     assert_int_equal(st.registered_bytes, RS + 4096);
     assert_int_equal(cx_unregister_memory(E, x), CX_OK);
-    assert_int_equal(cx_unregister_memory(E, x), CX_EINVAL);            /* twice */
+    assert_int_equal(cx_unregister_memory(E, x), CX_EINVAL); /* twice */
     assert_int_equal(cx_stats(E, &st), CX_OK);
     assert_int_equal(st.regions, 1);
     assert_int_equal(st.registered_bytes, RS);
@@ -292,13 +304,17 @@ static int poke(uint16_t port, const void *buf, size_t len, int linger_ms)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (s < 0) return -1;
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port),
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons(port),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    if (connect(s, (struct sockaddr *)&a, sizeof a)) { close(s); return -1; }
+    if (connect(s, (struct sockaddr *)&a, sizeof a)) {
+        close(s);
+        return -1;
+    }
     size_t off = 0;
     while (off < len) {
         ssize_t k = send(s, (const uint8_t *)buf + off, len - off, MSG_NOSIGNAL);
-        if (k <= 0) break;   /* the engine may cut us off: that is a fine answer */
+        if (k <= 0) break; /* the engine may cut us off: that is a fine answer */
         off += (size_t)k;
     }
     if (linger_ms) {
@@ -325,12 +341,12 @@ static void test_garbage_on_control_port(void **state)
     srand(99);
     for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (uint8_t)rand();
     /* Frame headers: u32 length, u8 type, u8 version, u16 reserved. */
-    uint8_t huge[8] = { 0xff, 0xff, 0xff, 0xff, 1, 1, 0, 0 };        /* 4 GiB HELLO */
-    uint8_t big[8] = { 0, 0, 0, 4, 1, 1, 0, 0 };                      /* 64 MiB, then nothing */
+    uint8_t huge[8] = { 0xff, 0xff, 0xff, 0xff, 1, 1, 0, 0 }; /* 4 GiB HELLO */
+    uint8_t big[8] = { 0, 0, 0, 4, 1, 1, 0, 0 };              /* 64 MiB, then nothing */
     uint8_t badver[8] = { 16, 0, 0, 0, 1, 99, 0, 0 };
     uint8_t badtype[24] = { 16, 0, 0, 0, 200, 1, 0, 0 };
     uint8_t shorthello[24] = { 16, 0, 0, 0, 1, 1, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0xff, 0xff, 0xff, 0xff };
-    uint8_t hb_first[8] = { 0, 0, 0, 0, 7, 1, 0, 0 };                 /* heartbeat before HELLO */
+    uint8_t hb_first[8] = { 0, 0, 0, 0, 7, 1, 0, 0 }; /* heartbeat before HELLO */
     uint8_t bye_first[8] = { 0, 0, 0, 0, 8, 1, 0, 0 };
     const char *http = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
     for (int k = 0; k < 2; k++) {
@@ -346,12 +362,13 @@ static void test_garbage_on_control_port(void **state)
         assert_int_equal(poke(port, hb_first, sizeof hb_first, 100), 0);
         assert_int_equal(poke(port, bye_first, sizeof bye_first, 100), 0);
         assert_int_equal(poke(port, http, strlen(http), 100), 0);
-        assert_int_equal(poke(port, "", 0, 0), 0);                   /* connect, close */
+        assert_int_equal(poke(port, "", 0, 0), 0); /* connect, close */
         for (int i = 0; i < 50; i++) assert_int_equal(poke(port, rnd + i * 16, 16 + (size_t)i, 0), 0);
     }
     /* A connection that says nothing and stays open must not block anyone else. */
     int idle = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(ports[0]),
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons(ports[0]),
                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     assert_int_equal(connect(idle, (struct sockaddr *)&a, sizeof a), 0);
     still_works();
@@ -368,9 +385,9 @@ static void test_garbage_on_control_port(void **state)
     cx_stats_t st;
     assert_int_equal(cx_stats(E, &st), CX_OK);
     assert_int_equal(st.peers_up >= 1, 1);
-    fprintf(stderr, "after garbage: rejected_requests=%" PRIu64 " peer_failures=%" PRIu64 "\n",
-            st.rejected_requests, st.peer_failures);
-    assert_int_equal(st.peer_failures, st0.peer_failures);   /* garbage is not a peer failing */
+    fprintf(stderr, "after garbage: rejected_requests=%" PRIu64 " peer_failures=%" PRIu64 "\n", st.rejected_requests,
+            st.peer_failures);
+    assert_int_equal(st.peer_failures, st0.peer_failures); /* garbage is not a peer failing */
 }
 
 int main(void)

@@ -4,7 +4,8 @@
  * a transport cause makes it SUSPECT and the probe over the control connection makes it UP again
  * (no FAILED; an op whose connection was closed under it ends CX_ERR, the next op reconnects the
  * data path), the peer gone fails it at once and its ops
- * return CX_EPEER. */
+ * return CX_EPEER; an op a backend ended with a local error waits briefly for a verdict: CX_ERR
+ * with the peer alive, CX_EPEER when the peer fails within that time. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,9 +16,11 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "cxt.h"
 #include "engine.h"
+#include "spin.h"
 
 #define RS (1u << 20)
 #define HB_MS 100
@@ -50,6 +53,60 @@ static void inject(cx_engine_t *e, const char *lid, int cause)
     assert_true(in.found);
 }
 
+/* An op ended by a backend with a local error (CX_ERR): a record of the core's, made on the
+ * progress thread as if a backend held it, and what its caller would have been told. */
+typedef struct settle {
+    const char *lid;
+    int then_fail; /* the peer fails in the same turn, as when its control connection closes */
+    cx_op_t op;
+    int found, done_at_once, status;
+    uint64_t done_ns;
+} settle_t;
+
+static void settle_done(cx_op_t *op, int status)
+{
+    settle_t *s = (settle_t *)((char *)op - offsetof(settle_t, op));
+    s->status = status;
+    s->done_ns = cxt_now_ns();
+    cx_op_set_done(op);
+}
+
+static void do_settle(cx_engine_t *e, void *arg)
+{
+    settle_t *s = arg;
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        const char *h = strchr(p->url, '#');
+        if (!h || strcmp(h + 1, s->lid)) continue;
+        s->found = 1;
+        cx_op_t *op = &s->op;
+        op->e = e;
+        op->kind = CX_OPK_READ;
+        op->peer = p;
+        op->on_done = settle_done;
+        op->deadline_ns = cxt_now_ns() + (uint64_t)OP_TIMEOUT_MS * 1000000ull;
+        cx_op_link(e, p, op);
+        op->stage = OPS_IN_BACKEND;
+        cx_op_backend_status(e, op, CX_ERR);
+        s->done_at_once = cx_op_is_done(op);
+        if (s->then_fail) cx_peer_fail(e, p, "control connection closed (the test)");
+        return;
+    }
+}
+
+/* Runs one local error; returns the status its caller got. */
+static int settle(cx_engine_t *e, const char *lid, int then_fail, double *ms)
+{
+    settle_t s = { .lid = lid, .then_fail = then_fail };
+    uint64_t t0 = cxt_now_ns();
+    assert_int_equal(cx_exec(e, do_settle, &s), CX_OK);
+    assert_true(s.found);
+    if (!then_fail) assert_false(s.done_at_once); /* held for the verdict */
+    for (int i = 0; i < 2000 && !cx_op_is_done(&s.op); i++) usleep(1000);
+    assert_true(cx_op_is_done(&s.op));
+    *ms = (double)(s.done_ns - t0) / 1e6;
+    return s.status;
+}
+
 static void read_ok(cx_engine_t *e, cxt_peer_t *p, uint8_t *r)
 {
     memset(r, 0, 4096);
@@ -66,8 +123,13 @@ static void test_causes(void **state)
     assert_true(r != MAP_FAILED);
     assert_int_equal(cx_register_memory(e, r, RS), CX_OK);
     cxt_peer_t p;
-    cxt_peer_opts_t o = { .model = "cause", .replica = 1, .region = RS, .seed = 23, .hb_ms = HB_MS,
-                          .hb_timeout_ms = HB_TIMEOUT_MS, .op_timeout_ms = OP_TIMEOUT_MS };
+    cxt_peer_opts_t o = { .model = "cause",
+                          .replica = 1,
+                          .region = RS,
+                          .seed = 23,
+                          .hb_ms = HB_MS,
+                          .hb_timeout_ms = HB_TIMEOUT_MS,
+                          .op_timeout_ms = OP_TIMEOUT_MS };
     assert_int_equal(cxt_peer_start(&p, &o, 10000), 0);
     assert_int_equal(cx_connect(e, p.url, 5000), CX_OK);
     read_ok(e, &p, r);
@@ -95,7 +157,8 @@ static void test_causes(void **state)
     inject(e, p.lid, CX_CAUSE_TRANSPORT);
     int rc = cx_op_wait(op, OP_TIMEOUT_MS + 2000);
     printf("cause: transport: a 1 MiB read in flight at the report: %s\n", cx_strerror(rc));
-    if (rc != CX_OK && rc != CX_ERR) fail_msg("a read in flight at a transport cause: %s, expected CX_OK or CX_ERR", cx_strerror(rc));
+    if (rc != CX_OK && rc != CX_ERR)
+        fail_msg("a read in flight at a transport cause: %s, expected CX_OK or CX_ERR", cx_strerror(rc));
     seen = 0;
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_SUSPECT, 1000, &ev, &seen), 0);
     printf("cause: transport: SUSPECT '%s'\n", ev.reason);
@@ -104,6 +167,14 @@ static void test_causes(void **state)
     double up_ms = cxt_ms_since(t0);
     printf("cause: transport: UP '%s' %.1f ms after the report\n", ev.reason, up_ms);
     if (seen & (1u << CX_EVENT_FAILED)) fail_msg("a transport cause with the peer alive failed it");
+    assert_int_equal(cx_peer_state(e, p.lid), CX_PEER_UP);
+    read_ok(e, &p, r);
+
+    /* A local error on an op, the peer alive: the op waits briefly for a verdict that does not
+     * come, then ends CX_ERR; the peer stays UP. */
+    double ms = 0;
+    assert_int_equal(settle(e, p.lid, 0, &ms), CX_ERR);
+    printf("cause: an op's local error, the peer alive: CX_ERR after %.1f ms\n", ms);
     assert_int_equal(cx_peer_state(e, p.lid), CX_PEER_UP);
     read_ok(e, &p, r);
 
@@ -117,6 +188,19 @@ static void test_causes(void **state)
     assert_int_equal(cx_read(e, p.lid, r, p.base, 4096), CX_EPEER);
 
     cxt_peer_crash(&p);
+
+    /* A local error on an op, and in the same turn the peer's control connection closes (a
+     * killed process, whose connections the backend and the core read in either order): the
+     * caller is told CX_EPEER, so it hands the work elsewhere. */
+    cxt_peer_t q;
+    o.replica = 2;
+    assert_int_equal(cxt_peer_start(&q, &o, 10000), 0);
+    assert_int_equal(cx_connect(e, q.url, 5000), CX_OK);
+    read_ok(e, &q, r);
+    assert_int_equal(settle(e, q.lid, 1, &ms), CX_EPEER);
+    printf("cause: an op's local error, then the peer failed: CX_EPEER after %.1f ms\n", ms);
+    cxt_peer_crash(&q);
+
     cx_unregister_memory(e, r);
     cx_engine_destroy(e);
     munmap(r, RS);

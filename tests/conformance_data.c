@@ -18,7 +18,7 @@
 
 #include "cxt.h"
 
-#define RS ((size_t)(64u << 20) + (64u << 10))   /* 64 MiB plus room for odd offsets */
+#define RS ((size_t)(64u << 20) + (64u << 10)) /* 64 MiB plus room for odd offsets */
 #define TSEED 7
 #define PSEED 3
 
@@ -32,8 +32,14 @@ static const size_t sizes[] = { 1, 7, 4096, 16385, 65536, 65537, 1u << 20, (16u 
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
 /* Odd offsets for odd sizes, so unaligned transfers are covered. */
-static size_t loff(size_t len) { return len & 1 ? 5 : 0; }
-static size_t roff(size_t len) { return len & 1 ? 4096 + 13 : 4096; }
+static size_t loff(size_t len)
+{
+    return len & 1 ? 5 : 0;
+}
+static size_t roff(size_t len)
+{
+    return len & 1 ? 4096 + 13 : 4096;
+}
 
 static int group_setup(void **state)
 {
@@ -53,7 +59,10 @@ static int group_setup(void **state)
     cxt_peer_opts_t o = { .replica = 1, .region = RS, .seed = PSEED, .hb_ms = 1000, .hb_timeout_ms = 10000 };
     if (cxt_peer_start(&P, &o, 10000)) return -1;
     int rc = cx_connect(E, P.url, 5000);
-    if (rc) { fprintf(stderr, "connect %s: %s\n", P.url, cx_strerror(rc)); return -1; }
+    if (rc) {
+        fprintf(stderr, "connect %s: %s\n", P.url, cx_strerror(rc));
+        return -1;
+    }
     cx_event_t ev;
     if (cxt_wait_event(E, P.lid, CX_EVENT_UP, 5000, &ev, NULL)) {
         fprintf(stderr, "no UP event for %s\n", P.lid);
@@ -78,7 +87,7 @@ static void test_connected(void **state)
 {
     (void)state;
     assert_int_equal(cx_peer_state(E, P.url), CX_PEER_UP);
-    assert_int_equal(cx_peer_state(E, P.lid), CX_PEER_UP);   /* bare LID once known */
+    assert_int_equal(cx_peer_state(E, P.lid), CX_PEER_UP); /* bare LID once known */
     const char *b = cx_peer_backend(E, P.url);
     assert_non_null(b);
     const char *want = getenv("CONNEX_BACKEND");
@@ -106,7 +115,7 @@ static void test_fds_cloexec(void **state)
         uint16_t ports[2] = { u.port, P.port };
         int checked = 0;
         assert_int_equal(cxt_sockets_without_cloexec(ports, 2, &checked), 0);
-        assert_true(checked >= 2);   /* the listen socket and the connection to the peer */
+        assert_true(checked >= 2); /* the listen socket and the connection to the peer */
         return;
     }
     if (be && strcmp(be, "libfabric") == 0) {
@@ -132,7 +141,7 @@ static void test_read_sizes(void **state)
         if (rc) fail_msg("read %zu B: %s", n, cx_strerror(rc));
         long long bad = cxt_check(R + lo, n, PSEED, ro);
         if (bad >= 0) fail_msg("read %zu B: byte %lld differs", n, bad);
-        if (lo) assert_int_equal(R[lo - 1], 0xA5);   /* nothing written outside the range */
+        if (lo) assert_int_equal(R[lo - 1], 0xA5); /* nothing written outside the range */
         assert_int_equal(R[lo + n], 0x5A);
         fprintf(stderr, "read  %9zu B  %8.3f ms\n", n, ms);
     }
@@ -188,8 +197,7 @@ static void test_put_signal_sizes(void **state)
         if (cxt_peer_expect(&P, "MSG ", 20000, line, sizeof line))
             fail_msg("put_signal %zu B: the peer got no message", n);
         char want[256];
-        snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg),
-                 cxt_hash(msg, strlen(msg)));
+        snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg), cxt_hash(msg, strlen(msg)));
         if (strcmp(line, want)) fail_msg("put_signal %zu B: peer said '%s', expected '%s'", n, line, want);
         fprintf(stderr, "put_signal %9zu B  %8.3f ms\n", n, ms);
     }
@@ -202,8 +210,8 @@ static void test_peer_reads_from_us(void **state)
     for (size_t i = 0; i < NSIZES; i++) {
         size_t n = sizes[i], lo = loff(n), ro = roff(n);
         /* The peer names us by bare LID: it knows us from our HELLO. */
-        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu %zu", E_LID,
-                              (uintptr_t)(R + ro), n, lo);
+        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu %zu", E_LID, (uintptr_t)(R + ro),
+                              n, lo);
         if (rc) fail_msg("peer read %zu B: %s", n, rep);
         snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(R + ro, n));
         if (strcmp(rep, want)) fail_msg("peer read %zu B: got '%s', expected '%s'", n, rep, want);
@@ -218,8 +226,8 @@ static void test_peer_writes_to_us(void **state)
     for (size_t i = 0; i < NSIZES; i++) {
         size_t n = sizes[i], lo = loff(n), ro = roff(n);
         memset(R + ro - 1, 0, n + 2);
-        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "WRITE %s 0x%" PRIxPTR " %zu %zu", E_LID,
-                              (uintptr_t)(R + ro), n, lo);
+        int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "WRITE %s 0x%" PRIxPTR " %zu %zu", E_LID, (uintptr_t)(R + ro),
+                              n, lo);
         if (rc) fail_msg("peer write %zu B: %s", n, rep);
         long long bad = cxt_check(R + ro, n, 11, lo);
         if (bad >= 0) fail_msg("peer write %zu B: byte %lld differs", n, bad);
@@ -229,7 +237,12 @@ static void test_peer_writes_to_us(void **state)
     cxt_fill(R, RS, TSEED, 0);
 }
 
-struct sig_rx { int rc; char verdict[256]; size_t len; char from[CX_URL_MAX]; };
+struct sig_rx {
+    int rc;
+    char verdict[256];
+    size_t len;
+    char from[CX_URL_MAX];
+};
 
 /* Checks the message against our memory the moment it arrives. */
 static void *sig_receiver(void *arg)
@@ -271,7 +284,7 @@ static void test_peer_put_signal_to_us(void **state)
         assert_int_equal(pthread_create(&th, NULL, sig_receiver, &s), 0);
         int rc = cxt_peer_cmd(&P, 60000, rep, sizeof rep, "PUTSIG %s 0x%" PRIxPTR " %zu %zu", E_LID,
                               (uintptr_t)(R + ro), n, lo);
-        pthread_join(th, NULL);   /* bounded: the receiver waits at most 60 s */
+        pthread_join(th, NULL); /* bounded: the receiver waits at most 60 s */
         if (rc) fail_msg("peer put_signal %zu B: %s", n, rep);
         if (s.rc) fail_msg("put_signal %zu B: no message (%s)", n, cx_strerror(s.rc));
         if (strcmp(s.verdict, "OK")) fail_msg("put_signal %zu B: %s", n, s.verdict);
@@ -339,7 +352,7 @@ static void test_messages_from_peer(void **state)
         cx_msg_release(&m);
     }
     cx_msg_t m;
-    assert_int_equal(cx_recv_msg(E, &m, 50), CX_ETIMEDOUT);   /* nothing else queued */
+    assert_int_equal(cx_recv_msg(E, &m, 50), CX_ETIMEDOUT); /* nothing else queued */
 }
 
 static void test_stats(void **state)
@@ -375,8 +388,10 @@ static void setenv_saved(const char *name, const char *value, char **saved)
 
 static void setenv_restore(const char *name, char *saved)
 {
-    if (saved) setenv(name, saved, 1);
-    else unsetenv(name);
+    if (saved)
+        setenv(name, saved, 1);
+    else
+        unsetenv(name);
     free(saved);
 }
 
@@ -413,8 +428,10 @@ static void drive_reads(const char *drive, const char *poll_us, uint64_t *driven
     assert_int_equal(b.ops[CX_OPK_READ] - a.ops[CX_OPK_READ], 64);
     *driven = b.ops_driven - a.ops_driven;
     *done = b.ops_driven_done - a.ops_driven_done;
-    fprintf(stderr, "CONNEX_DRIVE=%s CONNEX_POLL_US=%s: of 64 reads, %" PRIu64 " started by the caller, %" PRIu64
-            " done while it drove\n", drive, poll_us, *driven, *done);
+    fprintf(stderr,
+            "CONNEX_DRIVE=%s CONNEX_POLL_US=%s: of 64 reads, %" PRIu64 " started by the caller, %" PRIu64
+            " done while it drove\n",
+            drive, poll_us, *driven, *done);
     cx_unregister_memory(d, buf);
     cx_engine_destroy(d);
     munmap(buf, 4096);
@@ -547,8 +564,8 @@ static void test_driving_leaves_nothing_behind(void **state)
     assert_int_equal(cx_connect(d, P.url, 5000), CX_OK);
     char durl[CX_URL_MAX], rep[256];
     snprintf(durl, sizeof durl, "%s", cx_engine_local_url(d));
-    assert_int_equal(cx_read(E, P.url, R, P.base, 4096), CX_OK);   /* what the peer holds */
-    static const int pause_us[] = { 0, 300, 5000, 50000 };   /* under the tick, over it, long after */
+    assert_int_equal(cx_read(E, P.url, R, P.base, 4096), CX_OK); /* what the peer holds */
+    static const int pause_us[] = { 0, 300, 5000, 50000 };       /* under the tick, over it, long after */
     for (int k = 0; k < 4; k++) {
         for (int i = 0; i < 32; i++) {
             rc = cx_read(d, P.url, buf, P.base, 4096);
@@ -580,7 +597,8 @@ static void test_driving_leaves_nothing_behind(void **state)
         rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 65536", durl,
                           (uintptr_t)(buf + 4096));
         double ms = cxt_ms_since(t0);
-        if (rc || strcmp(rep, want)) fail_msg("round %d: the peer's read of our memory: '%s', expected '%s'", k, rep, want);
+        if (rc || strcmp(rep, want))
+            fail_msg("round %d: the peer's read of our memory: '%s', expected '%s'", k, rep, want);
         fprintf(stderr, "peer's read of our memory after 32 driven reads: %.2f ms\n", ms);
         assert_true(ms < 1000);
     }
@@ -595,7 +613,7 @@ static void test_driving_leaves_nothing_behind(void **state)
         if (rc) fail_msg("async read %d beside driven reads: %s", k, cx_strerror(rc));
         assert_true(cxt_ms_since(t0) < 1000);
         assert_memory_equal(buf + 4096, R, 4096);
-        usleep(2000);   /* the progress thread arms again: the next round starts from there */
+        usleep(2000); /* the progress thread arms again: the next round starts from there */
     }
     cx_unregister_memory(d, buf);
     cx_engine_destroy(d);
@@ -660,8 +678,7 @@ static void test_many_peers(void **state)
             char u[CX_URL_MAX];
             /* nobody listens on port 9: each becomes a peer that never came up; the second
              * round names the same ones again, which must find them, not add more */
-            snprintf(u, sizeof u, "127.0.0.1:9#%s|%d|%d|%d", k % 2 ? "bench" : "crowd-other", k % 7, k % 5,
-                     1000 + k);
+            snprintf(u, sizeof u, "127.0.0.1:9#%s|%d|%d|%d", k % 2 ? "bench" : "crowd-other", k % 7, k % 5, 1000 + k);
             assert_true(cx_connect(en, u, 1) != CX_OK);
         }
     fprintf(stderr, "%d idle peers named twice in %.0f ms\n", N, cxt_ms_since(t0));
@@ -669,7 +686,7 @@ static void test_many_peers(void **state)
     assert_non_null(pl);
     int n = cx_peer_list(en, pl, N + 8);
     assert_int_equal(n, N + 1);
-    int up = 0;   /* SUSPECT too: a loaded host may starve a heartbeat for a moment */
+    int up = 0; /* SUSPECT too: a loaded host may starve a heartbeat for a moment */
     for (int i = 0; i < n; i++) up += pl[i].state == CX_PEER_UP || pl[i].state == CX_PEER_SUSPECT;
     free(pl);
     assert_int_equal(up, 1);
@@ -723,7 +740,7 @@ static void test_many_regions(void **state)
     }
     char rep[256], want[64];
     for (int k = 0; k < NR; k++) {
-        int i = (k * 37) % NR;   /* every region once, not in registration order */
+        int i = (k * 37) % NR; /* every region once, not in registration order */
         size_t off = (size_t)(k * 13) % 2048;
         uint8_t *a = m + (size_t)i * PG + off;
         int rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 1024 0", E_LID, (uintptr_t)a);
@@ -733,13 +750,14 @@ static void test_many_regions(void **state)
     }
     /* across the boundary of two adjacent regions: inside neither */
     assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 32 0", E_LID,
-                                  (uintptr_t)(m + 5 * PG + PG - 16)), CX_EINVAL);
+                                  (uintptr_t)(m + 5 * PG + PG - 16)),
+                     CX_EINVAL);
     for (int i = 0; i < NR; i += 2) assert_int_equal(cx_unregister_memory(E, m + (size_t)i * PG), CX_OK);
     for (int i = 0; i < 12; i++) {
         uint8_t *a = m + (size_t)i * PG + 100;
         int rc = cxt_peer_cmd(&P, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 512 0", E_LID, (uintptr_t)a);
         if (i % 2 == 0) {
-            assert_int_equal(rc, CX_EINVAL);   /* unregistered: the peer must not reach it */
+            assert_int_equal(rc, CX_EINVAL); /* unregistered: the peer must not reach it */
         } else {
             if (rc) fail_msg("peer read of region %d after others went: %s", i, rep);
             snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(a, 512));
@@ -774,13 +792,20 @@ static void test_ipv6_pair(void **state)
     const char *url = cx_engine_local_url(e6);
     assert_true(strncmp(url, "[::1]:", 6) == 0);
     uint8_t *buf = R + (1u << 20);
-    assert_int_equal(cx_register_memory(e6, buf, 1u << 20), CX_OK);   /* e6 has its own registry */
+    assert_int_equal(cx_register_memory(e6, buf, 1u << 20), CX_OK); /* e6 has its own registry */
     cxt_peer_t q;
     cxt_peer_opts_t o = { .replica = 6, .region = 1u << 20, .seed = 66, .listen_ip = "::1" };
-    if (cxt_peer_start(&q, &o, 10000)) { cx_engine_destroy(e6); fail_msg("no peer on [::1]"); }
+    if (cxt_peer_start(&q, &o, 10000)) {
+        cx_engine_destroy(e6);
+        fail_msg("no peer on [::1]");
+    }
     assert_true(strncmp(q.url, "[::1]:", 6) == 0);
     rc = cx_connect(e6, q.url, 5000);
-    if (rc) { cxt_peer_crash(&q); cx_engine_destroy(e6); fail_msg("connect %s: %s", q.url, cx_strerror(rc)); }
+    if (rc) {
+        cxt_peer_crash(&q);
+        cx_engine_destroy(e6);
+        fail_msg("connect %s: %s", q.url, cx_strerror(rc));
+    }
     memset(buf, 0, 65536);
     assert_int_equal(cx_read(e6, q.lid, buf, q.base + 3, 65536), CX_OK);
     assert_int_equal(cxt_check(buf, 65536, 66, 3), -1);
@@ -789,8 +814,8 @@ static void test_ipv6_pair(void **state)
     cx_url_t u;
     assert_int_equal(cx_url_parse(url, &u, NULL, 0), CX_OK);
     cx_lid_format(&u.lid, lid6, sizeof lid6);
-    assert_int_equal(cxt_peer_cmd(&q, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 65536 0", lid6,
-                                  (uintptr_t)buf), 0);
+    assert_int_equal(cxt_peer_cmd(&q, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 65536 0", lid6, (uintptr_t)buf),
+                     0);
     snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(buf, 65536));
     assert_string_equal(rep, want);
     assert_int_equal(cxt_peer_cmd(&q, 5000, rep, sizeof rep, "QUIT"), 0);

@@ -51,11 +51,11 @@ static void unmake(fixture_t *f)
     if (f->r && f->r != MAP_FAILED) munmap(f->r, RS);
 }
 
-static int start_peer(fixture_t *f, uint16_t port, uint32_t seed, uint32_t hb, uint32_t hbt,
-                      const char *connect)
+static int start_peer(fixture_t *f, uint16_t port, uint32_t seed, uint32_t hb, uint32_t hbt, const char *connect)
 {
-    cxt_peer_opts_t o = { .replica = 1, .port = port, .region = RS, .seed = seed, .hb_ms = hb,
-                          .hb_timeout_ms = hbt, .connect = connect };
+    cxt_peer_opts_t o = {
+        .replica = 1, .port = port, .region = RS, .seed = seed, .hb_ms = hb, .hb_timeout_ms = hbt, .connect = connect
+    };
     return cxt_peer_start(&f->p, &o, 10000);
 }
 
@@ -78,12 +78,12 @@ static void make_up(fixture_t *f, uint32_t hb, uint32_t hbt, uint32_t opt, cx_ev
 
 typedef struct worker {
     fixture_t *f;
-    int kind;                 /* CX_OPK_READ / WRITE / PUT_SIGNAL / MSG */
+    int kind; /* CX_OPK_READ / WRITE / PUT_SIGNAL / MSG */
     int idx;
     atomic_int ok;
     atomic_int done;
     int last_rc;
-    double last_ms;           /* how long the failing op took */
+    double last_ms; /* how long the failing op took */
 } worker_t;
 
 static atomic_int g_abort;
@@ -110,7 +110,10 @@ static void *work(void *arg)
             if (rc == CX_OK) rc = cx_op_wait(op, -1);
         } else {
             rc = cx_send_msg(f->e, f->p.lid, loc, 64 << 10);
-            if (rc == CX_EAGAIN) { usleep(1000); continue; }   /* receiver queue full: allowed */
+            if (rc == CX_EAGAIN) {
+                usleep(1000);
+                continue;
+            } /* receiver queue full: allowed */
         }
         if (rc != CX_OK) {
             w->last_rc = rc;
@@ -125,8 +128,7 @@ static void *work(void *arg)
 
 /* Starts n workers (kinds[i], chunk idx0 + i) and waits, at most 10 s, until each has done
  * min_ok ops or ended. */
-static void workers_start(fixture_t *f, worker_t *w, pthread_t *th, const int *kinds, int n, int idx0,
-                          int min_ok)
+static void workers_start(fixture_t *f, worker_t *w, pthread_t *th, const int *kinds, int n, int idx0, int min_ok)
 {
     atomic_store(&g_abort, 0);
     for (int i = 0; i < n; i++) {
@@ -201,7 +203,8 @@ static void test_kill9_during_transfers(void **state)
         fprintf(stderr, "worker %d: %d ok, then %s after %.2f ms\n", i, atomic_load(&w[i].ok),
                 cx_strerror(w[i].last_rc), w[i].last_ms);
         assert_true(atomic_load(&w[i].ok) >= 3);
-        if (w[i].last_rc != CX_EPEER) fail_msg("worker %d ended with %s, expected CX_EPEER", i, cx_strerror(w[i].last_rc));
+        if (w[i].last_rc != CX_EPEER)
+            fail_msg("worker %d ended with %s, expected CX_EPEER", i, cx_strerror(w[i].last_rc));
     }
     /* A failed peer: ops fail at once. */
     uint64_t t1 = cxt_now_ns();
@@ -280,7 +283,8 @@ static void test_sigstop_suspect_failed_timeout(void **state)
         if (!cxt_may_be_one_sided()) {
             cxt_peer_signal(&f.p, SIGCONT);
             fail_msg("a read completed without the stopped target on a variant that has no one-sided path "
-                     "(CONNEX_BACKEND=%s)", getenv("CONNEX_BACKEND") ? getenv("CONNEX_BACKEND") : "auto");
+                     "(CONNEX_BACKEND=%s)",
+                     getenv("CONNEX_BACKEND") ? getenv("CONNEX_BACKEND") : "auto");
         }
         if (cxt_check(f.r, CHUNK, 4, 0) != -1) {
             cxt_peer_signal(&f.p, SIGCONT);
@@ -309,8 +313,7 @@ static void test_sigstop_suspect_failed_timeout(void **state)
         cxt_peer_signal(&f.p, SIGCONT);
         fail_msg("no FAILED within 6 s of SIGSTOP (seen 0x%x)", seen);
     }
-    fprintf(stderr, "FAILED %.1f ms after SIGSTOP (heartbeat %u/%u ms), reason '%s'\n", fail_ms, hb, hbt,
-            ev.reason);
+    fprintf(stderr, "FAILED %.1f ms after SIGSTOP (heartbeat %u/%u ms), reason '%s'\n", fail_ms, hb, hbt, ev.reason);
     if (!(seen & (1u << CX_EVENT_SUSPECT))) {
         cxt_peer_signal(&f.p, SIGCONT);
         fail_msg("no SUSPECT before FAILED (seen 0x%x)", seen);
@@ -365,8 +368,9 @@ static void restart_cycle(fixture_t *f, int peer_connects, int clean, uint32_t s
     unsigned seen = 0;
     int rc = cxt_wait_event(f->e, lid, CX_EVENT_JOINED, 8000, &ev, &seen);
     double ms = cxt_ms_since(t0);
-    if (rc) fail_msg("no JOINED within 8 s of the restart (%s, peer %s; seen 0x%x)",
-                     clean ? "after LEFT" : "after kill -9", peer_connects ? "connects" : "passive", seen);
+    if (rc)
+        fail_msg("no JOINED within 8 s of the restart (%s, peer %s; seen 0x%x)", clean ? "after LEFT" : "after kill -9",
+                 peer_connects ? "connects" : "passive", seen);
     fprintf(stderr, "JOINED %.1f ms after restart (%s, peer %s)\n", ms, clean ? "after LEFT" : "after kill -9",
             peer_connects ? "connects" : "passive");
     assert_string_equal(ev.url, url);
@@ -383,8 +387,8 @@ static void restart_cycle(fixture_t *f, int peer_connects, int clean, uint32_t s
     snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(f->r, CHUNK));
     assert_string_equal(rep, want);
     /* And the peer can use us again. */
-    assert_int_equal(cxt_peer_cmd(&f->p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", eurl,
-                                  (uintptr_t)f->r), 0);
+    assert_int_equal(
+        cxt_peer_cmd(&f->p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", eurl, (uintptr_t)f->r), 0);
 }
 
 static void test_restart_same_identity(void **state)
@@ -398,11 +402,11 @@ static void test_restart_same_identity(void **state)
     cx_event_t ev;
     connect_up(&f, &ev);
     assert_int_equal(cx_read(f.e, f.p.lid, f.r, f.p.base, CHUNK), CX_OK);
-    restart_cycle(&f, 0, 0, 21);   /* kill -9, passive restart: the survivor reconnects */
-    restart_cycle(&f, 1, 0, 22);   /* kill -9, the restarted peer connects itself */
-    restart_cycle(&f, 1, 1, 23);   /* clean close, the restarted peer connects itself */
+    restart_cycle(&f, 0, 0, 21); /* kill -9, passive restart: the survivor reconnects */
+    restart_cycle(&f, 1, 0, 22); /* kill -9, the restarted peer connects itself */
+    restart_cycle(&f, 1, 1, 23); /* clean close, the restarted peer connects itself */
     assert_ptr_equal(f.e, survivor);
-    assert_int_equal(cx_engine_incarnation(f.e), inc);   /* the survivor never restarted */
+    assert_int_equal(cx_engine_incarnation(f.e), inc); /* the survivor never restarted */
     cx_stats_t st;
     assert_int_equal(cx_stats(f.e, &st), CX_OK);
     assert_true(st.peer_joins >= 3);
@@ -438,17 +442,16 @@ static void test_killed_mid_send(void **state)
     for (int round = 0; round < ROUNDS; round++) {
         worker_t w[NW];
         pthread_t th[NW];
-        workers_start(&f, w, th, kinds, NW, 1, 2);   /* restart_cycle uses the first chunk */
-        usleep(1000 + 1700 * (unsigned)round);   /* somewhere else in the peer's send loop each round */
+        workers_start(&f, w, th, kinds, NW, 1, 2); /* restart_cycle uses the first chunk */
+        usleep(1000 + 1700 * (unsigned)round);     /* somewhere else in the peer's send loop each round */
         cxt_peer_signal(&f.p, SIGKILL);
         if (workers_end(w, th, NW)) fail_msg("round %d: an op was still running 10 s after the kill", round);
         for (int i = 0; i < NW; i++) {
             if (atomic_load(&w[i].ok) < 2)
-                fail_msg("round %d: worker %d did %d ops before the kill (%s)", round, i,
-                         atomic_load(&w[i].ok), cx_strerror(w[i].last_rc));
-            if (w[i].last_rc != CX_EPEER)
-                fail_msg("round %d: worker %d ended with %s, expected CX_EPEER", round, i,
+                fail_msg("round %d: worker %d did %d ops before the kill (%s)", round, i, atomic_load(&w[i].ok),
                          cx_strerror(w[i].last_rc));
+            if (w[i].last_rc != CX_EPEER)
+                fail_msg("round %d: worker %d ended with %s, expected CX_EPEER", round, i, cx_strerror(w[i].last_rc));
         }
         /* kill (again), FAILED, restart under the same LID, read / write / the peer reads us */
         uint32_t seed = 41 + (uint32_t)round;
@@ -499,7 +502,8 @@ static void test_unregister_waits_for_peers(void **state)
         double ms = cxt_ms_since(t0);
         rc = cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", lid, (uintptr_t)x);
         fprintf(stderr, "round %d: unregister took %.2f ms; the peer's read then: '%s'\n", round, ms, rep);
-        if (rc != CX_EINVAL) fail_msg("round %d: peer read of an unregistered region: '%s', expected ERR -4", round, rep);
+        if (rc != CX_EINVAL)
+            fail_msg("round %d: peer read of an unregistered region: '%s', expected ERR -4", round, rep);
     }
     /* A stopped peer owes its ack: unregister waits for the heartbeat's FAILED, no longer. */
     assert_int_equal(cx_register_memory(f.e, x, 65536), CX_OK);
@@ -509,8 +513,8 @@ static void test_unregister_waits_for_peers(void **state)
     uint64_t t0 = cxt_now_ns();
     int rc = cx_unregister_memory(f.e, x);
     double ms = cxt_ms_since(t0);
-    fprintf(stderr, "unregister with a stopped peer: %s after %.1f ms (heartbeat timeout %u ms)\n",
-            cx_strerror(rc), ms, hbt);
+    fprintf(stderr, "unregister with a stopped peer: %s after %.1f ms (heartbeat timeout %u ms)\n", cx_strerror(rc), ms,
+            hbt);
     int failed = cxt_wait_event(f.e, f.p.lid, CX_EVENT_FAILED, 3000, &ev, NULL);
     cxt_peer_signal(&f.p, SIGCONT);
     assert_int_equal(rc, CX_OK);
@@ -550,7 +554,7 @@ static void test_ops_at_rejoin(void **state)
     int rounds = 20;
     const char *rs = getenv("CXT_REJOIN_ROUNDS");
     if (rs && atoi(rs) > 0) rounds = atoi(rs) > 1000 ? 1000 : atoi(rs);
-    if (rounds > 20) alarm(60 + 5 * (unsigned)rounds);   /* the watchdog, for the longer run */
+    if (rounds > 20) alarm(60 + 5 * (unsigned)rounds); /* the watchdog, for the longer run */
     int waited = 0;
     double worst = 0;
     for (int r = 0; r < rounds; r++) {
@@ -561,7 +565,7 @@ static void test_ops_at_rejoin(void **state)
             static const int kinds[NW] = { CX_OPK_READ, CX_OPK_READ, CX_OPK_MSG };
             worker_t w[NW];
             pthread_t th[NW];
-            workers_start(&f, w, th, kinds, NW, 4, 2);   /* chunks 4..6: clear of the checks below */
+            workers_start(&f, w, th, kinds, NW, 4, 2); /* chunks 4..6: clear of the checks below */
             cxt_peer_signal(&f.p, SIGKILL);
             if (workers_end(w, th, NW)) fail_msg("round %d: an op was still running 10 s after the kill", r);
             for (int i = 0; i < NW; i++)
@@ -573,7 +577,8 @@ static void test_ops_at_rejoin(void **state)
         if (r & 1) {
             uint64_t tw = cxt_now_ns();
             while (cx_peer_state(f.e, f.p.lid) == CX_PEER_UP && cxt_ms_since(tw) < 5000) usleep(1000);
-            if (cx_peer_state(f.e, f.p.lid) == CX_PEER_UP) fail_msg("round %d: the killed peer is still UP after 5 s", r);
+            if (cx_peer_state(f.e, f.p.lid) == CX_PEER_UP)
+                fail_msg("round %d: the killed peer is still UP after 5 s", r);
         }
         if (start_peer(&f, port, seed, 0, 0, dials ? eurl : NULL))
             fail_msg("round %d: restart on port %u failed", r, port);
@@ -581,7 +586,9 @@ static void test_ops_at_rejoin(void **state)
         uint64_t t0 = cxt_now_ns();
         int up = cx_peer_state(f.e, f.p.lid) == CX_PEER_UP;
         int rc = cx_connect(f.e, f.p.url, (int)opt);
-        if (rc) fail_msg("round %d: cx_connect to the restarted peer: %s after %.0f ms", r, cx_strerror(rc), cxt_ms_since(t0));
+        if (rc)
+            fail_msg("round %d: cx_connect to the restarted peer: %s after %.0f ms", r, cx_strerror(rc),
+                     cxt_ms_since(t0));
         waited += !up;
         const char *what[3] = { "read", "write", "put_signal" };
         double ms[3];
@@ -606,9 +613,10 @@ static void test_ops_at_rejoin(void **state)
             if (ms[k] > worst) worst = ms[k];
             if (rc)
                 fail_msg("round %d of %d: %s to the restarted peer (%s, %s, state %s at READY): %s after %.0f ms "
-                         "(op timeout %u ms)", r, rounds, what[k], dials ? "it dialled us" : "passive",
-                         r & 1 ? "death seen first" : "restarted at once", up ? "UP" : "not UP", cx_strerror(rc),
-                         ms[k], opt);
+                         "(op timeout %u ms)",
+                         r, rounds, what[k], dials ? "it dialled us" : "passive",
+                         r & 1 ? "death seen first" : "restarted at once", up ? "UP" : "not UP", cx_strerror(rc), ms[k],
+                         opt);
         }
         long long bad = cxt_check(f.r, CHUNK, seed, 4096);
         if (bad != -1) fail_msg("round %d: byte %lld of the read is not the new process's", r, bad);
@@ -621,8 +629,7 @@ static void test_ops_at_rejoin(void **state)
         if (!strstr(line, " CHK OK")) fail_msg("round %d: put_signal: the peer said '%s'", r, line);
         fprintf(stderr, "round %d: %s%s, %s, %s at READY: read %.1f, write %.1f, put_signal %.1f ms\n", r,
                 busy ? "killed mid-transfer, " : "", dials ? "dialled us" : "passive",
-                r & 1 ? "death seen first" : "restarted at once",
-                up ? "UP" : "not UP", ms[0], ms[1], ms[2]);
+                r & 1 ? "death seen first" : "restarted at once", up ? "UP" : "not UP", ms[0], ms[1], ms[2]);
         cxt_drain_events(f.e);
     }
     fprintf(stderr, "%d rounds: all ops completed; cx_connect waited for the rejoin in %d; slowest op %.1f ms\n",
@@ -662,18 +669,18 @@ static void test_unregister_during_large_read(void **state)
         uint32_t seed = 70 + (uint32_t)round;
         cxt_fill(x, BIGR, seed, 0);
         assert_int_equal(cx_register_memory(f.e, x, BIGR), CX_OK);
-        assert_int_equal(cxt_peer_send(&f.p, "READLOOP %s 0x%" PRIxPTR " %zu 1000 20000 %u", lid,
-                                       (uintptr_t)x, BIGR, seed), 0);
+        assert_int_equal(
+            cxt_peer_send(&f.p, "READLOOP %s 0x%" PRIxPTR " %zu 1000 20000 %u", lid, (uintptr_t)x, BIGR, seed), 0);
         if (cxt_peer_expect(&f.p, "LOOP 1", 20000, line, sizeof line)) {
             cxt_peer_reply(&f.p, 1000, rep, sizeof rep);
             fail_msg("round %d: the peer's first 64 MiB read did not complete within 20 s ('%s')", round, rep);
         }
-        usleep(1000 + 6000 * (unsigned)round);   /* into the next read, somewhere else each round */
+        usleep(1000 + 6000 * (unsigned)round); /* into the next read, somewhere else each round */
         uint64_t t0 = cxt_now_ns();
         int rc = cx_unregister_memory(f.e, x);
         double ms = cxt_ms_since(t0);
         const unsigned late = 0xE0u + (unsigned)round;
-        memset(x, (int)late, BIGR);   /* ours again: nobody may read this */
+        memset(x, (int)late, BIGR); /* ours again: nobody may read this */
         int lrc = cxt_peer_reply(&f.p, 30000, rep, sizeof rep);
         fprintf(stderr, "round %d: unregister %s after %.2f ms; the peer's loop: '%s'\n", round, cx_strerror(rc), ms,
                 rep);
@@ -687,18 +694,18 @@ static void test_unregister_during_large_read(void **state)
             fail_msg("round %d: the peer answered '%s'", round, rep);
         if (bad)
             fail_msg("round %d: %lld of %lld reads completed with 0 but not with the region's bytes: read %lld, "
-                     "first wrong byte at offset %lld is 0x%02x%s (unregister returned after %.2f ms)", round, bad,
-                     reads, first_bad, off, byte,
+                     "first wrong byte at offset %lld is 0x%02x%s (unregister returned after %.2f ms)",
+                     round, bad, reads, first_bad, off, byte,
                      byte == late ? ", the value written after unregister returned" : "", ms);
-        if (end_rc == 0) fail_msg("round %d: %lld reads of an unregistered region completed, none was refused", round,
-                                  reads);
+        if (end_rc == 0)
+            fail_msg("round %d: %lld reads of an unregistered region completed, none was refused", round, reads);
         assert_true(reads >= 1);
         rc = cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 0", lid, (uintptr_t)x);
         if (rc != CX_EINVAL) fail_msg("round %d: the peer's read after unregister: '%s', expected ERR -4", round, rep);
         if (cx_peer_state(f.e, f.p.lid) != CX_PEER_UP)
             fail_msg("round %d: the peer is no longer UP after an unregister under its read", round);
     }
-    assert_int_equal(cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "STATS"), 0);   /* it is alive */
+    assert_int_equal(cxt_peer_cmd(&f.p, 10000, rep, sizeof rep, "STATS"), 0); /* it is alive */
     cx_stats_t st;
     assert_int_equal(cx_stats(f.e, &st), CX_OK);
     assert_int_equal(st.regions, 1);

@@ -22,25 +22,31 @@
 
 #include "cxt.h"
 #include "cxt_mem.h"
-#include "staging.h"   /* cx_staging_debug: ring slots and live jobs */
+#include "staging.h" /* cx_staging_debug: ring slots and live jobs */
 
 #define MB ((size_t)1 << 20)
 #define BIG (16 * MB)
-#define RS (BIG + 256 * 1024)        /* peer regions: 16 MiB plus room for odd offsets */
-#define LS (2 * BIG + 256 * 1024)    /* our buffers: two 16 MiB ranges for concurrent ops */
+#define RS (BIG + 256 * 1024)     /* peer regions: 16 MiB plus room for odd offsets */
+#define LS (2 * BIG + 256 * 1024) /* our buffers: two 16 MiB ranges for concurrent ops */
 #define TSEED 17
 #define PSEED 23
 
-static int DK;                       /* the device kind under test */
+static int DK; /* the device kind under test */
 static cx_engine_t *E;
-static uint8_t *H, *D;               /* our host and device buffers, both registered */
-static cxt_peer_t PH, PD;            /* peers whose region is host / device memory */
+static uint8_t *H, *D;    /* our host and device buffers, both registered */
+static cxt_peer_t PH, PD; /* peers whose region is host / device memory */
 static char E_LID[CX_URL_MAX];
 
 static const size_t sizes[] = { 1, 65537, MB + 3, BIG };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-static size_t loff(size_t n) { return n & 1 ? 5 : 0; }
-static size_t roff(size_t n) { return n & 1 ? 4096 + 13 : 4096; }
+static size_t loff(size_t n)
+{
+    return n & 1 ? 5 : 0;
+}
+static size_t roff(size_t n)
+{
+    return n & 1 ? 4096 + 13 : 4096;
+}
 
 static int start_peer(cxt_peer_t *p, uint32_t replica, const char *mem, const cxt_peer_opts_t *base)
 {
@@ -56,7 +62,10 @@ static int start_peer(cxt_peer_t *p, uint32_t replica, const char *mem, const cx
 static int connect_up(cx_engine_t *e, cxt_peer_t *p)
 {
     int rc = cx_connect(e, p->url, 5000);
-    if (rc) { fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc)); return -1; }
+    if (rc) {
+        fprintf(stderr, "connect %s: %s\n", p->url, cx_strerror(rc));
+        return -1;
+    }
     cx_event_t ev;
     if (cxt_wait_event(e, p->lid, CX_EVENT_UP, 5000, &ev, NULL)) {
         fprintf(stderr, "no UP event for %s\n", p->lid);
@@ -82,8 +91,8 @@ static int group_setup(void **state)
     if (cx_register_memory(E, H, LS) || cx_register_memory(E, D, LS)) return -1;
     if (start_peer(&PH, 1, "host", NULL) || start_peer(&PD, 2, cxt_mem_name(DK), NULL)) return -1;
     if (connect_up(E, &PH) || connect_up(E, &PD)) return -1;
-    fprintf(stderr, "device memory: %s; pair uses backend %s; %s\n", cxt_mem_name(DK),
-            cx_peer_backend(E, PH.url), cx_gpu_status());
+    fprintf(stderr, "device memory: %s; pair uses backend %s; %s\n", cxt_mem_name(DK), cx_peer_backend(E, PH.url),
+            cx_gpu_status());
     return 0;
 }
 
@@ -104,7 +113,11 @@ static int group_teardown(void **state)
 
 /* The combinations: our buffer (host or device) with the peer's region (host or device); host
  * with host is conformance_data's business. */
-struct combo { const char *name; uint8_t **local; cxt_peer_t *peer; };
+struct combo {
+    const char *name;
+    uint8_t **local;
+    cxt_peer_t *peer;
+};
 static const struct combo combos[] = {
     { "dev->host", &D, &PH },
     { "host->dev", &H, &PD },
@@ -203,7 +216,8 @@ static void test_put_signal(void **state)
             if (rc) fail_msg("%s completed with %s", what, cx_strerror(rc));
             if (cxt_peer_expect(k->peer, "MSG ", 20000, line, sizeof line)) fail_msg("%s: no message", what);
             char want[256];
-            snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg), cxt_hash(msg, strlen(msg)));
+            snprintf(want, sizeof want, "MSG %s %zu %" PRIx64 " CHK OK", E_LID, strlen(msg),
+                     cxt_hash(msg, strlen(msg)));
             if (strcmp(line, want)) fail_msg("%s: peer said '%s', expected '%s'", what, line, want);
         }
     }
@@ -255,12 +269,15 @@ static void ring_idle(cx_engine_t *e, const char *when, int need_ring)
     }
     if (d.jobs || d.subs || d.slots_free != d.slots || d.served || d.queued || d.ranges)
         fail_msg("%s: %d staged op(s), %u chunk(s) in a backend, %u of %u slots free, %u range(s) staged for "
-                 "peers, %u queued, %u asked of peers", when, d.jobs, d.subs, d.slots_free, d.slots, d.served,
-                 d.queued, d.ranges);
+                 "peers, %u queued, %u asked of peers",
+                 when, d.jobs, d.subs, d.slots_free, d.slots, d.served, d.queued, d.ranges);
     if (need_ring) assert_true(d.pipes >= 1);
 }
 
-static void expect_ring_idle(cx_engine_t *e, const char *when) { ring_idle(e, when, 1); }
+static void expect_ring_idle(cx_engine_t *e, const char *when)
+{
+    ring_idle(e, when, 1);
+}
 
 /* The same at a peer (cx_peer's RING): after its device memory was staged for us, every slot of
  * its ring is back and it stages nothing for anyone. A peer that never staged has no ring. */
@@ -271,8 +288,8 @@ static void expect_peer_ring_idle(cxt_peer_t *p, const char *when)
     int jobs = 0;
     for (int i = 0; i < 500; i++) {
         assert_int_equal(cxt_peer_cmd(p, 20000, rep, sizeof rep, "RING"), 0);
-        if (sscanf(rep, "OK slots=%u free=%u jobs=%d subs=%u served=%u queued=%u ranges=%u", &slots, &fr, &jobs,
-                   &subs, &served, &queued, &ranges) != 7)
+        if (sscanf(rep, "OK slots=%u free=%u jobs=%d subs=%u served=%u queued=%u ranges=%u", &slots, &fr, &jobs, &subs,
+                   &served, &queued, &ranges) != 7)
             fail_msg("%s: peer answered RING with '%s'", when, rep);
         if (fr == slots && !jobs && !subs && !served && !queued && !ranges) return;
         struct timespec ts = { 0, 10000000 };
@@ -308,7 +325,7 @@ static void test_stats(void **state)
     const char *s = strstr(rep, "staged_h2d=");
     assert_non_null(s);
     assert_int_equal(sscanf(s, "staged_h2d=%llu staged_d2h=%llu", &h2d, &d2h), 2);
-    assert_true(h2d >= sum && d2h >= sum);   /* the peer staged its own reads and writes */
+    assert_true(h2d >= sum && d2h >= sum); /* the peer staged its own reads and writes */
 }
 
 /* More staged ops at once than the ring has slots: every one completes, each message after its
@@ -340,11 +357,114 @@ static void test_many_at_once(void **state)
     expect_peer_ring_idle(&PD, "after 12 concurrent put_signals");
 }
 
-struct reader { const char *url; uint64_t raddr; int rc; };
+/* Batches whose entries are device memory on either side (docs/gpu.md): each entry goes through
+ * the staging ring as its own staged op, so the entries' copies and transfers overlap; every
+ * entry is checked byte for byte, and the ring is idle afterwards. */
+#define NB 24
+static const size_t bsizes[] = { 1, 4097, 65537, MB + 3 };
+static void batch_layout(int i, cxt_peer_t **to, size_t *lo, size_t *ro, size_t *n)
+{
+    *to = i & 1 ? &PD : &PH;
+    *n = bsizes[i % 4];
+    *lo = (size_t)i * (MB + 8192) + 5;        /* disjoint local ranges, odd offsets */
+    *ro = (size_t)(i / 2) * (MB + 8192) + 13; /* disjoint per peer */
+}
+
+static void test_batch(void **state)
+{
+    (void)state;
+    cx_batch_entry_t ents[NB];
+    int st[NB];
+    char rep[256], what[96];
+    assert_int_equal(cxt_peer_cmd(&PH, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    assert_int_equal(cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    /* Reads into device memory, from host and device regions in one batch. */
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        assert_int_equal(cxt_mem_set(D + lo, 0, n), 0);
+        ents[i] = (cx_batch_entry_t){ .peer = to->url, .local = D + lo, .remote = to->base + ro, .len = n };
+    }
+    uint64_t t0 = cxt_now_ns();
+    int rc = cx_batch_read(E, ents, NB, st);
+    fprintf(stderr, "batch read of %d device entries: %s, %.3f ms\n", NB, cx_strerror(rc), cxt_ms_since(t0));
+    assert_int_equal(rc, CX_OK);
+    cx_staging_debug_t d;
+    assert_int_equal(cx_staging_debug(E, &d), CX_OK);
+    fprintf(stderr, "staged ops live at once during the batch: at most %d\n", d.jobs_max);
+    assert_true(d.jobs_max > 1); /* the entries' staging overlapped */
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        if (st[i]) fail_msg("batch read entry %d: %s", i, cx_strerror(st[i]));
+        long long bad = cxt_mem_check(D + lo, n, PSEED, ro);
+        if (bad >= 0) fail_msg("batch read entry %d (%zu B): wrong byte at %lld", i, n, bad);
+    }
+    expect_ring_idle(E, "after a batch read");
+
+    /* Writes from device memory, then a batch put_signal whose message the device peer checks. */
+    assert_int_equal(cxt_mem_fill(D, LS, TSEED, 0), 0);
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        ents[i] = (cx_batch_entry_t){ .peer = to->url, .local = D + lo, .remote = to->base + ro, .len = n };
+    }
+    t0 = cxt_now_ns();
+    rc = cx_batch_write(E, ents, NB, st);
+    fprintf(stderr, "batch write of %d device entries: %s, %.3f ms\n", NB, cx_strerror(rc), cxt_ms_since(t0));
+    assert_int_equal(rc, CX_OK);
+    for (int i = 0; i < NB; i++) {
+        cxt_peer_t *to;
+        size_t lo, ro, n;
+        batch_layout(i, &to, &lo, &ro, &n);
+        if (st[i]) fail_msg("batch write entry %d: %s", i, cx_strerror(st[i]));
+        snprintf(what, sizeof what, "batch write entry %d (%zu B)", i, n);
+        expect_peer_hash(to, ro, n, cxt_mem_hash(D + lo, n), what);
+    }
+    expect_ring_idle(E, "after a batch write");
+
+    /* put_signal: 8 device entries to the device peer; the message names the last range, which
+     * the peer checks when the message arrives (every entry is in place before it). */
+    enum { NS = 8 };
+    assert_int_equal(cxt_mem_fill(D, LS, TSEED + 1, 0), 0);
+    for (int i = 0; i < NS; i++)
+        ents[i] = (cx_batch_entry_t){ .peer = NULL,
+                                      .local = D + (size_t)i * (MB + 8192) + 3,
+                                      .remote = PD.base + (size_t)i * MB + 7,
+                                      .len = MB - 9 };
+    char msg[128];
+    snprintf(msg, sizeof msg, "CHK %" PRIx64 " %zu %" PRIx64, PD.base + (size_t)(NS - 1) * MB + 7, MB - 9,
+             cxt_mem_hash(D + (size_t)(NS - 1) * (MB + 8192) + 3, MB - 9));
+    cx_op_t *op = NULL;
+    assert_int_equal(cx_batch_put_signal(E, PD.url, ents, NS, msg, strlen(msg), CX_CLASS_CRITICAL, st, &op), CX_OK);
+    assert_int_equal(cx_op_wait(op, 60000), CX_OK);
+    char line[512];
+    if (cxt_peer_expect(&PD, "MSG ", 20000, line, sizeof line)) fail_msg("batch put_signal: no message");
+    if (!strstr(line, " CHK OK")) fail_msg("batch put_signal: peer said '%s'", line);
+    for (int i = 0; i < NS; i++) {
+        if (st[i]) fail_msg("batch put_signal entry %d: %s", i, cx_strerror(st[i]));
+        snprintf(what, sizeof what, "batch put_signal entry %d", i);
+        expect_peer_hash(&PD, (size_t)i * MB + 7, MB - 9, cxt_mem_hash(D + (size_t)i * (MB + 8192) + 3, MB - 9), what);
+    }
+    expect_ring_idle(E, "after a batch put_signal");
+    /* What the later cases expect: our pattern TSEED, the peers' PSEED. */
+    assert_int_equal(cxt_mem_fill(D, LS, TSEED, 0), 0);
+    assert_int_equal(cxt_peer_cmd(&PH, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+    assert_int_equal(cxt_peer_cmd(&PD, 60000, rep, sizeof rep, "FILL %u", PSEED), 0);
+}
+
+struct reader {
+    const char *url;
+    uint64_t raddr;
+    int rc;
+};
 static void *read_thread(void *arg)
 {
     struct reader *r = arg;
-    r->rc = cx_read(E, r->url, D + BIG + 65536, r->raddr, BIG);   /* clear of the writes' sources */
+    r->rc = cx_read(E, r->url, D + BIG + 65536, r->raddr, BIG); /* clear of the writes' sources */
     return NULL;
 }
 
@@ -370,15 +490,15 @@ static void test_peer_killed_mid_staging(void **state)
     int failed = 0;
     for (int i = 0; i < N; i++) {
         int rc = cx_op_wait(ops[i], 20000);
-        assert_int_not_equal(rc, CX_EINPROGRESS);   /* completed within the bound */
+        assert_int_not_equal(rc, CX_EINPROGRESS); /* completed within the bound */
         if (rc != CX_OK) assert_int_equal(rc, CX_EPEER);
         failed += rc != CX_OK;
     }
     pthread_join(th, NULL);
     if (r.rc != CX_OK) assert_int_equal(r.rc, CX_EPEER);
     failed += r.rc != CX_OK;
-    fprintf(stderr, "%d of %d staged ops failed with CX_EPEER, all completed %.1f ms after the kill\n", failed,
-            N + 1, cxt_ms_since(t0));
+    fprintf(stderr, "%d of %d staged ops failed with CX_EPEER, all completed %.1f ms after the kill\n", failed, N + 1,
+            cxt_ms_since(t0));
     assert_true(failed >= 1);
     expect_ring_idle(E, "after the peer was killed");
     cx_stats_t st;
@@ -409,7 +529,7 @@ static void test_timeout_mid_staging(void **state)
     cxt_peer_t PT;
     assert_int_equal(start_peer(&PT, 4, "host", NULL), 0);
     assert_int_equal(connect_up(e2, &PT), 0);
-    assert_int_equal(cx_write(e2, PT.url, d2, PT.base, MB), CX_OK);   /* ring made, path works */
+    assert_int_equal(cx_write(e2, PT.url, d2, PT.base, MB), CX_OK); /* ring made, path works */
 
     cxt_peer_signal(&PT, SIGSTOP);
     uint64_t t0 = cxt_now_ns();
@@ -515,12 +635,13 @@ static void test_device_peer_killed_and_stopped(void **state)
     memset(h2, 0x3c, MB);
     uint64_t t0 = cxt_now_ns();
     int rc = cx_read(e2, PS.url, h2, PS.base, MB);
-    fprintf(stderr, "read of a stopped peer's device memory: %s after %.1f ms (op timeout 500 ms)\n",
-            cx_strerror(rc), cxt_ms_since(t0));
+    fprintf(stderr, "read of a stopped peer's device memory: %s after %.1f ms (op timeout 500 ms)\n", cx_strerror(rc),
+            cxt_ms_since(t0));
     if (rc == CX_OK) {
         if (!cxt_may_be_one_sided()) {
             cxt_peer_signal(&PS, SIGCONT);
-            fail_msg("a read of device memory completed without the stopped target on a variant with no one-sided path");
+            fail_msg(
+                "a read of device memory completed without the stopped target on a variant with no one-sided path");
         }
         fprintf(stderr, "the backend read a stopped process's device memory (one-sided)\n");
     } else {
@@ -542,7 +663,7 @@ static void test_device_peer_killed_and_stopped(void **state)
     if (late_checked) memset(h2, 0x3c, MB);
     cxt_peer_signal(&PS, SIGCONT);
     char rep[256];
-    assert_int_equal(cxt_peer_cmd(&PS, 20000, rep, sizeof rep, "FILL 9"), 0);   /* it runs again */
+    assert_int_equal(cxt_peer_cmd(&PS, 20000, rep, sizeof rep, "FILL 9"), 0); /* it runs again */
     if (late_checked)
         for (size_t i = 0; i < MB; i++)
             if (h2[i] != 0x3c) fail_msg("a late answer landed at byte %zu of a read that timed out", i);
@@ -565,7 +686,7 @@ static void test_big_and_credits(void **state)
     const size_t n = 64 * MB, ro = 4096 + 13;
     cxt_peer_t PB;
     cxt_peer_opts_t o = { .replica = 7, .region = n + 8192, .seed = PSEED, .mem = cxt_mem_name(DK) };
-    setenv("CONNEX_STAGE_PEER_JOBS", "1", 1);   /* the peer inherits it */
+    setenv("CONNEX_STAGE_PEER_JOBS", "1", 1); /* the peer inherits it */
     int rc = cxt_peer_start(&PB, &o, 15000);
     unsetenv("CONNEX_STAGE_PEER_JOBS");
     assert_int_equal(rc, 0);
@@ -643,13 +764,16 @@ static void test_target_reclaims(void **state)
         cxt_peer_t PR;
         cxt_peer_opts_t o = { .replica = 8, .region = BIG, .seed = PSEED, .mem = "host", .op_timeout_ms = 60000 };
         assert_int_equal(cxt_peer_start(&PR, &o, 15000), 0);
-        assert_int_equal(cxt_peer_send(&PR, "READLOOP %s 0x%" PRIxPTR " %zu 100000 20000 31", url, (uintptr_t)d3, BIG), 0);
+        assert_int_equal(cxt_peer_send(&PR, "READLOOP %s 0x%" PRIxPTR " %zu 100000 20000 31", url, (uintptr_t)d3, BIG),
+                         0);
         if (cxt_peer_expect(&PR, "LOOP 1", 20000, rep, sizeof rep)) fail_msg("the peer's first read did not complete");
         struct timespec ts = { 0, 5000000 };
         nanosleep(&ts, NULL);
         uint64_t t0 = cxt_now_ns();
-        if (round == 0) cxt_peer_signal(&PR, SIGSTOP);
-        else cxt_peer_crash(&PR);
+        if (round == 0)
+            cxt_peer_signal(&PR, SIGSTOP);
+        else
+            cxt_peer_crash(&PR);
         ring_idle(e3, round ? "a reading peer killed" : "a reading peer stopped", 0);
         fprintf(stderr, "target: slots back %.1f ms after the reading peer was %s\n", cxt_ms_since(t0),
                 round ? "killed" : "stopped");
@@ -663,7 +787,8 @@ static void test_target_reclaims(void **state)
     cxt_peer_t PR;
     cxt_peer_opts_t o = { .replica = 9, .region = BIG, .seed = PSEED, .mem = cxt_mem_name(DK) };
     assert_int_equal(cxt_peer_start(&PR, &o, 15000), 0);
-    assert_int_equal(cxt_peer_cmd(&PR, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu 0", url, (uintptr_t)d3, BIG), 0);
+    assert_int_equal(cxt_peer_cmd(&PR, 60000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " %zu 0", url, (uintptr_t)d3, BIG),
+                     0);
     char want[64];
     snprintf(want, sizeof want, "OK %" PRIx64, cxt_mem_hash(d3, BIG));
     if (strcmp(rep, want)) fail_msg("read after the failures: got '%s', expected '%s'", rep, want);
@@ -732,7 +857,7 @@ static void test_gdr_policy_and_teardown(void **state)
     cxt_drain_events(E);
     /* the copy engine's threads and eventfd, the ring, the device bytes: all gone */
     int fds1 = cxt_count_fds(), thr1 = count_threads();
-    for (int i = 0; i < 200 && fds1 > fds0; i++) {   /* closes still under way: up to 2 s */
+    for (int i = 0; i < 200 && fds1 > fds0; i++) { /* closes still under way: up to 2 s */
         usleep(10000);
         fds1 = cxt_count_fds();
     }
@@ -757,7 +882,7 @@ int main(void)
     setenv("CONNEX_GPU_SIM_GBPS", getenv("CONNEX_GPU_SIM_GBPS") ? getenv("CONNEX_GPU_SIM_GBPS") : "2", 1);
     unsetenv("CONNEX_GDR");
     DK = cxt_mem_env(CX_MEM_SIM);
-    if (DK == CX_MEM_HOST) DK = cxt_mem_parse("sim");   /* host-only runs still cover staging */
+    if (DK == CX_MEM_HOST) DK = cxt_mem_parse("sim"); /* host-only runs still cover staging */
     if (DK < 0) return 2;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_write, cxt_watchdog_setup, cxt_watchdog_teardown),
@@ -766,6 +891,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_peer_initiated, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_stats, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_many_at_once, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_batch, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_peer_killed_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_timeout_mid_staging, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_device_peer_killed_and_stopped, cxt_watchdog_setup, cxt_watchdog_teardown),

@@ -24,15 +24,15 @@
 
 #include "cxt.h"
 
-#define RS ((size_t)16 << 20)      /* each peer's region, and ours */
-#define CBIG ((size_t)2 << 20)     /* one write to C */
-#define NC 6                       /* threads to C: 4 writing (8 MiB in flight), 2 sending */
-#define CMSG ((size_t)60 << 10)    /* one message to C */
-#define BOP ((size_t)64 << 10)     /* one op to B */
-#define STOP_MS 3000               /* how long C stays stopped while B is measured */
+#define RS ((size_t)16 << 20)   /* each peer's region, and ours */
+#define CBIG ((size_t)2 << 20)  /* one write to C */
+#define NC 6                    /* threads to C: 4 writing (8 MiB in flight), 2 sending */
+#define CMSG ((size_t)60 << 10) /* one message to C */
+#define BOP ((size_t)64 << 10)  /* one op to B */
+#define STOP_MS 3000            /* how long C stays stopped while B is measured */
 #define OP_TIMEOUT_MS 600
 #define HB_MS 200
-#define HB_TIMEOUT_MS 30000        /* C must not be declared failed during the test */
+#define HB_TIMEOUT_MS 30000 /* C must not be declared failed during the test */
 #define B_BOUND_MS 1000.0
 
 typedef struct fixture {
@@ -41,15 +41,15 @@ typedef struct fixture {
     cxt_peer_t b, c;
 } fixture_t;
 
-static atomic_int g_stop;          /* threads end their loops */
-static atomic_int g_c_stopped;     /* C is SIGSTOPped now */
+static atomic_int g_stop;      /* threads end their loops */
+static atomic_int g_c_stopped; /* C is SIGSTOPped now */
 
 typedef struct cworker {
     fixture_t *f;
     int idx;
-    int ok_before;                 /* writes completed before the stop */
+    int ok_before; /* writes completed before the stop */
     int timeouts, others, other_rc;
-    double max_to_ms;              /* longest op that ended in CX_ETIMEDOUT */
+    double max_to_ms; /* longest op that ended in CX_ETIMEDOUT */
 } cworker_t;
 
 static void *c_work(void *arg)
@@ -63,9 +63,8 @@ static void *c_work(void *arg)
         int stopped = atomic_load(&g_c_stopped);
         uint64_t t0 = cxt_now_ns();
         /* Most threads write; the last two send messages (eager on every backend). */
-        int rc = w->idx < NC - 2 ? cx_write(f->e, f->c.lid, src, dst, CBIG)
-                                 : cx_send_msg(f->e, f->c.lid, src, CMSG);
-        if (rc == CX_EAGAIN) {         /* C's receive queue full before the stop: allowed */
+        int rc = w->idx < NC - 2 ? cx_write(f->e, f->c.lid, src, dst, CBIG) : cx_send_msg(f->e, f->c.lid, src, CMSG);
+        if (rc == CX_EAGAIN) { /* C's receive queue full before the stop: allowed */
             usleep(1000);
             continue;
         }
@@ -86,9 +85,9 @@ static void *c_work(void *arg)
 
 typedef struct bworker {
     fixture_t *f;
-    int ops;                       /* ops while C was stopped */
+    int ops; /* ops while C was stopped */
     int fails, fail_rc;
-    double max_ms;                 /* slowest op while C was stopped */
+    double max_ms; /* slowest op while C was stopped */
     int max_kind;
 } bworker_t;
 
@@ -110,10 +109,10 @@ static void *b_work(void *arg)
         } else {
             snprintf(msg, sizeof msg, "hol %d", i);
             rc = cx_send_msg(f->e, f->b.lid, msg, strlen(msg));
-            if (rc == CX_EAGAIN) rc = CX_OK;   /* B's receive queue full: an answer, not a stall */
+            if (rc == CX_EAGAIN) rc = CX_OK; /* B's receive queue full: an answer, not a stall */
         }
         double ms = cxt_ms_since(t0);
-        if (!stopped || !atomic_load(&g_c_stopped)) continue;   /* count only ops wholly inside the stop */
+        if (!stopped || !atomic_load(&g_c_stopped)) continue; /* count only ops wholly inside the stop */
         w->ops++;
         if (rc != CX_OK) {
             w->fails++;
@@ -129,8 +128,9 @@ static void *b_work(void *arg)
 
 static int start(cxt_peer_t *p, uint32_t replica, uint32_t seed)
 {
-    cxt_peer_opts_t o = { .model = "hol", .replica = replica, .region = RS, .seed = seed,
-                          .hb_ms = HB_MS, .hb_timeout_ms = HB_TIMEOUT_MS };
+    cxt_peer_opts_t o = {
+        .model = "hol", .replica = replica, .region = RS, .seed = seed, .hb_ms = HB_MS, .hb_timeout_ms = HB_TIMEOUT_MS
+    };
     return cxt_peer_start(p, &o, 10000);
 }
 
@@ -188,13 +188,13 @@ static void test_stopped_peer_does_not_stall_others(void **state)
         assert_int_equal(pthread_create(&ct[i], NULL, c_work, &cw[i]), 0);
     }
     assert_int_equal(pthread_create(&bt, NULL, b_work, &bw), 0);
-    cxt_peer_drain(&f.c, 300);              /* mid-stream: ops to C in flight (C prints per message) */
+    cxt_peer_drain(&f.c, 300); /* mid-stream: ops to C in flight (C prints per message) */
     cxt_peer_signal(&f.c, SIGSTOP);
     int st = wait_stopped(f.c.pid, 2000);
     atomic_store(&g_c_stopped, 1);
     uint64_t t0 = cxt_now_ns();
     while (cxt_ms_since(t0) < STOP_MS) {
-        cxt_peer_drain(&f.b, 50);          /* B prints a line per message */
+        cxt_peer_drain(&f.b, 50); /* B prints a line per message */
     }
     atomic_store(&g_c_stopped, 0);
     atomic_store(&g_stop, 1);
@@ -215,11 +215,14 @@ static void test_stopped_peer_does_not_stall_others(void **state)
         if (cw[i].others) other_rc = cw[i].other_rc;
         if (cw[i].max_to_ms > max_to) max_to = cw[i].max_to_ms;
     }
-    fprintf(stderr, "C: %d writes/messages before the stop, %d CX_ETIMEDOUT (longest %.1f ms, op timeout %d ms), "
-            "%d other (last %s)\n", ok_before, timeouts, max_to, OP_TIMEOUT_MS, others,
-            cx_strerror(other_rc));
-    fprintf(stderr, "B while C was stopped: %d ops, %d failed (last %s), slowest %.1f ms (kind %d: 0 read, 1 write, "
-            "2 msg)\n", bw.ops, bw.fails, cx_strerror(bw.fail_rc), bw.max_ms, bw.max_kind);
+    fprintf(stderr,
+            "C: %d writes/messages before the stop, %d CX_ETIMEDOUT (longest %.1f ms, op timeout %d ms), "
+            "%d other (last %s)\n",
+            ok_before, timeouts, max_to, OP_TIMEOUT_MS, others, cx_strerror(other_rc));
+    fprintf(stderr,
+            "B while C was stopped: %d ops, %d failed (last %s), slowest %.1f ms (kind %d: 0 read, 1 write, "
+            "2 msg)\n",
+            bw.ops, bw.fails, cx_strerror(bw.fail_rc), bw.max_ms, bw.max_kind);
     if (st) fail_msg("C did not stop within 2 s");
     if (bw.ops < 10) fail_msg("only %d ops to B completed in %d ms while C was stopped", bw.ops, STOP_MS);
     if (bw.fails) fail_msg("%d ops to B failed while C was stopped (last %s)", bw.fails, cx_strerror(bw.fail_rc));

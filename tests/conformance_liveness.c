@@ -48,7 +48,7 @@ static int watch_possible(void)
     if (c == 0) {
         char b;
         close(fds[1]);
-        (void)!read(fds[0], &b, 1);   /* until the parent closes its end */
+        (void)!read(fds[0], &b, 1); /* until the parent closes its end */
         _exit(0);
     }
     close(fds[0]);
@@ -56,16 +56,20 @@ static int watch_possible(void)
     snprintf(path, sizeof path, "/proc/%d/fd/0", (int)c);
     int f = open(path, O_RDONLY | O_CLOEXEC);
     g_watch_possible = f >= 0;
-    if (f >= 0) close(f);
-    else fprintf(stderr, "liveness: cannot open %s (%s): the same-host watch cannot work here; "
-                 "the watch tests are skipped\n", path, strerror(errno));
+    if (f >= 0)
+        close(f);
+    else
+        fprintf(stderr,
+                "liveness: cannot open %s (%s): the same-host watch cannot work here; "
+                "the watch tests are skipped\n",
+                path, strerror(errno));
     close(fds[1]);
     waitpid(c, NULL, 0);
     return g_watch_possible;
 }
 
-#define NEED_WATCH() \
-    do { \
+#define NEED_WATCH()                                                                                         \
+    do {                                                                                                     \
         if (!watch_possible()) cxt_skip("procfd", "another process's /proc/<pid>/fd cannot be opened here"); \
     } while (0)
 
@@ -136,7 +140,7 @@ static double kill_and_wait(cx_engine_t *e, cxt_peer_t *p, char *why, size_t n)
     if (cxt_wait_event(e, p->lid, CX_EVENT_FAILED, 1000, &ev, NULL)) fail_msg("no FAILED within 1 s of kill -9");
     double ms = cxt_ms_since(t0);
     snprintf(why, n, "%s", ev.reason);
-    cxt_peer_crash(p);   /* reaps it */
+    cxt_peer_crash(p); /* reaps it */
     return ms;
 }
 
@@ -211,15 +215,15 @@ static void test_after_the_watch_spoke(void **state)
         assert_int_equal(st1.peer_failures, st0.peer_failures + 1);
         assert_int_equal(info_of(e, p.lid).state, CX_PEER_FAILED);
         assert_int_equal(cx_read(e, p.lid, buf, p.base, sizeof buf), CX_EPEER);
-        cxt_peer_crash(&p);   /* reaped: its sockets have closed */
+        cxt_peer_crash(&p); /* reaped: its sockets have closed */
         /* One FAILED per death, nothing else about the dead incarnation. */
         for (int i = 0; i < 50; i++) {
             if (cx_wait_event(e, &ev, 10) != CX_OK) continue;
             char lid[CX_URL_MAX];
             cx_lid_format(&ev.peer, lid, sizeof lid);
             if (!strcmp(lid, p.lid) && ev.incarnation == inc)
-                fail_msg("round %d: a second event about the dead incarnation: %s (%s)", round,
-                         cx_event_name(ev.type), ev.reason);
+                fail_msg("round %d: a second event about the dead incarnation: %s (%s)", round, cx_event_name(ev.type),
+                         ev.reason);
         }
         assert_int_equal(cx_stats(e, &st1), CX_OK);
         assert_int_equal(st1.peer_failures, st0.peer_failures + 1);
@@ -238,7 +242,7 @@ static void test_after_the_watch_spoke(void **state)
 static void test_watch_switched_off(void **state)
 {
     (void)state;
-    setenv("CONNEX_SAME_HOST_WATCH", "0", 1);   /* engine and peer both */
+    setenv("CONNEX_SAME_HOST_WATCH", "0", 1); /* engine and peer both */
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 0), 0);
     cxt_peer_t p;
@@ -262,7 +266,7 @@ static void test_every_watcher_hears(void **state)
     cx_engine_t *e[N];
     for (int k = 0; k < N; k++) assert_int_equal(cxt_engine(&e[k], "survivor", (uint32_t)k, 0, 0, 0), 0);
     cxt_peer_t p;
-    start(&p, 0, BIG, 3);   /* its sockets close late: each FAILED must come from the watch */
+    start(&p, 0, BIG, 3); /* its sockets close late: each FAILED must come from the watch */
     for (int k = 0; k < N; k++) {
         up(e[k], &p);
         assert_int_equal(info_of(e[k], p.lid).death_watch, 1);
@@ -289,7 +293,7 @@ static void test_clean_close_is_not_a_death(void **state)
     start(&p, 0, 0, 4);
     up(e, &p);
     assert_int_equal(info_of(e, p.lid).death_watch, 1);
-    cxt_peer_stop(&p);   /* stdin EOF: cx_engine_destroy, exit 0 */
+    cxt_peer_stop(&p); /* stdin EOF: cx_engine_destroy, exit 0 */
     unsigned seen = 0;
     if (cxt_wait_event(e, p.lid, CX_EVENT_LEFT, 5000, NULL, &seen)) fail_msg("no LEFT (seen 0x%x)", seen);
     assert_int_equal(seen & (1u << CX_EVENT_FAILED), 0);
@@ -350,8 +354,10 @@ static void test_stopped_while_reads_flow(void **state)
     int failed = cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 3000, &ev, NULL) == CX_OK;
     double fail_ms = failed && ev.time_ns > ts ? (double)(ev.time_ns - ts) / 1e6 : -1;
     kill(p.pid, SIGCONT);
-    fprintf(stderr, "stopped peer: %d reads of %zu bytes completed; FAILED %.1f ms after SIGSTOP "
-            "(heartbeat timeout %u ms)\n", ok, len, fail_ms, hbt);
+    fprintf(stderr,
+            "stopped peer: %d reads of %zu bytes completed; FAILED %.1f ms after SIGSTOP "
+            "(heartbeat timeout %u ms)\n",
+            ok, len, fail_ms, hbt);
     cxt_peer_crash(&p);
     cx_unregister_memory(e, buf);
     cx_engine_destroy(e);
@@ -398,7 +404,9 @@ static void test_death_told_by_a_neighbour(void **state)
     int told = 0;
     for (int attempt = 0; attempt < 3 && !told; attempt++) {
         cxt_peer_t v, w;
-        cxt_peer_opts_t ov = { .model = "victim", .replica = 1, .seed = 11, .ballast_mib = BIG, .host_id = "other-host" };
+        cxt_peer_opts_t ov = {
+            .model = "victim", .replica = 1, .seed = 11, .ballast_mib = BIG, .host_id = "other-host"
+        };
         cxt_peer_opts_t ow = { .model = "neighbour", .replica = 1, .seed = 12, .host_id = "other-host" };
         if (cxt_peer_start(&v, &ov, 20000) || cxt_peer_start(&w, &ow, 20000)) fail_msg("peers did not start");
         up(e, &v);
@@ -406,7 +414,7 @@ static void test_death_told_by_a_neighbour(void **state)
         char rep[128];
         assert_int_equal(cxt_peer_cmd(&w, 10000, rep, sizeof rep, "CONNECT %s 5000", v.url), 0);
         cx_peer_info_t i = info_of(e, v.lid);
-        assert_int_equal(i.same_host, 0);   /* we are not its neighbour: no watch of ours */
+        assert_int_equal(i.same_host, 0); /* we are not its neighbour: no watch of ours */
         assert_int_equal(i.death_watch, 0);
         char why[128];
         double ms = kill_and_wait(e, &v, why, sizeof why);
@@ -438,8 +446,8 @@ static int raw_hello(const cx_engine_t *e, uint32_t pid, int32_t fd, const char 
     uint8_t frame[CX_CTL_HDR + 512];
     cx_wr_t w;
     cx_wr_init(&w, frame + CX_CTL_HDR, sizeof frame - CX_CTL_HDR);
-    cx_wire_put_hello_head(&w, 0x5151, &me.lid, replica_lid_url, &u.lid, HOST_ID, 1000, 3000, pid, fd, 0, NULL,
-                           NULL, NULL, NULL, 0);
+    cx_wire_put_hello_head(&w, 0x5151, &me.lid, replica_lid_url, &u.lid, HOST_ID, 1000, 3000, pid, fd, 0, NULL, NULL,
+                           NULL, NULL, 0);
     assert_true(w.ok);
     cx_ctl_hdr(frame, (uint32_t)w.len, CX_CTL_HELLO);
     assert_int_equal(send(s, frame, CX_CTL_HDR + w.len, MSG_NOSIGNAL), (ssize_t)(CX_CTL_HDR + w.len));

@@ -71,8 +71,9 @@ static void test_kill_rejoin_cycles(void **state)
         cxt_peer_t p;
         uint32_t seed = 100 + (uint32_t)c;
         /* Half the restarts connect on their own, half wait for the survivor to reconnect. */
-        cxt_peer_opts_t o = { .replica = 1, .port = port, .region = RS, .seed = seed,
-                              .connect = (c % 2) ? eurl : NULL };
+        cxt_peer_opts_t o = {
+            .replica = 1, .port = port, .region = RS, .seed = seed, .connect = (c % 2) ? eurl : NULL
+        };
         uint64_t t0 = cxt_now_ns();
         if (cxt_peer_start(&p, &o, 10000)) fail_msg("cycle %d: peer did not start on port %u", c, port);
         if (c == 0) {
@@ -124,8 +125,9 @@ static void test_kill_rejoin_cycles(void **state)
             /* 8 s: a UCX worker retired by rotation lives out its 5 s grace (backends/ucx) */
             int fdn = cxt_fds_settle(fd0, 8000);
             long rssn = cxt_rss_kib();
-            fprintf(stderr, "cycle %3d: fds %d (first %d) rss %ld KiB (first %ld) joins %" PRIu64
-                    " failures %" PRIu64 "\n", c, fdn, fd0, rssn, rss0, st.peer_joins, st.peer_failures);
+            fprintf(stderr,
+                    "cycle %3d: fds %d (first %d) rss %ld KiB (first %ld) joins %" PRIu64 " failures %" PRIu64 "\n", c,
+                    fdn, fd0, rssn, rss0, st.peer_joins, st.peer_failures);
             if (fdn != fd0) {
                 /* With the peer up, UCX over tcp now and then holds one connection more to it than
                  * in the first cycle (seen: one extra socket in 1 of 6 runs, at one checkpoint);
@@ -158,9 +160,10 @@ static void test_kill_rejoin_cycles(void **state)
             }
         }
     }
-    fprintf(stderr, "%d cycles in %.1f s; FAILED at most %.1f ms after kill; JOINED mean %.1f ms, max %.1f ms "
-            "after restart\n", cycles, cxt_ms_since(t_all) / 1000, max_fail_ms,
-            sum_join_ms / (cycles > 1 ? cycles - 1 : 1), max_join_ms);
+    fprintf(stderr,
+            "%d cycles in %.1f s; FAILED at most %.1f ms after kill; JOINED mean %.1f ms, max %.1f ms "
+            "after restart\n",
+            cycles, cxt_ms_since(t_all) / 1000, max_fail_ms, sum_join_ms / (cycles > 1 ? cycles - 1 : 1), max_join_ms);
     cx_stats_t st;
     assert_int_equal(cx_stats(e, &st), CX_OK);
     assert_int_equal(st.peer_failures, (uint64_t)cycles);

@@ -35,7 +35,7 @@
  * End of stdin also closes cleanly, so a test that dies leaves no peer behind. */
 #include "cxt.h"
 #include "cxt_mem.h"
-#include "staging.h"   /* RING: cx_staging_debug */
+#include "staging.h" /* RING: cx_staging_debug */
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -77,8 +77,7 @@ static void *event_thread(void *arg)
         if (cx_wait_event(g_e, &ev, 100) != CX_OK) continue;
         char l[CX_URL_MAX];
         cx_lid_format(&ev.peer, l, sizeof l);
-        out("EVENT %s %s %" PRIx64 " %s", cx_event_name(ev.type), l, ev.incarnation,
-            ev.reason[0] ? ev.reason : "-");
+        out("EVENT %s %s %" PRIx64 " %s", cx_event_name(ev.type), l, ev.incarnation, ev.reason[0] ? ev.reason : "-");
     }
     return NULL;
 }
@@ -91,15 +90,20 @@ static void check_signal(const cx_msg_t *m, char *res, size_t n)
     memcpy(txt, m->data, c);
     txt[c] = 0;
     unsigned long long addr, len, h;
-    if (sscanf(txt, "CHK %llx %llu %llx", &addr, &len, &h) != 3) { res[0] = 0; return; }
+    if (sscanf(txt, "CHK %llx %llu %llx", &addr, &len, &h) != 3) {
+        res[0] = 0;
+        return;
+    }
     uint64_t base = (uint64_t)(uintptr_t)g_reg;
     if (addr < base || len > g_len || addr - base > g_len - len) {
         snprintf(res, n, " CHK BAD outside-region");
         return;
     }
     uint64_t got = cxt_mem_hash(g_reg + (addr - base), len);
-    if (got == h) snprintf(res, n, " CHK OK");
-    else snprintf(res, n, " CHK BAD hash %" PRIx64 " expected %llx", got, h);
+    if (got == h)
+        snprintf(res, n, " CHK OK");
+    else
+        snprintf(res, n, " CHK BAD hash %" PRIx64 " expected %llx", got, h);
 }
 
 static void *msg_thread(void *arg)
@@ -120,12 +124,18 @@ static void *msg_thread(void *arg)
     return NULL;
 }
 
-static int in_region(uint64_t off, uint64_t len) { return off <= g_len && len <= g_len - off; }
+static int in_region(uint64_t off, uint64_t len)
+{
+    return off <= g_len && len <= g_len - off;
+}
 
 static void reply(int rc, const char *okfmt, ...) __attribute__((format(printf, 2, 3)));
 static void reply(int rc, const char *okfmt, ...)
 {
-    if (rc) { out("ERR %d %s", rc, cx_strerror(rc)); return; }
+    if (rc) {
+        out("ERR %d %s", rc, cx_strerror(rc));
+        return;
+    }
     char b[512];
     va_list ap;
     va_start(ap, okfmt);
@@ -174,8 +184,7 @@ static void command(char *line)
         unsigned long long max, ms, seed;
         if (nt != 7 || num(tok[2], &a) || num(tok[3], &b) || num(tok[4], &max) || num(tok[5], &ms) ||
             num(tok[6], &seed) || !in_region(0, b)) {
-            out("ERR %d usage: READLOOP <peer> <raddr> <len inside the region> <max reads> <max ms> <seed>",
-                CX_EINVAL);
+            out("ERR %d usage: READLOOP <peer> <raddr> <len inside the region> <max reads> <max ms> <seed>", CX_EINVAL);
             return;
         }
         uint64_t t0 = cxt_now_ns();
@@ -196,20 +205,25 @@ static void command(char *line)
             }
             if (reads++ == 0) out("LOOP 1");
         }
-        reply(0, "reads=%lld bad=%lld first_bad=%lld off=%lld byte=%02x rc=%d", reads, bad, first_bad, off, byte,
-              rc);
+        reply(0, "reads=%lld bad=%lld first_bad=%lld off=%lld byte=%02x rc=%d", reads, bad, first_bad, off, byte, rc);
     } else if (!strcmp(cmd, "SEND")) {
         if (nt != 4 || num(tok[2], &a) || num(tok[3], &b) || a > CX_MSG_MAX + 1ull) {
             out("ERR %d usage: SEND <peer> <len> <seed>", CX_EINVAL);
             return;
         }
         uint8_t *m = malloc(a ? a : 1);
-        if (!m) { reply(CX_ENOMEM, "%s", ""); return; }
+        if (!m) {
+            reply(CX_ENOMEM, "%s", "");
+            return;
+        }
         cxt_fill(m, a, (uint32_t)b, 0);
         reply(cx_send_msg(g_e, peer, m, a), "%s", "");
         free(m);
     } else if (!strcmp(cmd, "FILL")) {
-        if (nt != 2 || num(tok[1], &a)) { out("ERR %d usage: FILL <seed>", CX_EINVAL); return; }
+        if (nt != 2 || num(tok[1], &a)) {
+            out("ERR %d usage: FILL <seed>", CX_EINVAL);
+            return;
+        }
         reply(cxt_mem_fill(g_reg, g_len, (uint32_t)a, 0) ? CX_ERR : 0, "%s", "");
     } else if (!strcmp(cmd, "HASH")) {
         if (nt != 3 || num(tok[1], &a) || num(tok[2], &b) || !in_region(a, b)) {
@@ -218,16 +232,19 @@ static void command(char *line)
         }
         reply(0, "%" PRIx64, cxt_mem_hash(g_reg + a, b));
     } else if (!strcmp(cmd, "CONNECT")) {
-        if (nt != 3 || num(tok[2], &a)) { out("ERR %d usage: CONNECT <url> <ms>", CX_EINVAL); return; }
+        if (nt != 3 || num(tok[2], &a)) {
+            out("ERR %d usage: CONNECT <url> <ms>", CX_EINVAL);
+            return;
+        }
         reply(cx_connect(g_e, peer, (int)a), "%s", "");
     } else if (!strcmp(cmd, "STATS")) {
         cx_stats_t st;
         int rc = cx_stats(g_e, &st);
-        reply(rc, "regions=%" PRIu64 " peers_up=%u failed=%u left=%u inflight=%" PRIu64 " rejected=%" PRIu64
-                  " staged_h2d=%" PRIu64 " staged_d2h=%" PRIu64 " gpudirect=%d dup_steps=%" PRIu64,
-              st.regions, st.peers_up, st.peers_failed, st.peers_left, st.ops_in_flight,
-              st.rejected_requests, st.staged_h2d_bytes, st.staged_d2h_bytes, st.gpudirect,
-              st.steps_duplicates_dropped);
+        reply(rc,
+              "regions=%" PRIu64 " peers_up=%u failed=%u left=%u inflight=%" PRIu64 " rejected=%" PRIu64
+              " staged_h2d=%" PRIu64 " staged_d2h=%" PRIu64 " gpudirect=%d dup_steps=%" PRIu64,
+              st.regions, st.peers_up, st.peers_failed, st.peers_left, st.ops_in_flight, st.rejected_requests,
+              st.staged_h2d_bytes, st.staged_d2h_bytes, st.gpudirect, st.steps_duplicates_dropped);
     } else if (!strcmp(cmd, "RING")) {
         cx_staging_debug_t d;
         int rc = cx_staging_debug(g_e, &d);
@@ -240,10 +257,11 @@ static void command(char *line)
 
 static void usage(void)
 {
-    fprintf(stderr, "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
-                    "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n"
-                    "       [--listen IP] [--mem host|sim|cuda] [--ballast MIB]\n"
-                    "       [--host-id ID]\n");
+    fprintf(stderr,
+            "usage: cx_peer --model M --stage N --shard N --replica N [--port P] [--hb MS]\n"
+            "       [--hb-timeout MS] [--op-timeout MS] [--region BYTES] [--seed N] [--connect URL]\n"
+            "       [--listen IP] [--mem host|sim|cuda] [--ballast MIB]\n"
+            "       [--host-id ID]\n");
     exit(2);
 }
 
@@ -257,11 +275,10 @@ int main(int argc, char **argv)
     const char *connect_url = NULL;
     g_kind = cxt_mem_env(CX_MEM_HOST);
     static const struct option opts[] = {
-        { "model", 1, 0, 'm' }, { "stage", 1, 0, 's' }, { "shard", 1, 0, 'd' },
-        { "replica", 1, 0, 'r' }, { "port", 1, 0, 'p' }, { "hb", 1, 0, 'h' },
-        { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' }, { "region", 1, 0, 'g' },
-        { "seed", 1, 0, 'x' }, { "connect", 1, 0, 'c' }, { "listen", 1, 0, 'l' }, { "mem", 1, 0, 'k' },
-        { "ballast", 1, 0, 'b' }, { "host-id", 1, 0, 'H' }, { 0, 0, 0, 0 }
+        { "model", 1, 0, 'm' },  { "stage", 1, 0, 's' },   { "shard", 1, 0, 'd' },      { "replica", 1, 0, 'r' },
+        { "port", 1, 0, 'p' },   { "hb", 1, 0, 'h' },      { "hb-timeout", 1, 0, 't' }, { "op-timeout", 1, 0, 'o' },
+        { "region", 1, 0, 'g' }, { "seed", 1, 0, 'x' },    { "connect", 1, 0, 'c' },    { "listen", 1, 0, 'l' },
+        { "mem", 1, 0, 'k' },    { "ballast", 1, 0, 'b' }, { "host-id", 1, 0, 'H' },    { 0, 0, 0, 0 }
     };
     int ch;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -281,7 +298,7 @@ int main(int argc, char **argv)
         case 'l': cfg.listen_ip = optarg; break;
         case 'k': g_kind = cxt_mem_parse(optarg); break;
         case 'b': ballast = v << 20; break;
-        case 'H': setenv("CONNEX_HOST_ID", optarg, 1); break;   /* before the engine probes */
+        case 'H': setenv("CONNEX_HOST_ID", optarg, 1); break; /* before the engine probes */
         default: usage();
         }
     }
@@ -290,7 +307,10 @@ int main(int argc, char **argv)
      * takes a while (the kernel unmaps it before closing the sockets). */
     if (ballast) {
         void *b = mmap(NULL, ballast, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (b == MAP_FAILED) { fprintf(stderr, "cx_peer: no %zu bytes of ballast\n", ballast); return 1; }
+        if (b == MAP_FAILED) {
+            fprintf(stderr, "cx_peer: no %zu bytes of ballast\n", ballast);
+            return 1;
+        }
         memset(b, 1, ballast);
     }
     cxt_apply_test_env(&cfg);
@@ -301,9 +321,15 @@ int main(int argc, char **argv)
         return 1;
     }
     g_reg = cxt_mem_alloc(g_kind, region);
-    if (!g_reg) { fprintf(stderr, "cx_peer: no %zu bytes of %s memory\n", region, cxt_mem_name(g_kind)); return 1; }
+    if (!g_reg) {
+        fprintf(stderr, "cx_peer: no %zu bytes of %s memory\n", region, cxt_mem_name(g_kind));
+        return 1;
+    }
     g_len = region;
-    if (cxt_mem_fill(g_reg, g_len, seed, 0)) { fprintf(stderr, "cx_peer: cannot fill the region\n"); return 1; }
+    if (cxt_mem_fill(g_reg, g_len, seed, 0)) {
+        fprintf(stderr, "cx_peer: cannot fill the region\n");
+        return 1;
+    }
     if ((rc = cx_register_memory(g_e, g_reg, g_len))) {
         fprintf(stderr, "cx_peer: register: %s\n", cx_strerror(rc));
         return 1;
@@ -318,11 +344,18 @@ int main(int argc, char **argv)
     char line[1024];
     while (fgets(line, sizeof line, stdin)) {
         line[strcspn(line, "\r\n")] = 0;
-        if (!strcmp(line, "QUIT")) { out("OK"); break; }
+        if (!strcmp(line, "QUIT")) {
+            out("OK");
+            break;
+        }
         /* How a peer ends badly, for the harness's own test (unit_cxt_peer): at once, no
          * cleanup, no reply. */
         int n;
-        if (sscanf(line, "DIE %d", &n) == 1) { signal(n, SIG_DFL); raise(n); _exit(99); }
+        if (sscanf(line, "DIE %d", &n) == 1) {
+            signal(n, SIG_DFL);
+            raise(n);
+            _exit(99);
+        }
         if (sscanf(line, "EXIT %d", &n) == 1) _exit(n);
         command(line);
     }

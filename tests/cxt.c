@@ -74,7 +74,10 @@ int cxt_list_fds(int *out, int max)
     return n;
 }
 
-int cxt_count_fds(void) { return cxt_list_fds(NULL, 0); }
+int cxt_count_fds(void)
+{
+    return cxt_list_fds(NULL, 0);
+}
 
 int cxt_fds_without_cloexec(const int *known, int nknown)
 {
@@ -168,7 +171,10 @@ static int cxt_port_inodes(const uint16_t *ports, int nports, unsigned long *out
         FILE *fp = fopen(files[f], "r");
         if (!fp) continue;
         char line[512];
-        if (!fgets(line, sizeof line, fp)) { fclose(fp); continue; }   /* header */
+        if (!fgets(line, sizeof line, fp)) {
+            fclose(fp);
+            continue;
+        } /* header */
         while (fgets(line, sizeof line, fp)) {
             char la[64], ra[64];
             unsigned long inode = 0;
@@ -177,7 +183,10 @@ static int cxt_port_inodes(const uint16_t *ports, int nports, unsigned long *out
             if (!lp || !rp || !inode) continue;
             unsigned lport = (unsigned)strtoul(lp + 1, NULL, 16), rport = (unsigned)strtoul(rp + 1, NULL, 16);
             for (int i = 0; i < nports; i++)
-                if ((lport == ports[i] || rport == ports[i]) && n < max) { out[n++] = inode; break; }
+                if ((lport == ports[i] || rport == ports[i]) && n < max) {
+                    out[n++] = inode;
+                    break;
+                }
         }
         fclose(fp);
     }
@@ -240,8 +249,8 @@ uint16_t cxt_refusing_port(int *hold)
 
 /* ---- events ---- */
 
-int cxt_wait_event(cx_engine_t *e, const char *lid, cx_event_type_t type, int timeout_ms,
-                   cx_event_t *out, unsigned *seen)
+int cxt_wait_event(cx_engine_t *e, const char *lid, cx_event_type_t type, int timeout_ms, cx_event_t *out,
+                   unsigned *seen)
 {
     uint64_t deadline = cxt_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     for (;;) {
@@ -292,10 +301,11 @@ static void peer_abandon(cxt_peer_t *p)
     peer_reap(p, 5000, &pid, &timed_out);
     close_fds(p);
     int st = p->status;
-    if (WIFEXITED(st)) fprintf(stderr, "cxt: peer pid %d that did not start exited with status %d\n", (int)pid, WEXITSTATUS(st));
+    if (WIFEXITED(st))
+        fprintf(stderr, "cxt: peer pid %d that did not start exited with status %d\n", (int)pid, WEXITSTATUS(st));
     else if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
-        fprintf(stderr, "cxt: peer pid %d that did not start crashed with signal %d (%s)\n", (int)pid,
-                WTERMSIG(st), strsignal(WTERMSIG(st)));
+        fprintf(stderr, "cxt: peer pid %d that did not start crashed with signal %d (%s)\n", (int)pid, WTERMSIG(st),
+                strsignal(WTERMSIG(st)));
 }
 
 static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port, int timeout_ms)
@@ -304,7 +314,11 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
     p->pid = -1;
     int in[2], out[2];
     if (pipe2(in, O_CLOEXEC)) return -1;
-    if (pipe2(out, O_CLOEXEC)) { close(in[0]); close(in[1]); return -1; }
+    if (pipe2(out, O_CLOEXEC)) {
+        close(in[0]);
+        close(in[1]);
+        return -1;
+    }
     char a[12][32];
     snprintf(a[0], 32, "%u", o->stage);
     snprintf(a[1], 32, "%u", o->shard);
@@ -315,15 +329,30 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
     snprintf(a[6], 32, "%u", o->op_timeout_ms);
     snprintf(a[7], 32, "%zu", o->region ? o->region : (size_t)1 << 20);
     snprintf(a[8], 32, "%u", o->seed);
-    const char *argv[32] = { CX_PEER_PATH, "--model", o->model ? o->model : "peer", "--stage", a[0],
-                             "--shard", a[1], "--replica", a[2], "--port", a[3], "--hb", a[4],
-                             "--hb-timeout", a[5], "--op-timeout", a[6], "--region", a[7],
-                             "--seed", a[8] };
+    const char *argv[32] = { CX_PEER_PATH,   "--model",      o->model ? o->model : "peer",
+                             "--stage",      a[0],           "--shard",
+                             a[1],           "--replica",    a[2],
+                             "--port",       a[3],           "--hb",
+                             a[4],           "--hb-timeout", a[5],
+                             "--op-timeout", a[6],           "--region",
+                             a[7],           "--seed",       a[8] };
     int ac = 21;
-    if (o->connect) { argv[ac++] = "--connect"; argv[ac++] = o->connect; }
-    if (o->listen_ip) { argv[ac++] = "--listen"; argv[ac++] = o->listen_ip; }
-    if (o->mem) { argv[ac++] = "--mem"; argv[ac++] = o->mem; }
-    if (o->host_id) { argv[ac++] = "--host-id"; argv[ac++] = o->host_id; }
+    if (o->connect) {
+        argv[ac++] = "--connect";
+        argv[ac++] = o->connect;
+    }
+    if (o->listen_ip) {
+        argv[ac++] = "--listen";
+        argv[ac++] = o->listen_ip;
+    }
+    if (o->mem) {
+        argv[ac++] = "--mem";
+        argv[ac++] = o->mem;
+    }
+    if (o->host_id) {
+        argv[ac++] = "--host-id";
+        argv[ac++] = o->host_id;
+    }
     char ballast[16];
     if (o->ballast_mib) {
         snprintf(ballast, sizeof ballast, "%u", o->ballast_mib);
@@ -346,8 +375,16 @@ static int peer_start_on(cxt_peer_t *p, const cxt_peer_opts_t *o, uint16_t port,
          * async-signal-safe calls are. */
         const char *full[48];
         int n = 0;
-        if (o->netns) { full[n++] = "ip"; full[n++] = "netns"; full[n++] = "exec"; full[n++] = o->netns; }
-        if (o->net_devices) { full[n++] = "env"; full[n++] = devs; }
+        if (o->netns) {
+            full[n++] = "ip";
+            full[n++] = "netns";
+            full[n++] = "exec";
+            full[n++] = o->netns;
+        }
+        if (o->net_devices) {
+            full[n++] = "env";
+            full[n++] = devs;
+        }
         for (int i = 0; i <= ac; i++) full[n + i] = argv[i];
         if (n) execvp(full[0], (char *const *)full);
         execv(CX_PEER_PATH, (char *const *)argv);
@@ -415,7 +452,7 @@ static int read_line(cxt_peer_t *p, uint64_t deadline, char *line, size_t n)
             p->rlen -= l + 1;
             return 0;
         }
-        if (p->rlen == sizeof p->rbuf) p->rlen = 0;   /* absurd line: drop it */
+        if (p->rlen == sizeof p->rbuf) p->rlen = 0; /* absurd line: drop it */
         uint64_t now = cxt_now_ns();
         if (now >= deadline || p->out_fd < 0) return -1;
         struct pollfd pf = { .fd = p->out_fd, .events = POLLIN };
@@ -424,14 +461,18 @@ static int read_line(cxt_peer_t *p, uint64_t deadline, char *line, size_t n)
         if (r <= 0) return -1;
         ssize_t k = read(p->out_fd, p->rbuf + p->rlen, sizeof p->rbuf - p->rlen);
         if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) { close(p->out_fd); p->out_fd = -1; return -1; }
+        if (k <= 0) {
+            close(p->out_fd);
+            p->out_fd = -1;
+            return -1;
+        }
         p->rlen += (size_t)k;
     }
 }
 
 static void stash(cxt_peer_t *p, const char *line)
 {
-    if (p->nstash == CXT_STASH) {   /* keep the newest: drop the oldest */
+    if (p->nstash == CXT_STASH) { /* keep the newest: drop the oldest */
         free(p->stash[0]);
         memmove(p->stash, p->stash + 1, (CXT_STASH - 1) * sizeof p->stash[0]);
         p->nstash--;
@@ -531,28 +572,26 @@ static void peer_check_exit(const cxt_peer_t *p, pid_t pid, int st, int timed_ou
 {
     char msg[CX_URL_MAX + 128];
     const char *name = p->lid[0] ? p->lid : "(starting)";
-    if (p->killed) {   /* exempt, unless it had died some other way before the SIGKILL came */
+    if (p->killed) { /* exempt, unless it had died some other way before the SIGKILL came */
         if (WIFSIGNALED(st) && WTERMSIG(st) != SIGKILL)
-            snprintf(msg, sizeof msg, "cxt: peer %s pid %d crashed with signal %d (%s) before it was killed",
-                     name, (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
+            snprintf(msg, sizeof msg, "cxt: peer %s pid %d crashed with signal %d (%s) before it was killed", name,
+                     (int)pid, WTERMSIG(st), strsignal(WTERMSIG(st)));
         else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
-            snprintf(msg, sizeof msg, "cxt: peer %s pid %d exited with status %d before it was killed",
-                     name, (int)pid, WEXITSTATUS(st));
+            snprintf(msg, sizeof msg, "cxt: peer %s pid %d exited with status %d before it was killed", name, (int)pid,
+                     WEXITSTATUS(st));
         else
             return;
     } else if (timed_out)
-        snprintf(msg, sizeof msg, "cxt: peer %s pid %d did not exit within %d ms (killed)", name, (int)pid,
-                 timeout_ms);
+        snprintf(msg, sizeof msg, "cxt: peer %s pid %d did not exit within %d ms (killed)", name, (int)pid, timeout_ms);
     else if (WIFSIGNALED(st))
-        snprintf(msg, sizeof msg, "cxt: peer %s pid %d crashed with signal %d (%s)", name, (int)pid,
-                 WTERMSIG(st), strsignal(WTERMSIG(st)));
+        snprintf(msg, sizeof msg, "cxt: peer %s pid %d crashed with signal %d (%s)", name, (int)pid, WTERMSIG(st),
+                 strsignal(WTERMSIG(st)));
     else if (WIFEXITED(st) && WEXITSTATUS(st) != 0)
-        snprintf(msg, sizeof msg, "cxt: peer %s pid %d exited with status %d", name, (int)pid,
-                 WEXITSTATUS(st));
+        snprintf(msg, sizeof msg, "cxt: peer %s pid %d exited with status %d", name, (int)pid, WEXITSTATUS(st));
     else
         return;
     fprintf(stderr, "%s\n", msg);
-    if (syscall(SYS_gettid) != getpid()) {   /* cmocka's failure jumps: only on the test's thread */
+    if (syscall(SYS_gettid) != getpid()) { /* cmocka's failure jumps: only on the test's thread */
         __atomic_add_fetch(&g_peer_failures, 1, __ATOMIC_SEQ_CST);
         return;
     }
@@ -572,7 +611,7 @@ void cxt_peer_signal(cxt_peer_t *p, int sig)
         int st = 0;
         pid_t r = waitpid(p->pid, &st, WUNTRACED | WNOHANG);
         if (r == p->pid) {
-            if (!WIFSTOPPED(st)) {   /* it died instead: keep its status for the test */
+            if (!WIFSTOPPED(st)) { /* it died instead: keep its status for the test */
                 p->status = st;
                 p->pid = -1;
                 peer_check_exit(p, r, st, 0, 0);
@@ -632,12 +671,15 @@ static void close_fds(cxt_peer_t *p)
 
 void cxt_peer_stop(cxt_peer_t *p)
 {
-    if (p->in_fd >= 0) { close(p->in_fd); p->in_fd = -1; }
+    if (p->in_fd >= 0) {
+        close(p->in_fd);
+        p->in_fd = -1;
+    }
     pid_t pid;
     int timed_out;
     int was = p->pid > 0;
     peer_reap(p, 5000, &pid, &timed_out);
-    close_fds(p);   /* before the check, which may end the test */
+    close_fds(p); /* before the check, which may end the test */
     if (was) peer_check_exit(p, pid, p->status, timed_out, 5000);
 }
 
@@ -645,7 +687,7 @@ void cxt_peer_crash(cxt_peer_t *p)
 {
     if (p->pid > 0) {
         p->killed = 1;
-        kill(p->pid, SIGCONT);   /* a stopped process dies on SIGKILL too, but be explicit */
+        kill(p->pid, SIGCONT); /* a stopped process dies on SIGKILL too, but be explicit */
         kill(p->pid, SIGKILL);
     }
     cxt_peer_reap(p, 5000);
@@ -705,7 +747,7 @@ int cxt_exit_status(int failed, int selected)
         return CXT_SKIP_EXIT;
     }
     int rc = failed + peers;
-    return rc == CXT_SKIP_EXIT ? rc + 1 : rc;   /* 77 failures must not read as a skip */
+    return rc == CXT_SKIP_EXIT ? rc + 1 : rc; /* 77 failures must not read as a skip */
 }
 
 static void watchdog_fired(int sig)
@@ -738,11 +780,11 @@ int cxt_may_be_one_sided(void)
 {
     const char *b = getenv("CONNEX_BACKEND"), *tls = getenv("UCX_TLS"), *prov = getenv("CONNEX_FI_PROVIDER");
     if (getenv("CONNEX_TEST_TLS") && *getenv("CONNEX_TEST_TLS")) tls = getenv("CONNEX_TEST_TLS");
-    if (!b || !*b) return 1;   /* auto-selection: a same-host pair may get shared memory */
+    if (!b || !*b) return 1; /* auto-selection: a same-host pair may get shared memory */
     if (!strcmp(b, "libfabric")) return !prov || strstr(prov, "shm") != NULL;
     if (!strcmp(b, "ucx"))
         return !tls || !*tls || strstr(tls, "posix") || strstr(tls, "cma") || strstr(tls, "sysv") ||
-               strstr(tls, "shm") || strstr(tls, "sm") || strstr(tls, "all");
+            strstr(tls, "shm") || strstr(tls, "sm") || strstr(tls, "all");
     return 0;
 }
 
@@ -754,8 +796,8 @@ void cxt_apply_test_env(cx_config_t *c)
     if (ip && *ip && !c->listen_ip) c->listen_ip = ip;
 }
 
-int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms,
-               uint32_t hb_timeout_ms, uint32_t op_timeout_ms)
+int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms, uint32_t hb_timeout_ms,
+               uint32_t op_timeout_ms)
 {
     cx_config_t c;
     memset(&c, 0, sizeof c);
@@ -766,8 +808,10 @@ int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb
     c.op_timeout_ms = op_timeout_ms;
     cxt_apply_test_env(&c);
     int rc = cx_engine_create(&c, e);
-    if (rc) fprintf(stderr, "cxt: cx_engine_create: %d (%s)\n", rc, cx_strerror(rc));
-    else fprintf(stderr, "cxt: engine %s backends %s\n", cx_engine_local_url(*e), cx_engine_backends(*e));
+    if (rc)
+        fprintf(stderr, "cxt: cx_engine_create: %d (%s)\n", rc, cx_strerror(rc));
+    else
+        fprintf(stderr, "cxt: engine %s backends %s\n", cx_engine_local_url(*e), cx_engine_backends(*e));
     return rc;
 }
 

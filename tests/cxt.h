@@ -21,11 +21,14 @@ static inline uint8_t cxt_pat(uint32_t seed, uint64_t i)
 void cxt_fill(void *buf, size_t len, uint32_t seed, uint64_t start);
 /* Index of the first byte differing from the pattern, or -1 when all match. */
 long long cxt_check(const void *buf, size_t len, uint32_t seed, uint64_t start);
-uint64_t cxt_hash(const void *buf, size_t len);     /* FNV-1a 64 */
+uint64_t cxt_hash(const void *buf, size_t len); /* FNV-1a 64 */
 
 /* ---- time ---- */
 uint64_t cxt_now_ns(void);
-static inline double cxt_ms_since(uint64_t t0) { return (double)(cxt_now_ns() - t0) / 1e6; }
+static inline double cxt_ms_since(uint64_t t0)
+{
+    return (double)(cxt_now_ns() - t0) / 1e6;
+}
 
 /* ---- process probes ---- */
 int cxt_count_fds(void);
@@ -61,27 +64,27 @@ const char *cxt_netns_why_skip(const char **cap);
 /* Waits up to timeout_ms for an event of `type` about `lid` (bare LID string; NULL: any peer).
  * Other events are consumed; for the same peer their types are ORed into *seen (bit 1<<type)
  * when seen is not NULL. Returns 0 with *out filled, or CX_ETIMEDOUT. */
-int cxt_wait_event(cx_engine_t *e, const char *lid, cx_event_type_t type, int timeout_ms,
-                   cx_event_t *out, unsigned *seen);
+int cxt_wait_event(cx_engine_t *e, const char *lid, cx_event_type_t type, int timeout_ms, cx_event_t *out,
+                   unsigned *seen);
 void cxt_drain_events(cx_engine_t *e);
 
 /* ---- peer processes (tests/cx_peer) ---- */
 
 typedef struct cxt_peer_opts {
-    const char *model;        /* default "peer" */
+    const char *model; /* default "peer" */
     uint32_t stage, shard, replica;
-    uint16_t port;            /* 0: ephemeral */
-    uint32_t hb_ms, hb_timeout_ms, op_timeout_ms;   /* 0: engine defaults */
-    size_t region;            /* bytes; default 1 MiB */
+    uint16_t port;                                /* 0: ephemeral */
+    uint32_t hb_ms, hb_timeout_ms, op_timeout_ms; /* 0: engine defaults */
+    size_t region;                                /* bytes; default 1 MiB */
     uint32_t seed;
-    const char *connect;      /* URL to connect to at start (NULL: none) */
-    const char *listen_ip;    /* NULL: the engine's default (127.0.0.1) */
-    const char *mem;          /* region memory: host|sim|cuda (NULL: CONNEX_TEST_MEM, else host) */
-    const char *host_id;      /* CONNEX_HOST_ID for it: stands in for a process on another host */
-    uint32_t ballast_mib;     /* touched, unregistered memory it holds (its kill -9 takes longer) */
-    const char *netns;        /* run it in this network namespace through `ip netns exec`, which
+    const char *connect;     /* URL to connect to at start (NULL: none) */
+    const char *listen_ip;   /* NULL: the engine's default (127.0.0.1) */
+    const char *mem;         /* region memory: host|sim|cuda (NULL: CONNEX_TEST_MEM, else host) */
+    const char *host_id;     /* CONNEX_HOST_ID for it: stands in for a process on another host */
+    uint32_t ballast_mib;    /* touched, unregistered memory it holds (its kill -9 takes longer) */
+    const char *netns;       /* run it in this network namespace through `ip netns exec`, which
                                  also remounts /sys for it (UCX lists its interfaces there) */
-    const char *net_devices;  /* CONNEX_NET_DEVICES for it (NULL: inherited) */
+    const char *net_devices; /* CONNEX_NET_DEVICES for it (NULL: inherited) */
 } cxt_peer_opts_t;
 
 #define CXT_STASH 256
@@ -90,16 +93,16 @@ typedef struct cxt_peer {
     int in_fd, out_fd;
     char rbuf[8192];
     size_t rlen;
-    char *stash[CXT_STASH];   /* async lines (EVENT, MSG) read while waiting for something else */
+    char *stash[CXT_STASH]; /* async lines (EVENT, MSG) read while waiting for something else */
     int nstash;
     char url[CX_URL_MAX];
     char lid[CX_URL_MAX];
     uint16_t port;
-    uint64_t base;            /* the peer's region address */
+    uint64_t base; /* the peer's region address */
     size_t len;
     uint32_t seed;
-    int status;               /* wait status once reaped */
-    int killed;               /* the test SIGKILLed it (cxt_peer_crash, cxt_peer_signal): its
+    int status; /* wait status once reaped */
+    int killed; /* the test SIGKILLed it (cxt_peer_crash, cxt_peer_signal): its
                                  exit status is not checked */
 } cxt_peer_t;
 
@@ -149,17 +152,20 @@ void cxt_peer_crash(cxt_peer_t *p);
  * not "Passed". A binary where some cases ran exits 0 and its output names the skipped ones. */
 #define CXT_SKIP_EXIT 77
 void cxt_skip_note(const char *cap, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define cxt_skip(cap, ...) do { cxt_skip_note(cap, __VA_ARGS__); skip(); } while (0)
+#define cxt_skip(cap, ...)               \
+    do {                                 \
+        cxt_skip_note(cap, __VA_ARGS__); \
+        skip();                          \
+    } while (0)
 /* 1 when CONNEX_TEST_REQUIRE names cap. */
 int cxt_required(const char *cap);
 int cxt_exit_status(int failed, int selected);
 /* Cases of tests[] that CXT_FILTER (cmocka_set_test_filter's wildcards) selects; sets the filter. */
 int cxt_selected(const void *tests, size_t n, size_t size);
-#define cxt_run_tests(tests, setup, teardown)                                                  \
-    cxt_exit_status(                                                                           \
-        (cxt_selected(tests, sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])),          \
-         cmocka_run_group_tests(tests, setup, teardown)),                                      \
-        cxt_selected(tests, sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])))
+#define cxt_run_tests(tests, setup, teardown)                                                     \
+    cxt_exit_status((cxt_selected(tests, sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])), \
+                     cmocka_run_group_tests(tests, setup, teardown)),                             \
+                    cxt_selected(tests, sizeof(tests) / sizeof((tests)[0]), sizeof((tests)[0])))
 
 /* cmocka setup function arming a watchdog: a test still running after CXT_WATCHDOG_S seconds
  * (default 120) is hung in the engine; the process says so and exits, instead of sitting until
@@ -178,7 +184,7 @@ int cxt_may_be_one_sided(void);
  * the test chose one). Applied by cxt_engine and by cx_peer. */
 void cxt_apply_test_env(cx_config_t *c);
 /* Engine for the test process, backend and logging from the environment. */
-int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms,
-               uint32_t hb_timeout_ms, uint32_t op_timeout_ms);
+int cxt_engine(cx_engine_t **e, const char *model, uint32_t replica, uint32_t hb_ms, uint32_t hb_timeout_ms,
+               uint32_t op_timeout_ms);
 
 #endif

@@ -30,7 +30,10 @@ int cxt_mem_env(int def)
     return cxt_mem_parse(s);
 }
 
-const char *cxt_mem_name(int kind) { return cx_mem_kind_name(kind); }
+const char *cxt_mem_name(int kind)
+{
+    return cx_mem_kind_name(kind);
+}
 
 void *cxt_mem_alloc(int kind, size_t len)
 {
@@ -41,8 +44,8 @@ void *cxt_mem_alloc(int kind, size_t len)
     void *p = NULL;
     int rc = cx_gpu_dev_alloc(kind, 0, len, &p);
     if (rc) {
-        fprintf(stderr, "cxt: %zu bytes of %s memory: %s (%s)\n", len, cx_mem_kind_name(kind),
-                cx_strerror(rc), cx_gpu_status());
+        fprintf(stderr, "cxt: %zu bytes of %s memory: %s (%s)\n", len, cx_mem_kind_name(kind), cx_strerror(rc),
+                cx_gpu_status());
         return NULL;
     }
     return p;
@@ -51,8 +54,10 @@ void *cxt_mem_alloc(int kind, size_t len)
 void cxt_mem_free(int kind, void *p, size_t len)
 {
     if (!p) return;
-    if (kind == CX_MEM_HOST) munmap(p, len);
-    else cx_gpu_dev_free(p);
+    if (kind == CX_MEM_HOST)
+        munmap(p, len);
+    else
+        cx_gpu_dev_free(p);
 }
 
 /* Bounce buffers: 4 MiB at a time keeps a 64 MiB fill from doubling the test's footprint. */
@@ -65,14 +70,20 @@ int cxt_mem_fill(void *p, size_t len, uint32_t seed, uint64_t start)
     for (size_t off = 0; off < len;) {
         size_t n = len - off < BOUNCE ? len - off : BOUNCE;
         cxt_fill(b, n, seed, start + off);
-        if (cx_gpu_memcpy((uint8_t *)p + off, b, n)) { free(b); return -1; }
+        if (cx_gpu_memcpy((uint8_t *)p + off, b, n)) {
+            free(b);
+            return -1;
+        }
         off += n;
     }
     free(b);
     return 0;
 }
 
-int cxt_mem_set(void *p, int c, size_t len) { return cx_gpu_memset(p, c, len) ? -1 : 0; }
+int cxt_mem_set(void *p, int c, size_t len)
+{
+    return cx_gpu_memset(p, c, len) ? -1 : 0;
+}
 
 /* FNV-1a 64, continued across pieces (same value as cxt_hash over the whole range). */
 uint64_t cxt_mem_hash(const void *p, size_t len)
@@ -82,7 +93,10 @@ uint64_t cxt_mem_hash(const void *p, size_t len)
     if (!b) return 0;
     for (size_t off = 0; off < len;) {
         size_t n = len - off < BOUNCE ? len - off : BOUNCE;
-        if (cx_gpu_memcpy(b, (const uint8_t *)p + off, n)) { free(b); return 0; }
+        if (cx_gpu_memcpy(b, (const uint8_t *)p + off, n)) {
+            free(b);
+            return 0;
+        }
         for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ULL;
         off += n;
     }
@@ -96,9 +110,15 @@ long long cxt_mem_check(const void *p, size_t len, uint32_t seed, uint64_t start
     if (!b) return -2;
     for (size_t off = 0; off < len;) {
         size_t n = len - off < BOUNCE ? len - off : BOUNCE;
-        if (cx_gpu_memcpy(b, (const uint8_t *)p + off, n)) { free(b); return -2; }
+        if (cx_gpu_memcpy(b, (const uint8_t *)p + off, n)) {
+            free(b);
+            return -2;
+        }
         long long bad = cxt_check(b, n, seed, start + off);
-        if (bad >= 0) { free(b); return (long long)off + bad; }
+        if (bad >= 0) {
+            free(b);
+            return (long long)off + bad;
+        }
         off += n;
     }
     free(b);

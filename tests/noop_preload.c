@@ -30,7 +30,7 @@ static const char *const kind_names[K_COUNT] = { "read", "write", "put_signal" }
 static int chosen[K_COUNT];
 static long skip;
 static atomic_long calls[K_COUNT];
-static char marker;   /* the op handed out by a skipped async call */
+static char marker; /* the op handed out by a skipped async call */
 #define MARKER ((cx_op_t *)(void *)&marker)
 
 __attribute__((constructor)) static void noop_init(void)
@@ -40,7 +40,10 @@ __attribute__((constructor)) static void noop_init(void)
     skip = sk ? strtol(sk, NULL, 10) : 0;
     if (skip < 0) skip = 0;
     for (int k = 0; k < K_COUNT; k++) {
-        if (!ops || !*ops) { chosen[k] = 1; continue; }
+        if (!ops || !*ops) {
+            chosen[k] = 1;
+            continue;
+        }
         size_t n = strlen(kind_names[k]);
         for (const char *p = ops; *p;) {
             const char *c = strchr(p, ',');
@@ -85,23 +88,28 @@ int cx_write(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_
 int cx_read_async(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, size_t len, cx_class_t cls,
                   cx_op_t **op)
 {
-    if (noop(K_READ)) { *op = MARKER; return 0; }
-    int (*f)(cx_engine_t *, const char *, void *, uint64_t, size_t, cx_class_t, cx_op_t **) =
-        next("cx_read_async");
+    if (noop(K_READ)) {
+        *op = MARKER;
+        return 0;
+    }
+    int (*f)(cx_engine_t *, const char *, void *, uint64_t, size_t, cx_class_t, cx_op_t **) = next("cx_read_async");
     return f(e, peer, dst, remote_src, len, cls, op);
 }
 
-int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len,
-                   cx_class_t cls, cx_op_t **op)
+int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len, cx_class_t cls,
+                   cx_op_t **op)
 {
-    if (noop(K_WRITE)) { *op = MARKER; return 0; }
+    if (noop(K_WRITE)) {
+        *op = MARKER;
+        return 0;
+    }
     int (*f)(cx_engine_t *, const char *, const void *, uint64_t, size_t, cx_class_t, cx_op_t **) =
         next("cx_write_async");
     return f(e, peer, src, remote_dst, len, cls, op);
 }
 
-int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len,
-                  const void *msg, size_t msg_len, cx_op_t **op)
+int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len, const void *msg,
+                  size_t msg_len, cx_op_t **op)
 {
     if (noop(K_PUTSIG)) {
         int (*send)(cx_engine_t *, const char *, const void *, size_t) = next("cx_send_msg");

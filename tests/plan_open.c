@@ -6,7 +6,7 @@
  * here and logs what UCX is configured with. Each case runs in a child process, because a process
  * probes its host once. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE   /* RTLD_NEXT */
+#define _GNU_SOURCE /* RTLD_NOLOAD */
 #endif
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,11 +28,15 @@
 
 static char LOG[256];
 
-/* Interposed on libucp's: logs each setting the UCX backend makes, then does it. */
-ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
+/* Interposed on libucp's: logs each setting the UCX backend makes, then does it. Exported: the
+ * backend looks its UCX functions up in the process's global scope first (backends/ucx/ucx_dl.c),
+ * and finds this one there; the real one is in libucp, which the backend loaded RTLD_LOCAL. */
+__attribute__((visibility("default"))) ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name,
+                                                                      const char *value)
 {
     ucs_status_t (*real)(ucp_config_t *, const char *, const char *);
-    *(void **)(&real) = dlsym(RTLD_NEXT, "ucp_config_modify");
+    void *ucp = dlopen("libucp.so.0", RTLD_NOW | RTLD_NOLOAD);
+    *(void **)(&real) = ucp ? dlsym(ucp, "ucp_config_modify") : NULL;
     FILE *f = LOG[0] ? fopen(LOG, "a") : NULL;
     if (f) {
         fprintf(f, "ucx %s=%s\n", name, value);
@@ -42,10 +46,10 @@ ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const cha
 }
 
 typedef struct plan_case {
-    const char *layout;         /* fixture */
-    const char *providers;      /* what the fake libfabric lists */
-    const char *net_devices;    /* CONNEX_NET_DEVICES, or NULL */
-    const char *fi_provider;    /* CONNEX_FI_PROVIDER, or NULL */
+    const char *layout;      /* fixture */
+    const char *providers;   /* what the fake libfabric lists */
+    const char *net_devices; /* CONNEX_NET_DEVICES, or NULL */
+    const char *fi_provider; /* CONNEX_FI_PROVIDER, or NULL */
 } plan_case_t;
 
 /* Creates and destroys one engine on the case's host in a child; returns the log's text. */
@@ -123,10 +127,14 @@ static void test_efa_host(void **state)
     plan_case_t c = { "p4d-24xlarge-efa.layout", "efa+hmem,tcp;ofi_rxm,shm", NULL, NULL };
     const char *t = run_case(&c);
     expect_first_open(t, "open prov=efa domain=rdmap16s27-rdm hmem=1 mr_hmem=1");
-    assert_null(strstr(t, "prov=tcp"));      /* no fallback to another provider */
+    /* multi-rail: every EFA is opened as a rail of its own, GPU 0's first */
+    expect(t, "open prov=efa domain=rdmap32s27-rdm hmem=1 mr_hmem=1\n");
+    expect(t, "open prov=efa domain=rdmap144s27-rdm hmem=1 mr_hmem=1\n");
+    expect(t, "open prov=efa domain=rdmap160s27-rdm hmem=1 mr_hmem=1\n");
+    assert_null(strstr(t, "prov=tcp")); /* no fallback to another provider */
     assert_null(strstr(t, "prov=verbs"));
     expect(t, "ucx NET_DEVICES=lo\n");
-    expect(t, "engine rc=0 backends=ucx,zmq");   /* the fake opens nothing: the rest runs */
+    expect(t, "engine rc=0 backends=ucx,zmq"); /* the fake opens nothing: the rest runs */
 }
 
 /* DGX where UCX has no RDMA transport: libfabric verbs;ofi_rxm on GPU 0's NIC with FI_HMEM; a
@@ -137,12 +145,26 @@ static void test_ib_host(void **state)
     plan_case_t c = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", NULL, NULL };
     const char *t = run_case(&c);
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_0 hmem=1 mr_hmem=1");
-    plan_case_t pin = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm",
-                        "gpu0=mlx5_9,gpu1=mlx5_10", NULL };
+    /* the rails: the eight compute NICs (those nearest a GPU), not the storage ones */
+    expect(t, "open prov=verbs;ofi_rxm domain=mlx5_11 hmem=1 mr_hmem=1\n");
+    assert_null(strstr(t, "domain=mlx5_1 "));
+    assert_null(strstr(t, "domain=mlx5_2 "));
+    plan_case_t pin = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", "gpu0=mlx5_9,gpu1=mlx5_10",
+                        NULL };
     t = run_case(&pin);
     expect_first_open(t, "open prov=verbs;ofi_rxm domain=mlx5_9 hmem=1 mr_hmem=1");
     assert_null(strstr(t, "NET_DEVICES=gpu"));
     expect(t, "ucx NET_DEVICES=lo\n");
+    /* UCX given several NICs stripes its rendezvous over them: as many rails as NICs, up to 4 */
+    plan_case_t two = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm", "mlx5_0:1,mlx5_3:1", NULL };
+    t = run_case(&two);
+    expect(t, "ucx NET_DEVICES=mlx5_0:1,mlx5_3:1\n");
+    expect(t, "ucx MAX_RNDV_RAILS=2\n");
+    plan_case_t six = { "dgx-h100-8gpu-8nic.layout", "verbs;ofi_rxm+hmem,tcp;ofi_rxm,shm",
+                        "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1", NULL };
+    t = run_case(&six);
+    expect(t, "ucx MAX_RNDV_RAILS=4\n");
+    assert_null(strstr(run_case(&c), "MAX_RNDV_RAILS")); /* lo alone: one rail, UCX's default */
 }
 
 /* RoCE workstation without peermem or a dma-buf finding: verbs, GPU memory staged (no FI_HMEM). */

@@ -52,8 +52,7 @@ static void first_of(const char *list, char *out, size_t n)
 
 /* Starts a peer as another process with the given host id, sysfs tree and backend limit, waits
  * for its UP event and checks the pair's backend on both the event and cx_peer_list. */
-static void pair_case(const char *host, const char *sysfs, const char *backend, uint32_t replica,
-                      const char *expect)
+static void pair_case(const char *host, const char *sysfs, const char *backend, uint32_t replica, const char *expect)
 {
     setenv("CONNEX_HOST_ID", host, 1);
     setenv("CONNEX_SYSFS_ROOT", sysfs, 1);
@@ -132,9 +131,12 @@ static void test_same_host_takes_fastest_local_path(void **state)
     (void)state;
     const char *list = cx_engine_backends(E);
     char want[32];
-    if (strstr(list, "libfabric")) snprintf(want, sizeof want, "libfabric");
-    else if (strstr(list, "ucx")) snprintf(want, sizeof want, "ucx");
-    else first_of(list, want, sizeof want);
+    if (strstr(list, "libfabric"))
+        snprintf(want, sizeof want, "libfabric");
+    else if (strstr(list, "ucx"))
+        snprintf(want, sizeof want, "ucx");
+    else
+        first_of(list, want, sizeof want);
     pair_case("host-a", IB, NULL, 2, want);
 }
 
@@ -151,7 +153,8 @@ int main(void)
     signal(SIGPIPE, SIG_IGN);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ib_and_efa_hosts_end_on_tcp, cxt_watchdog_setup, cxt_watchdog_teardown),
-        cmocka_unit_test_setup_teardown(test_same_host_takes_fastest_local_path, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_same_host_takes_fastest_local_path, cxt_watchdog_setup,
+                                        cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_peer_limited_to_zmq, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     return cxt_run_tests(tests, group_setup, group_teardown);

@@ -30,7 +30,7 @@
 #define CHUNK 65536
 #define NREAD 6
 #define NSIG_MAX 64
-#define SIG_MSG (256u << 10)   /* long messages: more of them in flight when the worker rotates */
+#define SIG_MSG (256u << 10) /* long messages: more of them in flight when the worker rotates */
 #define RSS_SLACK_KIB (8 * 1024)
 
 /* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
@@ -55,7 +55,7 @@ static void log_capture(void)
 }
 
 /* Counts rotation lines (and those that moved live endpoints); echoes them to the real stderr. */
-static int g_held;   /* messages held behind a retiring endpoint (logged at CONNEX_LOG=debug) */
+static int g_held; /* messages held behind a retiring endpoint (logged at CONNEX_LOG=debug) */
 
 static void log_release(int *rotations, int *moved, int *errors)
 {
@@ -110,7 +110,7 @@ static void sig_msg(char *m, uint64_t addr, const uint8_t *src)
 static void test_rotation_with_live_peer(void **state)
 {
     (void)state;
-    char (*msgs)[SIG_MSG] = malloc((size_t)NSIG_MAX * SIG_MSG);
+    char(*msgs)[SIG_MSG] = malloc((size_t)NSIG_MAX * SIG_MSG);
     assert_non_null(msgs);
     int cycles = 30;
     const char *env = getenv("CXT_ROT_CYCLES");
@@ -121,8 +121,8 @@ static void test_rotation_with_live_peer(void **state)
      * a peer process starts in tens of ms (libfabric no longer loaded with it), an unpaced cycle
      * took 80 ms and the mappings reached 77 against a bound of 31. */
     const char *g = getenv("CONNEX_UCX_ROTATE_GRACE_MS"), *z = getenv("CONNEX_UCX_ROTATE_ZOMBIES");
-    uint64_t pace_ns = (uint64_t)(g && atoi(g) > 0 ? atoi(g) : 5000) * 1000000ull /
-                       (uint64_t)(z && atoi(z) > 0 ? atoi(z) : 16);
+    uint64_t pace_ns =
+        (uint64_t)(g && atoi(g) > 0 ? atoi(g) : 5000) * 1000000ull / (uint64_t)(z && atoi(z) > 0 ? atoi(z) : 16);
     log_capture();
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 10000), 0);
@@ -148,8 +148,9 @@ static void test_rotation_with_live_peer(void **state)
     for (int c = 0; c < cycles; c++) {
         uint64_t cycle_start = cxt_now_ns();
         cxt_peer_t p;
-        cxt_peer_opts_t o = { .model = "victim", .port = port, .region = RS, .seed = 100 + (uint32_t)c,
-                              .connect = (c % 2) ? eurl : NULL };
+        cxt_peer_opts_t o = {
+            .model = "victim", .port = port, .region = RS, .seed = 100 + (uint32_t)c, .connect = (c % 2) ? eurl : NULL
+        };
         if (cxt_peer_start(&p, &o, 10000)) fail_msg("cycle %d: C did not start", c);
         if (c == 0) {
             port = p.port;
@@ -182,12 +183,11 @@ static void test_rotation_with_live_peer(void **state)
             uint8_t *src = sbuf + (size_t)ns * 4096;
             cxt_fill(src, 4096, 900 + (uint32_t)(c * NSIG_MAX + ns), 0);
             sig_msg(msgs[ns], b.base + 12 * CHUNK + (uint64_t)ns * 4096, src);
-            rc = cx_put_signal(e, b.lid, src, b.base + 12 * CHUNK + (uint64_t)ns * 4096, 4096, msgs[ns],
-                               SIG_MSG, &sg[ns]);
+            rc = cx_put_signal(e, b.lid, src, b.base + 12 * CHUNK + (uint64_t)ns * 4096, 4096, msgs[ns], SIG_MSG,
+                               &sg[ns]);
             if (rc) fail_msg("cycle %d: put_signal %d to B: %s", c, ns, cx_strerror(rc));
             ns++;
-            if (!failed && ns % 4 == 0 && cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 5, NULL, NULL) == CX_OK)
-                failed = 1;
+            if (!failed && ns % 4 == 0 && cxt_wait_event(e, p.lid, CX_EVENT_FAILED, 5, NULL, NULL) == CX_OK) failed = 1;
             if (failed && ns >= 8) break;
             if (cxt_ms_since(t0) > 5000) break;
         }
@@ -257,18 +257,20 @@ static void test_rotation_with_live_peer(void **state)
     int fdn = cxt_fds_settle(fd0, 10000);
     long rssn = cxt_rss_kib();
     int mapsn = shm_maps();
-    fprintf(stderr, "ucx_rotation: %d cycles, %d put_signals across rotations; fds %d (first %d), rss %ld KiB "
-            "(first %ld), ucx shm mappings %d (first %d, at most %d)\n", cycles, sigs_total, fdn, fd0, rssn,
-            rss0, mapsn, maps0, maps_max);
+    fprintf(stderr,
+            "ucx_rotation: %d cycles, %d put_signals across rotations; fds %d (first %d), rss %ld KiB "
+            "(first %ld), ucx shm mappings %d (first %d, at most %d)\n",
+            cycles, sigs_total, fdn, fd0, rssn, rss0, mapsn, maps0, maps_max);
     cxt_peer_stop(&b);
     cx_engine_destroy(e);
     munmap(r, RS);
     free(msgs);
     int rotations, moved, errors;
     log_release(&rotations, &moved, &errors);
-    fprintf(stderr, "ucx_rotation: %d rotations logged, %d of them moved live endpoints, %d errors logged, "
-            "%d messages held behind a retiring endpoint (counted at CONNEX_LOG=debug)\n", rotations, moved,
-            errors, g_held);
+    fprintf(stderr,
+            "ucx_rotation: %d rotations logged, %d of them moved live endpoints, %d errors logged, "
+            "%d messages held behind a retiring endpoint (counted at CONNEX_LOG=debug)\n",
+            rotations, moved, errors, g_held);
     if (errors) fail_msg("%d ERROR lines in the log", errors);
     if (fdn != fd0) fail_msg("%d fds open, %d after the first cycle", fdn, fd0);
     if (rssn > rss0 + RSS_SLACK_KIB) fail_msg("RSS %ld KiB, first cycle %ld KiB", rssn, rss0);
@@ -290,8 +292,10 @@ static int teardown(void **state)
         snprintf(cmd, sizeof cmd, "tail -n 80 %s >&2", g_logpath);
         if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
         close(g_logfd);
-        if (getenv("CXT_KEEP_LOG")) fprintf(stderr, "ucx_rotation: the whole log is in %s\n", g_logpath);
-        else unlink(g_logpath);
+        if (getenv("CXT_KEEP_LOG"))
+            fprintf(stderr, "ucx_rotation: the whole log is in %s\n", g_logpath);
+        else
+            unlink(g_logpath);
     }
     return cxt_watchdog_teardown(state);
 }

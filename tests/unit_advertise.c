@@ -16,8 +16,14 @@
 #include "advertise.h"
 #include "connex/connex.h"
 
-#define IF4(n, a, up, lo, def) { n, a, AF_INET, up, lo, def }
-#define IF6(n, a, up, lo, def) { n, a, AF_INET6, up, lo, def }
+#define IF4(n, a, up, lo, def)     \
+    {                              \
+        n, a, AF_INET, up, lo, def \
+    }
+#define IF6(n, a, up, lo, def)      \
+    {                               \
+        n, a, AF_INET6, up, lo, def \
+    }
 
 /* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
 static const char *tmp_base(void)
@@ -79,7 +85,9 @@ static const char *resolve(const char *listen, const char *want, int *rc)
 {
     static char out[CX_IP_MAX];
     out[0] = 0;
-    *rc = cx_advertise_resolve(listen, want, out, sizeof out);
+    static cx_opts_t o;
+    (void)cx_opts_load(&o);
+    *rc = cx_advertise_resolve(&o, listen, want, out, sizeof out);
     return out;
 }
 
@@ -88,18 +96,18 @@ static void test_resolve_order(void **state)
     (void)state;
     int rc;
     unsetenv("CONNEX_ADVERTISE_IP");
-    assert_string_equal(resolve("10.9.9.9", NULL, &rc), "10.9.9.9");   /* the listen address */
+    assert_string_equal(resolve("10.9.9.9", NULL, &rc), "10.9.9.9"); /* the listen address */
     assert_int_equal(rc, CX_OK);
-    const char *w = resolve("0.0.0.0", NULL, &rc);                     /* an interface's */
+    const char *w = resolve("0.0.0.0", NULL, &rc); /* an interface's */
     assert_int_equal(rc, CX_OK);
     assert_false(cx_ip_is_wildcard(w));
     setenv("CONNEX_ADVERTISE_IP", "10.4.4.4", 1);
-    assert_string_equal(resolve("0.0.0.0", NULL, &rc), "10.4.4.4");    /* the variable wins */
+    assert_string_equal(resolve("0.0.0.0", NULL, &rc), "10.4.4.4"); /* the variable wins */
     assert_int_equal(rc, CX_OK);
-    assert_string_equal(resolve("127.0.0.1", NULL, &rc), "10.4.4.4");  /* over a listen address too */
-    assert_string_equal(resolve("::", NULL, &rc), "10.4.4.4");         /* :: takes IPv4 */
+    assert_string_equal(resolve("127.0.0.1", NULL, &rc), "10.4.4.4"); /* over a listen address too */
+    assert_string_equal(resolve("::", NULL, &rc), "10.4.4.4");        /* :: takes IPv4 */
     assert_int_equal(rc, CX_OK);
-    assert_string_equal(resolve("0.0.0.0", "10.5.5.5", &rc), "10.5.5.5");   /* the config field first */
+    assert_string_equal(resolve("0.0.0.0", "10.5.5.5", &rc), "10.5.5.5"); /* the config field first */
     assert_int_equal(rc, CX_OK);
     setenv("CONNEX_ADVERTISE_IP", "2001:db8::7", 1);
     assert_string_equal(resolve("::", NULL, &rc), "2001:db8::7");
@@ -120,9 +128,9 @@ static void test_resolve_refuses(void **state)
         resolve("0.0.0.0", bad[i], &rc);
         assert_int_equal(rc, CX_EINVAL);
     }
-    resolve("0.0.0.0", "2001:db8::1", &rc);   /* IPv6 for an IPv4 listener */
+    resolve("0.0.0.0", "2001:db8::1", &rc); /* IPv6 for an IPv4 listener */
     assert_int_equal(rc, CX_EINVAL);
-    resolve("2001:db8::2", "10.1.1.1", &rc);  /* IPv4 for one IPv6 address */
+    resolve("2001:db8::2", "10.1.1.1", &rc); /* IPv4 for one IPv6 address */
     assert_int_equal(rc, CX_EINVAL);
 }
 

@@ -13,7 +13,7 @@ static void test_wrong_version_refused(void **state)
 {
     (void)state;
     struct cx_backend_ops newer = { .version = CX_BACKEND_API_VERSION + 1, .name = "fake" };
-    struct cx_backend_ops unset = { .name = "fake" };   /* a table that never set .version */
+    struct cx_backend_ops unset = { .name = "fake" }; /* a table that never set .version */
     struct cx_backend_ops unnamed = { .version = CX_BACKEND_API_VERSION + 7 };
     assert_int_equal(cx_backend_check(&newer), CX_EUNSUPPORTED);
     assert_int_equal(cx_backend_check(&unset), CX_EUNSUPPORTED);

@@ -13,7 +13,10 @@
 #include "util/objcache.h"
 #include "util/rread.h"
 
-typedef struct { int tag; cx_ack_link_t ack; } op_t;
+typedef struct {
+    int tag;
+    cx_ack_link_t ack;
+} op_t;
 
 static void test_acktab_collisions(void **state)
 {
@@ -24,7 +27,7 @@ static void test_acktab_collisions(void **state)
     for (int i = 0; i < 8; i++) {
         memset(&ops[i], 0, sizeof ops[i]);
         ops[i].tag = i;
-        cx_acktab_add(&t, &ops[i].ack, 7 + (uint64_t)i * CX_ACKTAB_BUCKETS);   /* one bucket */
+        cx_acktab_add(&t, &ops[i].ack, 7 + (uint64_t)i * CX_ACKTAB_BUCKETS); /* one bucket */
     }
     for (int i = 0; i < 8; i++) {
         cx_ack_link_t *l = cx_acktab_find(&t, 7 + (uint64_t)i * CX_ACKTAB_BUCKETS);
@@ -35,8 +38,8 @@ static void test_acktab_collisions(void **state)
     cx_ack_link_t *l = cx_acktab_take(&t, 7 + 3 * (uint64_t)CX_ACKTAB_BUCKETS);
     assert_ptr_equal(l, &ops[3].ack);
     assert_int_equal(l->linked, 0);
-    assert_null(cx_acktab_take(&t, 7 + 3 * (uint64_t)CX_ACKTAB_BUCKETS));   /* an answer twice */
-    cx_acktab_del(&t, &ops[3].ack);                                         /* not linked: no-op */
+    assert_null(cx_acktab_take(&t, 7 + 3 * (uint64_t)CX_ACKTAB_BUCKETS)); /* an answer twice */
+    cx_acktab_del(&t, &ops[3].ack);                                       /* not linked: no-op */
     cx_acktab_del(&t, &ops[5].ack);
     assert_null(cx_acktab_find(&t, 7 + 5 * (uint64_t)CX_ACKTAB_BUCKETS));
     for (int i = 0; i < 8; i++)
@@ -56,7 +59,7 @@ static void test_objcache_bounded_zeroed(void **state)
         memset(p[i], 0xab, 64);
     }
     for (int i = 0; i < 4; i++) cx_objcache_put(&c, p[i]);
-    assert_int_equal(c.n, 2);   /* the other two were freed (ASan would see a leak otherwise) */
+    assert_int_equal(c.n, 2); /* the other two were freed (ASan would see a leak otherwise) */
     unsigned char *q = cx_objcache_get(&c);
     for (int i = 0; i < 64; i++) assert_int_equal(q[i], 0);
     assert_int_equal(c.n, 1);
@@ -104,19 +107,19 @@ static void test_rread_refuses_bad_parts(void **state)
     size_t off;
     assert_int_equal(cx_rread_window(&r, 100, 50, &off), 50);
     assert_int_equal(off, 0);
-    assert_int_equal(cx_rread_take(&r, dst, 100, 10, part, 10), CX_RREAD_BAD);   /* out of order */
-    assert_int_equal(cx_rread_take(&r, dst, 100, 0, part, 0), CX_RREAD_BAD);     /* empty */
-    assert_int_equal(cx_rread_take(&r, dst, 100, 0, part, 51), CX_RREAD_BAD);    /* past the window */
-    for (int i = 0; i < 100; i++) assert_int_equal(dst[i], 0x11);               /* nothing landed */
+    assert_int_equal(cx_rread_take(&r, dst, 100, 10, part, 10), CX_RREAD_BAD); /* out of order */
+    assert_int_equal(cx_rread_take(&r, dst, 100, 0, part, 0), CX_RREAD_BAD);   /* empty */
+    assert_int_equal(cx_rread_take(&r, dst, 100, 0, part, 51), CX_RREAD_BAD);  /* past the window */
+    for (int i = 0; i < 100; i++) assert_int_equal(dst[i], 0x11);              /* nothing landed */
     assert_int_equal(cx_rread_take(&r, dst, 100, 0, part, 50), CX_RREAD_ASK);
-    assert_int_equal(cx_rread_take(&r, dst, 100, 50, part, 1), CX_RREAD_BAD);    /* not asked for */
+    assert_int_equal(cx_rread_take(&r, dst, 100, 50, part, 1), CX_RREAD_BAD); /* not asked for */
     assert_int_equal(dst[50], 0x11);
 }
 
 static void test_rread_parts_cover(void **state)
 {
     (void)state;
-    assert_int_equal(cx_rread_parts(0, 8), 1);   /* a refusal still answers once */
+    assert_int_equal(cx_rread_parts(0, 8), 1); /* a refusal still answers once */
     size_t off;
     assert_int_equal(cx_rread_part(0, 8, 0, &off), 0);
     const size_t ns[] = { 1, 7, 8, 9, 64, 65 };
@@ -135,10 +138,8 @@ static void test_rread_parts_cover(void **state)
 int main(void)
 {
     const struct CMUnitTest t[] = {
-        cmocka_unit_test(test_acktab_collisions),
-        cmocka_unit_test(test_objcache_bounded_zeroed),
-        cmocka_unit_test(test_rread_windows_in_order),
-        cmocka_unit_test(test_rread_refuses_bad_parts),
+        cmocka_unit_test(test_acktab_collisions),      cmocka_unit_test(test_objcache_bounded_zeroed),
+        cmocka_unit_test(test_rread_windows_in_order), cmocka_unit_test(test_rread_refuses_bad_parts),
         cmocka_unit_test(test_rread_parts_cover),
     };
     return cmocka_run_group_tests(t, NULL, NULL);

@@ -79,9 +79,12 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_peer_gone_fails),     cmocka_unit_test(test_transport_probes),
-        cmocka_unit_test(test_local_leaves_peer),   cmocka_unit_test(test_unknown_cause_probes),
-        cmocka_unit_test(test_not_live_ignored),    cmocka_unit_test(test_op_status),
+        cmocka_unit_test(test_peer_gone_fails),
+        cmocka_unit_test(test_transport_probes),
+        cmocka_unit_test(test_local_leaves_peer),
+        cmocka_unit_test(test_unknown_cause_probes),
+        cmocka_unit_test(test_not_live_ignored),
+        cmocka_unit_test(test_op_status),
         cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

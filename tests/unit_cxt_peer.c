@@ -33,8 +33,10 @@ static int run_child(const struct CMUnitTest *tests, size_t n, const char *requi
         close(pfd[0]);
         dup2(pfd[1], 2);
         unsetenv("CXT_FILTER");
-        if (require) setenv("CONNEX_TEST_REQUIRE", require, 1);
-        else unsetenv("CONNEX_TEST_REQUIRE");
+        if (require)
+            setenv("CONNEX_TEST_REQUIRE", require, 1);
+        else
+            unsetenv("CONNEX_TEST_REQUIRE");
         int rc = _cmocka_run_group_tests("child", tests, n, NULL, NULL);
         fflush(NULL);
         _exit(cxt_exit_status(rc, (int)n));
@@ -49,13 +51,17 @@ static int run_child(const struct CMUnitTest *tests, size_t n, const char *requi
         if (k < 0 && errno == EINTR) continue;
         if (k <= 0) break;
         len += (size_t)k;
-        if (len == cap - 1) len = 0;   /* keep the tail */
+        if (len == cap - 1) len = 0; /* keep the tail */
     }
     err[len] = 0;
     close(pfd[0]);
     int st = 0;
     for (int i = 0; i < 100 && waitpid(pid, &st, WNOHANG) == 0; i++) usleep(50000);
-    if (waitpid(pid, &st, WNOHANG) == 0) { kill(pid, SIGKILL); waitpid(pid, &st, 0); return -1; }
+    if (waitpid(pid, &st, WNOHANG) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        return -1;
+    }
     fprintf(stderr, "--- child stderr (exit %d):\n%s---\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
@@ -72,10 +78,36 @@ static void end_with(cxt_peer_t *p, const char *cmd)
     cxt_peer_cmd(p, 300, NULL, 0, "%s", cmd);
 }
 
-static void peer_segv(void **s) { (void)s; cxt_peer_t p; start(&p); end_with(&p, "DIE 11"); cxt_peer_stop(&p); }
-static void peer_exit3(void **s) { (void)s; cxt_peer_t p; start(&p); end_with(&p, "EXIT 3"); cxt_peer_stop(&p); }
-static void peer_clean(void **s) { (void)s; cxt_peer_t p; start(&p); cxt_peer_stop(&p); }
-static void peer_crashed_on_purpose(void **s) { (void)s; cxt_peer_t p; start(&p); cxt_peer_crash(&p); }
+static void peer_segv(void **s)
+{
+    (void)s;
+    cxt_peer_t p;
+    start(&p);
+    end_with(&p, "DIE 11");
+    cxt_peer_stop(&p);
+}
+static void peer_exit3(void **s)
+{
+    (void)s;
+    cxt_peer_t p;
+    start(&p);
+    end_with(&p, "EXIT 3");
+    cxt_peer_stop(&p);
+}
+static void peer_clean(void **s)
+{
+    (void)s;
+    cxt_peer_t p;
+    start(&p);
+    cxt_peer_stop(&p);
+}
+static void peer_crashed_on_purpose(void **s)
+{
+    (void)s;
+    cxt_peer_t p;
+    start(&p);
+    cxt_peer_crash(&p);
+}
 static void peer_sigkill_then_stop(void **s)
 {
     (void)s;
@@ -84,7 +116,7 @@ static void peer_sigkill_then_stop(void **s)
     cxt_peer_signal(&p, SIGKILL);
     cxt_peer_stop(&p);
 }
-static void peer_segv_then_killed(void **s)   /* died on its own before the test's kill */
+static void peer_segv_then_killed(void **s) /* died on its own before the test's kill */
 {
     (void)s;
     cxt_peer_t p;
@@ -92,8 +124,15 @@ static void peer_segv_then_killed(void **s)   /* died on its own before the test
     end_with(&p, "DIE 11");
     cxt_peer_crash(&p);
 }
-static void skip_nothing(void **s) { (void)s; cxt_skip("nothing", "this host has no nothing"); }
-static void pass(void **s) { (void)s; }
+static void skip_nothing(void **s)
+{
+    (void)s;
+    cxt_skip("nothing", "this host has no nothing");
+}
+static void pass(void **s)
+{
+    (void)s;
+}
 
 static void test_peer_crash_fails(void **s)
 {

@@ -1,10 +1,14 @@
-/* Which libraries a process loads: libfabric only once an engine opens its backend; libcrypto
- * only for an engine with an auth token, libcurl only for the etcd directory (core/src/dl_libs.c).
+/* Which libraries a process loads, and what loading them leaves behind: libfabric and UCX only
+ * once an engine opens their backend (or the selection probes them); libcrypto only for an engine
+ * with an auth token, libcurl only for the etcd directory (core/src/dl_libs.c).
  *
  * Loading libfabric.so.1 costs about 200 ms on Debian 12 (its PSM dependencies time the CPU clock
- * in their constructors), so libconnex does not link it: the backend dlopens it at its first open
- * (backends/libfabric/fi_dl.c). The tests run in this order in one process, because once loaded
- * it stays. */
+ * in their constructors), and libucs's constructor installs handlers for SIGSEGV, SIGBUS, SIGILL,
+ * SIGFPE and SIGHUP: so libconnex links neither, the backends dlopen them at their first open
+ * (backends/libfabric/fi_dl.c, backends/ucx/ucx_dl.c) and the process's signal dispositions are
+ * put back after every such load. The tests run in this order in one process, because once loaded
+ * a library stays; the UCX engine runs in a child, so that the selection probe after it is the
+ * first to load UCX in this process. */
 #include <connex/connex.h>
 
 #include <setjmp.h>
@@ -13,10 +17,18 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef CX_HAVE_SELECT
+#include <cx_select.h>
+#endif
 
 static int mapped(const char *lib)
 {
@@ -31,23 +43,82 @@ static int mapped(const char *lib)
 
 extern char **environ;
 
-/* The process's handler of each signal, to see that an engine leaves them as they were. */
-typedef struct { void *h[NSIG]; } sigs_t;
+/* The process's handler of each signal, to see that loading a library or running an engine
+ * leaves them as they were. */
+typedef struct {
+    void *h[NSIG];
+} sigs_t;
+
+static void *sig_handler(int sig)
+{
+    struct sigaction sa;
+    if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa)) return NULL;
+    return (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
+}
 
 static void sigs_snapshot(sigs_t *s)
 {
-    for (int i = 1; i < NSIG; i++) {
-        struct sigaction sa;
-        s->h[i] = NULL;
-        if (i == SIGKILL || i == SIGSTOP || sigaction(i, NULL, &sa)) continue;
-        s->h[i] = (sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction : (void *)sa.sa_handler;
-    }
+    for (int i = 1; i < NSIG; i++) s->h[i] = sig_handler(i);
+}
+
+/* The first signal whose handler differs, or 0. */
+static int sigs_diff(const sigs_t *a, const sigs_t *b)
+{
+    for (int i = 1; i < NSIG; i++)
+        if (a->h[i] != b->h[i]) return i;
+    return 0;
 }
 
 static void sigs_same(const sigs_t *a, const sigs_t *b)
 {
-    for (int i = 1; i < NSIG; i++)
-        if (a->h[i] != b->h[i]) fail_msg("the handler of signal %d (%s) changed", i, strsignal(i));
+    int i = sigs_diff(a, b);
+    if (i) fail_msg("the handler of signal %d (%s) changed", i, strsignal(i));
+}
+
+/* The application's own handlers, one plain and one SA_SIGINFO, on two of the signals libucs
+ * takes. */
+static void app_on_segv(int sig)
+{
+    (void)sig;
+}
+
+static void app_on_hup(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig;
+    (void)si;
+    (void)uc;
+}
+
+static void app_handlers_set(struct sigaction old[2])
+{
+    struct sigaction segv = { .sa_handler = app_on_segv }, hup = { .sa_sigaction = app_on_hup, .sa_flags = SA_SIGINFO };
+    assert_int_equal(sigaction(SIGSEGV, &segv, &old[0]), 0);
+    assert_int_equal(sigaction(SIGHUP, &hup, &old[1]), 0);
+}
+
+static void app_handlers_put_back(const struct sigaction old[2])
+{
+    sigaction(SIGSEGV, &old[0], NULL);
+    sigaction(SIGHUP, &old[1], NULL);
+}
+
+/* Right after load, before any engine: no signal has a handler from a UCX library (libucs's
+ * constructor installed five when libconnex linked it), and UCX is not even mapped. */
+static void test_load_leaves_signals(void **state)
+{
+    (void)state;
+    for (int i = 1; i < NSIG; i++) {
+        void *h = sig_handler(i);
+        Dl_info di;
+        if (!h || h == (void *)SIG_DFL || h == (void *)SIG_IGN || !dladdr(h, &di) || !di.dli_fname) continue;
+        const char *base = strrchr(di.dli_fname, '/');
+        base = base ? base + 1 : di.dli_fname;
+        if (!strncmp(base, "libuc", 5))
+            fail_msg("signal %d (%s) has a handler of %s since load", i, strsignal(i), di.dli_fname);
+    }
+    assert_false(mapped("libucs.so"));
+    assert_false(mapped("libucp.so"));
+    assert_false(mapped("libuct.so"));
 }
 
 /* The process environment as one string, entries sorted, for before/after comparisons. */
@@ -60,7 +131,7 @@ static char *env_snapshot(void)
     assert_non_null(sorted);
     assert_non_null(out);
     for (size_t i = 0; i < n; i++) sorted[i] = environ[i];
-    for (size_t i = 1; i < n; i++)   /* insertion sort: a few dozen entries */
+    for (size_t i = 1; i < n; i++) /* insertion sort: a few dozen entries */
         for (size_t j = i; j > 0 && strcmp(sorted[j - 1], sorted[j]) > 0; j--) {
             char *t = sorted[j];
             sorted[j] = sorted[j - 1];
@@ -126,8 +197,10 @@ static void test_zmq_engine_leaves_libfabric_unloaded(void **state)
     assert_false(mapped("libpsm"));
     assert_false(mapped("libcrypto.so"));
     assert_false(mapped("libcurl.so"));
+    assert_false(mapped("libucs.so"));
     cx_engine_destroy(e);
     assert_false(mapped("libfabric.so"));
+    assert_false(mapped("libucs.so"));
     /* loading the library and running an engine leave the environment as it was */
     char *env1 = env_snapshot();
     assert_string_equal(env0, env1);
@@ -151,6 +224,124 @@ static void test_auth_token_loads_libcrypto(void **state)
     assert_false(mapped("libcurl.so"));
     cx_engine_destroy(e);
 }
+
+#ifdef CX_HAVE_UCX
+/* In the child only: no cmocka there (a failed assertion would run the remaining tests in it). */
+#define CHILD_CHECK(c)                                                                        \
+    do {                                                                                      \
+        if (!(c)) {                                                                           \
+            fprintf(stderr, "unit_libload (UCX child): %s:%d: %s\n", __FILE__, __LINE__, #c); \
+            _exit(1);                                                                         \
+        }                                                                                     \
+    } while (0)
+
+static int child_sigs_same(const sigs_t *a, const char *when)
+{
+    sigs_t now;
+    sigs_snapshot(&now);
+    int i = sigs_diff(a, &now);
+    if (i)
+        fprintf(stderr, "unit_libload (UCX child): %s, the handler of signal %d (%s) changed\n", when, i, strsignal(i));
+    return i == 0;
+}
+
+static cx_engine_t *child_engine(const char *model)
+{
+    cx_config_t c;
+    memset(&c, 0, sizeof c);
+    c.model = model;
+    c.listen_ip = "127.0.0.1";
+    cx_engine_t *e = NULL;
+    CHILD_CHECK(cx_engine_create(&c, &e) == CX_OK && e);
+    CHILD_CHECK(!strcmp(cx_engine_backends(e), "ucx"));
+    return e;
+}
+
+/* Two UCX engines of one process: created, a write and a read between them, destroyed. */
+static void child_ucx_engines(void)
+{
+    setenv("CONNEX_BACKEND", "ucx", 1);
+    setenv("UCX_TLS", "tcp,self", 1);
+    struct sigaction old[2];
+    struct sigaction segv = { .sa_handler = app_on_segv }, hup = { .sa_sigaction = app_on_hup, .sa_flags = SA_SIGINFO };
+    CHILD_CHECK(sigaction(SIGSEGV, &segv, &old[0]) == 0 && sigaction(SIGHUP, &hup, &old[1]) == 0);
+    sigs_t s0;
+    sigs_snapshot(&s0);
+    cx_engine_t *a = child_engine("libload-a"), *b = child_engine("libload-b");
+    CHILD_CHECK(mapped("libucs.so") && mapped("libucp.so"));
+    CHILD_CHECK(child_sigs_same(&s0, "after the engines' create"));
+    static unsigned char target[65536], src[65536], back[65536];
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (unsigned char)(i * 7 + 1);
+    char b_url[256];
+    snprintf(b_url, sizeof b_url, "%s", cx_engine_local_url(b));
+    CHILD_CHECK(cx_register_memory(b, target, sizeof target) == CX_OK);
+    CHILD_CHECK(cx_register_memory(a, src, sizeof src) == CX_OK);
+    CHILD_CHECK(cx_register_memory(a, back, sizeof back) == CX_OK);
+    CHILD_CHECK(cx_connect(a, b_url, 10000) == CX_OK);
+    uint64_t addr = 0, len = 0;
+    CHILD_CHECK(cx_peer_first_region(a, b_url, &addr, &len) == CX_OK && len == sizeof target);
+    CHILD_CHECK(!strcmp(cx_peer_backend(a, b_url), "ucx"));
+    CHILD_CHECK(cx_write(a, b_url, src, addr, sizeof src) == CX_OK);
+    CHILD_CHECK(cx_read(a, b_url, back, addr, sizeof back) == CX_OK);
+    CHILD_CHECK(!memcmp(back, src, sizeof src) && !memcmp(target, src, sizeof src));
+    CHILD_CHECK(child_sigs_same(&s0, "after a transfer"));
+    cx_engine_destroy(a);
+    cx_engine_destroy(b);
+    CHILD_CHECK(child_sigs_same(&s0, "after the engines' destroy"));
+    _exit(0);
+}
+
+/* (b) The application's SIGSEGV and SIGHUP handlers, and every other disposition, are the same
+ * after UCX engines were created, transferred and were destroyed. In a child: this process must
+ * not load UCX before the probe test below. */
+static void test_ucx_engine_keeps_signals(void **state)
+{
+    (void)state;
+    assert_false(mapped("libucs.so"));
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) child_ucx_engines();
+    int st = 0;
+    pid_t got = 0;
+    struct timespec t0, now, nap = { 0, 20 * 1000 * 1000 };
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int i = 0; i < 2500 && !(got = waitpid(pid, &st, WNOHANG)); i++) { /* 50 s at most */
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - t0.tv_sec > 50) break;
+        nanosleep(&nap, NULL);
+    }
+    if (got != pid) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        fail_msg("the UCX child did not finish in 50 s");
+    }
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_false(mapped("libucs.so"));
+}
+#endif
+
+#if defined(CX_HAVE_UCX) && defined(CX_HAVE_SELECT)
+/* (c) The selection's probe, as connex-probe runs it, loads libuct (and with it libucs) itself:
+ * the application's handlers stay. The first UCX load of this process. */
+static void test_probe_keeps_signals(void **state)
+{
+    (void)state;
+    assert_false(mapped("libucs.so"));
+    struct sigaction old[2];
+    app_handlers_set(old);
+    sigs_t s0, s1;
+    sigs_snapshot(&s0);
+    static cx_probe_t p;
+    assert_int_equal(cx_probe_host(&p, NULL), CX_OK);
+    assert_true(mapped("libuct.so"));
+    assert_true(mapped("libucs.so"));
+    sigs_snapshot(&s1);
+    sigs_same(&s0, &s1);
+    app_handlers_put_back(old);
+}
+#endif
 
 #ifdef CX_HAVE_LIBFABRIC
 /* Every entry of `after` that is not in `before` sets one of the allowed names. */
@@ -219,8 +410,15 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_leaves_environment),
+        cmocka_unit_test(test_load_leaves_signals),
+#ifdef CX_HAVE_UCX
+        cmocka_unit_test(test_ucx_engine_keeps_signals),
+#endif
         cmocka_unit_test(test_zmq_engine_leaves_libfabric_unloaded),
         cmocka_unit_test(test_auth_token_loads_libcrypto),
+#if defined(CX_HAVE_UCX) && defined(CX_HAVE_SELECT)
+        cmocka_unit_test(test_probe_keeps_signals),
+#endif
 #ifdef CX_HAVE_LIBFABRIC
         cmocka_unit_test(test_libfabric_engine_loads_it),
 #endif

@@ -51,15 +51,14 @@ static void test_mem_kinds_alloc_copy(void **state)
     assert_int_equal(cx_mem_alloc(CX_MEM_SIM, 0, 64, NULL), CX_EINVAL);
     cx_gpu_sim_enable(0);
     assert_int_equal(cx_mem_alloc(CX_MEM_SIM, 0, 64, &p), CX_EUNSUPPORTED);
-    if (cx_gpu_cuda_devices() == 0)
-        assert_int_equal(cx_mem_alloc(CX_MEM_CUDA, 0, 64, &p), CX_EUNSUPPORTED);
+    if (cx_gpu_cuda_devices() == 0) assert_int_equal(cx_mem_alloc(CX_MEM_CUDA, 0, 64, &p), CX_EUNSUPPORTED);
 
     cx_gpu_sim_enable(1);
     size_t before = cx_gpu_sim_bytes();
     assert_int_equal(cx_mem_alloc(CX_MEM_SIM, 0, 10000, &p), CX_OK);
     assert_non_null(p);
     assert_int_equal(cx_mem_kind(p, 10000), CX_MEM_SIM);
-    assert_int_equal(cx_mem_kind(p, 10001), CX_EINVAL);         /* runs past the allocation */
+    assert_int_equal(cx_mem_kind(p, 10001), CX_EINVAL); /* runs past the allocation */
     assert_int_equal(cx_mem_copy(p, host, sizeof host), CX_OK);
     char back[64] = "";
     assert_int_equal(cx_mem_copy(back, p, sizeof back), CX_OK);
@@ -92,13 +91,13 @@ static void test_peer_first_region(void **state)
     snprintf(c_url, sizeof c_url, "%s", cx_engine_local_url(c));
     uint64_t addr = 1, len = 1;
 
-    assert_int_equal(cx_peer_first_region(a, "fr-b|0|0|0", &addr, &len), CX_EPEER);  /* unknown */
+    assert_int_equal(cx_peer_first_region(a, "fr-b|0|0|0", &addr, &len), CX_EPEER); /* unknown */
     assert_int_equal(addr, 0);
     assert_int_equal(len, 0);
     assert_int_equal(cx_peer_first_region(a, "not a peer", &addr, &len), CX_EINVAL);
     assert_int_equal(cx_peer_first_region(a, b_url, NULL, &len), CX_EINVAL);
     assert_int_equal(cx_peer_first_region(NULL, b_url, &addr, &len), CX_EINVAL);
-    assert_int_equal(cx_peer_first_region(a, b_url, &addr, &len), CX_EPEER);   /* not connected */
+    assert_int_equal(cx_peer_first_region(a, b_url, &addr, &len), CX_EPEER); /* not connected */
 
     static char r1[4096], r2[8192];
     assert_int_equal(cx_register_memory(b, r1, sizeof r1), CX_OK);
@@ -107,20 +106,20 @@ static void test_peer_first_region(void **state)
     assert_int_equal(cx_peer_first_region(a, b_url, &addr, &len), CX_OK);
     assert_int_equal(addr, (uintptr_t)r1);
     assert_int_equal(len, sizeof r1);
-    assert_int_equal(cx_peer_first_region(a, "fr-b|0|0|0", &addr, &len), CX_OK);  /* by LID now */
+    assert_int_equal(cx_peer_first_region(a, "fr-b|0|0|0", &addr, &len), CX_OK); /* by LID now */
     assert_int_equal(addr, (uintptr_t)r1);
 
     assert_int_equal(cx_unregister_memory(b, r1), CX_OK);
     assert_true(first_len_becomes(a, b_url, sizeof r2, &addr));
     assert_int_equal(addr, (uintptr_t)r2);
 
-    assert_int_equal(cx_connect(a, c_url, 5000), CX_OK);       /* a peer with no region */
+    assert_int_equal(cx_connect(a, c_url, 5000), CX_OK); /* a peer with no region */
     addr = len = 1;
     assert_int_equal(cx_peer_first_region(a, c_url, &addr, &len), CX_OK);
     assert_int_equal(addr, 0);
     assert_int_equal(len, 0);
 
-    cx_engine_destroy(b);                                       /* BYE: b has left */
+    cx_engine_destroy(b); /* BYE: b has left */
     int rc = CX_OK;
     for (int i = 0; i < 500 && rc == CX_OK; i++) {
         rc = cx_peer_first_region(a, b_url, &addr, &len);

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "connex/connex.h"
 #include "connex/options.h"
+#include "engine.h" /* e->opts: the table an engine hands its backends */
 
 static const char *g_readme;
 
@@ -54,7 +56,7 @@ static void test_parse(void **state)
     parse_bad("CONNEX_STAGE_CHUNK", "2G", "1..1073741824");
     parse_bad("CONNEX_STAGE_CHUNK", "0", "1..1073741824");
     parse_bad("CONNEX_STAGE_CHUNK", "4Q", "K/M/G");
-    parse_bad("CONNEX_STAGE_SLOTS", "8K", "1..1024");   /* suffixes only for bytes */
+    parse_bad("CONNEX_STAGE_SLOTS", "8K", "1..1024"); /* suffixes only for bytes */
     parse_ok("CONNEX_DRIVE", "0", 0);
     parse_ok("CONNEX_DRIVE", "on", 1);
     parse_ok("CONNEX_DRIVE", "Yes", 1);
@@ -88,12 +90,13 @@ static void test_table(void **state)
         assert_int_equal(strncmp(t[i].name, "CONNEX_", 7), 0);
         assert_non_null(t[i].doc);
         assert_non_null(t[i].component);
-        assert_true(cx_opt_find(t[i].name) == &t[i]);   /* no name twice */
+        assert_true(cx_opt_find(t[i].name) == &t[i]); /* no name twice */
         if (t[i].type == CX_OPT_ENUM) assert_non_null(t[i].allowed);
         if (t[i].dflt && t[i].type != CX_OPT_STRING) {
             unsigned long long v;
             double f;
-            if (cx_opt_parse(&t[i], t[i].dflt, &v, &f, NULL, 0)) fail_msg("%s: default %s does not parse", t[i].name, t[i].dflt);
+            if (cx_opt_parse(&t[i], t[i].dflt, &v, &f, NULL, 0))
+                fail_msg("%s: default %s does not parse", t[i].name, t[i].dflt);
         }
     }
 }
@@ -110,7 +113,7 @@ static void test_getters(void **state)
     assert_int_equal(v, 250);
     setenv("CONNEX_FI_POLL_US", "lots", 1);
     assert_int_equal(cx_opt_get_num("CONNEX_FI_POLL_US", &v), CX_EINVAL);
-    assert_int_equal(v, 100);   /* the default */
+    assert_int_equal(v, 100); /* the default */
     unsetenv("CONNEX_FI_POLL_US");
     const char *s = "x";
     assert_int_equal(cx_opt_get_str("CONNEX_LIBCUDA", &s), 0);
@@ -150,6 +153,102 @@ static void test_engine_refuses(void **state)
     unsetenv("CONNEX_STAGE_SLOTS");
 }
 
+/* cx_engine_create with stderr captured: the log lines it wrote, in buf. */
+static int create_logged(const cx_config_t *cfg, cx_engine_t **e, char *buf, size_t len)
+{
+    FILE *t = tmpfile();
+    assert_non_null(t);
+    fflush(stderr);
+    int saved = dup(2);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(t), 2) >= 0);
+    int rc = cx_engine_create(cfg, e);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(t);
+    size_t n = fread(buf, 1, len - 1, t);
+    buf[n] = 0;
+    fclose(t);
+    return rc;
+}
+
+/* A bad value of a backend's variable fails create with CX_EINVAL, and the log names the
+ * variable, its value and what is allowed. */
+static void test_engine_names_bad_variable(void **state)
+{
+    (void)state;
+    cx_config_t cfg = { .model = "opts", .listen_ip = "127.0.0.1" };
+    cx_engine_t *e = (cx_engine_t *)1;
+    static char log[16384];
+    setenv("CONNEX_FI_POLL_US", "abc", 1);
+    assert_int_equal(create_logged(&cfg, &e, log, sizeof log), CX_EINVAL);
+    unsetenv("CONNEX_FI_POLL_US");
+    assert_null(e);
+    assert_non_null(strstr(log, "CONNEX_FI_POLL_US=abc is not valid: expected an integer in 0..1000000"));
+    assert_non_null(strstr(log, "not created"));
+}
+
+/* The table an engine hands to the selection and to its backends (cx_backend_params_t.opts) is
+ * the environment at create: a value set afterwards, number or text, does not reach it. */
+static void test_engine_table_frozen(void **state)
+{
+    (void)state;
+    cx_config_t cfg = { .model = "opts", .listen_ip = "127.0.0.1" };
+    cx_engine_t *e = NULL;
+    setenv("CONNEX_FI_POLL_US", "250", 1);
+    setenv("CONNEX_LIBCUDA", "libcuda-at-create.so", 1);
+    int rc = cx_engine_create(&cfg, &e);
+    if (rc == CX_EUNSUPPORTED) { /* no backend can run here */
+        unsetenv("CONNEX_FI_POLL_US");
+        unsetenv("CONNEX_LIBCUDA");
+        skip();
+    }
+    assert_int_equal(rc, CX_OK);
+    setenv("CONNEX_FI_POLL_US", "999", 1);
+    setenv("CONNEX_LIBCUDA", "libcuda-later.so", 1);
+    const cx_opts_t *o = &e->opts;
+    int set = 0;
+    assert_int_equal(cx_opts_num(o, "CONNEX_FI_POLL_US", &set), 250);
+    assert_true(set);
+    assert_string_equal(cx_opts_str(o, "CONNEX_LIBCUDA"), "libcuda-at-create.so");
+    for (int i = 0; i < e->nb; i++) assert_non_null(e->be[i].b);
+    cx_engine_destroy(e);
+    unsetenv("CONNEX_FI_POLL_US");
+    unsetenv("CONNEX_LIBCUDA");
+}
+
+/* A loaded table holds copies of the text values, and the bad values with their text. */
+static void test_load(void **state)
+{
+    (void)state;
+    static cx_opts_t o;
+    setenv("CONNEX_HOST_ID", "h-load", 1);
+    setenv("CONNEX_GDR", "maybe", 1);
+    assert_int_equal(cx_opts_load(&o), CX_EINVAL);
+    assert_int_equal(o.bad, 1);
+    assert_true(cx_opts_bad(&o, "CONNEX_GDR"));
+    assert_string_equal(cx_opts_str(&o, "CONNEX_GDR"), "maybe");
+    assert_int_equal(cx_opts_num(&o, "CONNEX_GDR", NULL), 0); /* the default: auto */
+    setenv("CONNEX_HOST_ID", "h-other", 1);
+    assert_string_equal(cx_opts_str(&o, "CONNEX_HOST_ID"), "h-load");
+    unsetenv("CONNEX_GDR");
+    unsetenv("CONNEX_HOST_ID");
+    assert_int_equal(cx_opts_load(&o), CX_OK);
+    assert_null(cx_opts_str(&o, "CONNEX_HOST_ID"));
+    assert_string_equal(cx_opts_str(&o, "CONNEX_LIBCUDA"), "libcuda.so.1");
+    assert_false(cx_opts_bad(&o, "CONNEX_GDR"));
+    /* text values beyond CX_OPT_TEXT bytes together: refused, naming the variable */
+    static char big[CX_OPT_TEXT + 16];
+    memset(big, 'p', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    setenv("CONNEX_PEERS", big, 1);
+    assert_int_equal(cx_opts_load(&o), CX_EINVAL);
+    assert_true(cx_opts_bad(&o, "CONNEX_PEERS"));
+    assert_null(cx_opts_str(&o, "CONNEX_PEERS"));
+    unsetenv("CONNEX_PEERS");
+}
+
 /* README.md, section "Configuration": the rows of its table whose first cell names CONNEX_*
  * variables. Every name there is in the options table and every table entry is there. */
 static void test_readme(void **state)
@@ -168,7 +267,7 @@ static void test_readme(void **state)
         if (!strncmp(line, "## ", 3)) in = !strncmp(line, "## Configuration", 16);
         if (!in || strncmp(line, "| `CONNEX_", 10)) continue;
         rows++;
-        char *end = strstr(line + 1, " | ");   /* the first cell only */
+        char *end = strstr(line + 1, " | "); /* the first cell only */
         if (end) *end = 0;
         for (char *p = strstr(line, "CONNEX_"); p; p = strstr(p, "CONNEX_")) {
             char name[64];
@@ -196,6 +295,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_getters),
         cmocka_unit_test(test_engine_refuses),
         cmocka_unit_test(test_readme),
+        cmocka_unit_test(test_engine_names_bad_variable),
+        cmocka_unit_test(test_engine_table_frozen),
+        cmocka_unit_test(test_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@ static void test_bounds_and_order(void **state)
     cx_msgq_init(&q, 2, 1 << 20);
     assert_int_equal(cx_msgq_push(&q, &lid, "u", "a", 1), CX_OK);
     assert_int_equal(cx_msgq_push(&q, &lid, "u", "bb", 2), CX_OK);
-    assert_int_equal(cx_msgq_push(&q, &lid, "u", "c", 1), CX_EAGAIN);   /* full: refused, not dropped */
+    assert_int_equal(cx_msgq_push(&q, &lid, "u", "c", 1), CX_EAGAIN); /* full: refused, not dropped */
     cx_msg_t m;
     assert_int_equal(cx_msgq_pop(&q, &m, 0), CX_OK);
     assert_int_equal(m.len, 1);
@@ -66,24 +66,24 @@ static void test_deferred_wake(void **state)
     cx_msgq_t q;
     cx_msgq_init(&q, 16, 1 << 20);
     cx_msgq_defer_wake(&q);
-    cx_msgq_wake(&q);   /* nothing pushed: nothing to do */
+    cx_msgq_wake(&q); /* nothing pushed: nothing to do */
     assert_int_equal(cx_msgq_push(&q, &lid, "u", "x", 1), CX_OK);
     assert_int_equal(cx_msgq_len(&q), 1);
     cx_msg_t m;
-    assert_int_equal(cx_msgq_pop(&q, &m, 0), CX_OK);   /* there, unwoken or not */
+    assert_int_equal(cx_msgq_pop(&q, &m, 0), CX_OK); /* there, unwoken or not */
     free(m.data);
 
     waiter_t w = { .q = &q, .rc = 99 };
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, waiter, &w), 0);
     struct timespec ts = { 0, 100 * 1000000L };
-    nanosleep(&ts, NULL);   /* the waiter is asleep by now, most likely */
+    nanosleep(&ts, NULL); /* the waiter is asleep by now, most likely */
     assert_int_equal(cx_msgq_push(&q, &lid, "u", "y", 1), CX_OK);
     double t0 = now_ms();
     cx_msgq_wake(&q);
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(w.rc, CX_OK);
-    assert_true(w.got_ms - t0 < 1000.0);   /* woken, not its 5 s timeout */
+    assert_true(w.got_ms - t0 < 1000.0); /* woken, not its 5 s timeout */
     cx_msgq_fini(&q);
 }
 

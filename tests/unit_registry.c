@@ -26,7 +26,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    cx_registry_fini(*state);   /* frees regions still registered (ASan checks) */
+    cx_registry_fini(*state); /* frees regions still registered (ASan checks) */
     free(*state);
     return 0;
 }
@@ -43,17 +43,17 @@ static void test_add_find_boundaries(void **state)
     assert_int_equal(r->bytes, 4096);
 
     pthread_rwlock_rdlock(&r->lock);
-    assert_ptr_equal(cx_registry_find_locked(r, 0x10000, 4096), reg);        /* whole */
-    assert_ptr_equal(cx_registry_find_locked(r, 0x10000, 1), reg);           /* first byte */
-    assert_ptr_equal(cx_registry_find_locked(r, 0x10000 + 4095, 1), reg);    /* last byte */
-    assert_ptr_equal(cx_registry_find_locked(r, 0x10000 + 100, 3996), reg);  /* exactly to end */
-    assert_null(cx_registry_find_locked(r, 0x10000 + 100, 3997));            /* one past end */
-    assert_null(cx_registry_find_locked(r, 0x10000 + 4096, 1));              /* just after */
-    assert_null(cx_registry_find_locked(r, 0x10000 - 1, 1));                 /* just before */
-    assert_null(cx_registry_find_locked(r, 0x10000 - 1, 2));                 /* straddles start */
+    assert_ptr_equal(cx_registry_find_locked(r, 0x10000, 4096), reg);       /* whole */
+    assert_ptr_equal(cx_registry_find_locked(r, 0x10000, 1), reg);          /* first byte */
+    assert_ptr_equal(cx_registry_find_locked(r, 0x10000 + 4095, 1), reg);   /* last byte */
+    assert_ptr_equal(cx_registry_find_locked(r, 0x10000 + 100, 3996), reg); /* exactly to end */
+    assert_null(cx_registry_find_locked(r, 0x10000 + 100, 3997));           /* one past end */
+    assert_null(cx_registry_find_locked(r, 0x10000 + 4096, 1));             /* just after */
+    assert_null(cx_registry_find_locked(r, 0x10000 - 1, 1));                /* just before */
+    assert_null(cx_registry_find_locked(r, 0x10000 - 1, 2));                /* straddles start */
     assert_null(cx_registry_find_locked(r, 0x10000, 4097));
-    assert_null(cx_registry_find_locked(r, 0x10000, 0));                     /* zero length */
-    assert_null(cx_registry_find_locked(r, 0x10000 + 8, UINT64_MAX));        /* wraps */
+    assert_null(cx_registry_find_locked(r, 0x10000, 0));              /* zero length */
+    assert_null(cx_registry_find_locked(r, 0x10000 + 8, UINT64_MAX)); /* wraps */
     assert_null(cx_registry_find_locked(r, 0x10000 + 8, UINT64_MAX - 0x10000));
     assert_null(cx_registry_find_locked(r, UINT64_MAX, 2));
     assert_null(cx_registry_find_locked(r, 0, 1));
@@ -84,12 +84,12 @@ static void test_overlap_and_duplicate(void **state)
 {
     cx_registry_t *r = *state;
     assert_int_equal(cx_registry_add(r, A(0x20000), 0x1000, CX_MEM_HOST, NULL), CX_OK);
-    assert_int_equal(cx_registry_add(r, A(0x20000), 0x1000, CX_MEM_HOST, NULL), CX_EINVAL); /* dup */
-    assert_int_equal(cx_registry_add(r, A(0x20000), 0x10, CX_MEM_HOST, NULL), CX_EINVAL);   /* same start */
-    assert_int_equal(cx_registry_add(r, A(0x1f000), 0x1001, CX_MEM_HOST, NULL), CX_EINVAL); /* over start */
-    assert_int_equal(cx_registry_add(r, A(0x20fff), 0x10, CX_MEM_HOST, NULL), CX_EINVAL);   /* over end */
-    assert_int_equal(cx_registry_add(r, A(0x20100), 0x10, CX_MEM_HOST, NULL), CX_EINVAL);   /* inside */
-    assert_int_equal(cx_registry_add(r, A(0x10000), 0x20000, CX_MEM_HOST, NULL), CX_EINVAL);/* around */
+    assert_int_equal(cx_registry_add(r, A(0x20000), 0x1000, CX_MEM_HOST, NULL), CX_EINVAL);  /* dup */
+    assert_int_equal(cx_registry_add(r, A(0x20000), 0x10, CX_MEM_HOST, NULL), CX_EINVAL);    /* same start */
+    assert_int_equal(cx_registry_add(r, A(0x1f000), 0x1001, CX_MEM_HOST, NULL), CX_EINVAL);  /* over start */
+    assert_int_equal(cx_registry_add(r, A(0x20fff), 0x10, CX_MEM_HOST, NULL), CX_EINVAL);    /* over end */
+    assert_int_equal(cx_registry_add(r, A(0x20100), 0x10, CX_MEM_HOST, NULL), CX_EINVAL);    /* inside */
+    assert_int_equal(cx_registry_add(r, A(0x10000), 0x20000, CX_MEM_HOST, NULL), CX_EINVAL); /* around */
     assert_int_equal(cx_registry_count(r), 1);
     /* Touching on either side is not overlapping. */
     assert_int_equal(cx_registry_add(r, A(0x1f000), 0x1000, CX_MEM_HOST, NULL), CX_OK);
@@ -106,14 +106,14 @@ static void test_remove(void **state)
 {
     cx_registry_t *r = *state;
     cx_region_t *a = NULL, *b = NULL, *out = NULL;
-    assert_int_equal(cx_registry_remove(r, A(0x30000), &out), CX_EINVAL);   /* empty registry */
+    assert_int_equal(cx_registry_remove(r, A(0x30000), &out), CX_EINVAL); /* empty registry */
     assert_int_equal(cx_registry_add(r, A(0x30000), 0x1000, CX_MEM_HOST, &a), CX_OK);
     assert_int_equal(cx_registry_add(r, A(0x40000), 0x1000, CX_MEM_SIM, &b), CX_OK);
     uint64_t id_a = a->id;
     assert_true(a->id != b->id);
-    assert_int_equal(cx_registry_remove(r, A(0x30001), &out), CX_EINVAL);   /* interior */
+    assert_int_equal(cx_registry_remove(r, A(0x30001), &out), CX_EINVAL); /* interior */
     assert_int_equal(cx_registry_remove(r, A(0x2ffff), &out), CX_EINVAL);
-    assert_int_equal(cx_registry_remove(r, A(0x31000), &out), CX_EINVAL);   /* its end */
+    assert_int_equal(cx_registry_remove(r, A(0x31000), &out), CX_EINVAL); /* its end */
     assert_int_equal(cx_registry_remove(r, NULL, &out), CX_EINVAL);
     assert_int_equal(cx_registry_count(r), 2);
     out = NULL;
@@ -123,7 +123,7 @@ static void test_remove(void **state)
     assert_int_equal(cx_registry_count(r), 1);
     assert_int_equal(r->bytes, 0x1000);
     assert_int_equal(cx_registry_contains(r, 0x30000, 1, NULL), 0);
-    assert_int_equal(cx_registry_remove(r, A(0x30000), &out), CX_EINVAL);   /* twice */
+    assert_int_equal(cx_registry_remove(r, A(0x30000), &out), CX_EINVAL); /* twice */
     /* Re-adding the same range gets a new id: ids are never reused, so a stale remote key
      * can never name a new region. */
     cx_region_t *a2 = NULL;
@@ -154,8 +154,8 @@ static void test_many_regions(void **state)
     /* Region k: [0x100000 + k*0x1000, +0x800 + k%0x800): gaps between all of them. */
     for (uint32_t i = 0; i < N; i++) {
         uint32_t k = order[i];
-        assert_int_equal(cx_registry_add(r, A(0x100000 + (uint64_t)k * 0x1000), 0x800 + k % 0x800,
-                                         CX_MEM_HOST, NULL), CX_OK);
+        assert_int_equal(cx_registry_add(r, A(0x100000 + (uint64_t)k * 0x1000), 0x800 + k % 0x800, CX_MEM_HOST, NULL),
+                         CX_OK);
     }
     assert_int_equal(cx_registry_count(r), N);
     pthread_rwlock_rdlock(&r->lock);
@@ -166,7 +166,7 @@ static void test_many_regions(void **state)
         assert_int_equal(g->addr, base);
         assert_ptr_equal(cx_registry_find_locked(r, base + len - 1, 1), g);
         assert_null(cx_registry_find_locked(r, base + len - 1, 2));
-        assert_null(cx_registry_find_locked(r, base + len, 1));   /* in the gap */
+        assert_null(cx_registry_find_locked(r, base + len, 1)); /* in the gap */
     }
     pthread_rwlock_unlock(&r->lock);
     for (uint32_t k = 0; k < N; k += 2)

@@ -16,23 +16,31 @@ static uint64_t default_ns(void)
     return sysconf(_SC_NPROCESSORS_ONLN) >= CX_POLL_MIN_CPUS ? CX_POLL_US_DEFAULT * 1000ull : 0;
 }
 
+/* The window an engine created now would take: the environment through the options table. */
+static uint64_t window_now(void)
+{
+    static cx_opts_t o;
+    (void)cx_opts_load(&o); /* a bad value: logged, and left unset */
+    return cx_spin_window_ns(&o);
+}
+
 static void test_window_from_env(void **state)
 {
     (void)state;
     setenv("CONNEX_POLL_US", "50", 1);
-    assert_int_equal(cx_spin_window_ns(), 50000);
+    assert_int_equal(window_now(), 50000);
     setenv("CONNEX_POLL_US", "0", 1);
-    assert_int_equal(cx_spin_window_ns(), 0);
+    assert_int_equal(window_now(), 0);
     setenv("CONNEX_POLL_US", "100000", 1);
-    assert_int_equal(cx_spin_window_ns(), 100000000ull);
+    assert_int_equal(window_now(), 100000000ull);
     /* Out of range or not a number: logged, and the default kept. */
     static const char *bad[] = { "-1", "100001", "5x", "x", " 7" };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         setenv("CONNEX_POLL_US", bad[i], 1);
-        assert_int_equal(cx_spin_window_ns(), default_ns());
+        assert_int_equal(window_now(), default_ns());
     }
     unsetenv("CONNEX_POLL_US");
-    assert_int_equal(cx_spin_window_ns(), default_ns());
+    assert_int_equal(window_now(), default_ns());
 }
 
 static void test_window_grows_with_size(void **state)
@@ -46,7 +54,7 @@ static void test_window_grows_with_size(void **state)
     assert_int_equal(cx_spin_for_len(50000, 4096), 50000 + 4096 / CX_POLL_BYTES_PER_US * 1000);
     assert_int_equal(cx_spin_for_len(50000, 1u << 20), 50000 + (1u << 20) / CX_POLL_BYTES_PER_US * 1000ull);
     uint64_t w16 = cx_spin_for_len(50000, 16u << 20);
-    assert_true(w16 > 16000000ull && w16 < 17000000ull);   /* 16 MiB at 1 GB/s: about 16.8 ms */
+    assert_true(w16 > 16000000ull && w16 < 17000000ull); /* 16 MiB at 1 GB/s: about 16.8 ms */
     /* Monotonic in size, and never past the cap (unless the window itself is larger). */
     uint64_t prev = 0;
     for (uint64_t len = 1; len <= (1ull << 40); len <<= 4) {

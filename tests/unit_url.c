@@ -11,16 +11,22 @@
 
 #include "connex/connex.h"
 
-typedef struct { const char *s; const char *host; unsigned port; int v6; const char *model;
-                 uint32_t stage, shard, replica; } good_url_t;
+typedef struct {
+    const char *s;
+    const char *host;
+    unsigned port;
+    int v6;
+    const char *model;
+    uint32_t stage, shard, replica;
+} good_url_t;
 
 static const good_url_t good_urls[] = {
     { "127.0.0.1:5000#m|0|0|0", "127.0.0.1", 5000, 0, "m", 0, 0, 0 },
     { "[::1]:5000#m|0|0|0", "::1", 5000, 1, "m", 0, 0, 0 },
     { "10.0.0.2:51001#llama-8b|1|2|3", "10.0.0.2", 51001, 0, "llama-8b", 1, 2, 3 },
     { "0.0.0.0:1#a|0|0|0", "0.0.0.0", 1, 0, "a", 0, 0, 0 },
-    { "255.255.255.255:65535#Z9|4294967295|4294967295|4294967295", "255.255.255.255", 65535, 0, "Z9",
-      4294967295u, 4294967295u, 4294967295u },
+    { "255.255.255.255:65535#Z9|4294967295|4294967295|4294967295", "255.255.255.255", 65535, 0, "Z9", 4294967295u,
+      4294967295u, 4294967295u },
     { "[fe80::1:2]:80#org/model_v1.2:chat|7|0|1", "fe80::1:2", 80, 1, "org/model_v1.2:chat", 7, 0, 1 },
     { "[::ffff:127.0.0.1]:9#x|1|1|1", "::ffff:127.0.0.1", 9, 1, "x", 1, 1, 1 },
 };
@@ -60,52 +66,56 @@ static void test_url_model_max_len(void **state)
     char model[CX_MODEL_MAX + 2], url[CX_URL_MAX + 64], err[256];
     cx_url_t u;
     memset(model, 'a', CX_MODEL_MAX - 1);
-    model[CX_MODEL_MAX - 1] = 0;   /* 63 characters: the longest allowed */
+    model[CX_MODEL_MAX - 1] = 0; /* 63 characters: the longest allowed */
     snprintf(url, sizeof url, "127.0.0.1:5000#%s|0|0|0", model);
     assert_int_equal(cx_url_parse(url, &u, err, sizeof err), CX_OK);
     assert_int_equal(strlen(u.lid.model), CX_MODEL_MAX - 1);
     model[CX_MODEL_MAX - 1] = 'a';
-    model[CX_MODEL_MAX] = 0;       /* 64: one too many */
+    model[CX_MODEL_MAX] = 0; /* 64: one too many */
     snprintf(url, sizeof url, "127.0.0.1:5000#%s|0|0|0", model);
     err[0] = 0;
     assert_int_equal(cx_url_parse(url, &u, err, sizeof err), CX_EINVAL);
     assert_non_null(strstr(err, "model"));
     /* The longest IPv6 URL with the longest model fits CX_URL_MAX and formats back. */
     model[CX_MODEL_MAX - 1] = 0;
-    snprintf(url, sizeof url, "[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535#%s|4294967295|4294967295|4294967295", model);
+    snprintf(url, sizeof url,
+             "[ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255]:65535#%s|4294967295|4294967295|4294967295", model);
     assert_true(strlen(url) < CX_URL_MAX);
     assert_int_equal(cx_url_parse(url, &u, err, sizeof err), CX_OK);
     char back[CX_URL_MAX];
     assert_int_equal(cx_url_format(&u, back, sizeof back), CX_OK);
 }
 
-typedef struct { const char *s; const char *word; } bad_t;   /* word: expected in the message */
+typedef struct {
+    const char *s;
+    const char *word;
+} bad_t; /* word: expected in the message */
 
 static const bad_t bad_urls[] = {
     { "", "#" },
-    { "127.0.0.1:5000", "#" },                         /* no identity */
-    { "127.0.0.1#m|0|0|0", "port" },                  /* no port */
-    { ":5000#m|0|0|0", "address" },                   /* empty address */
+    { "127.0.0.1:5000", "#" },       /* no identity */
+    { "127.0.0.1#m|0|0|0", "port" }, /* no port */
+    { ":5000#m|0|0|0", "address" },  /* empty address */
     { "127.0.0.1:0#m|0|0|0", "port" },
     { "127.0.0.1:65536#m|0|0|0", "port" },
     { "127.0.0.1:99999999999#m|0|0|0", "port" },
     { "127.0.0.1:50a0#m|0|0|0", "port" },
     { "127.0.0.1:-1#m|0|0|0", "port" },
     { "127.0.0.1:+80#m|0|0|0", "port" },
-    { "127.0.0.1:05000#m|0|0|0", "port" },            /* two spellings of one identity */
+    { "127.0.0.1:05000#m|0|0|0", "port" }, /* two spellings of one identity */
     { "127.0.0.1:#m|0|0|0", "port" },
     { "127.0.0.1:5000:6000#m|0|0|0", "port" },
-    { "localhost:5000#m|0|0|0", "localhost" },        /* host names are not identities */
+    { "localhost:5000#m|0|0|0", "localhost" }, /* host names are not identities */
     { "example.com:5000#m|0|0|0", "example.com" },
     { "256.0.0.1:5000#m|0|0|0", "256.0.0.1" },
     { "1.2.3:5000#m|0|0|0", "1.2.3" },
-    { "::1:5000#m|0|0|0", "bracket" },                /* IPv6 without brackets */
+    { "::1:5000#m|0|0|0", "bracket" }, /* IPv6 without brackets */
     { "fe80::1:5000#m|0|0|0", "bracket" },
     { "[::1:5000#m|0|0|0", "]" },
     { "[::1]5000#m|0|0|0", "port" },
     { "[::1]:#m|0|0|0", "port" },
     { "[]:5000#m|0|0|0", "address" },
-    { "[127.0.0.1]:5000#m|0|0|0", "127.0.0.1" },      /* IPv4 in brackets */
+    { "[127.0.0.1]:5000#m|0|0|0", "127.0.0.1" }, /* IPv4 in brackets */
     { "[::zz]:5000#m|0|0|0", "::zz" },
     { "127.0.0.1:5000#|0|0|0", "model" },
     { "127.0.0.1:5000#m|0|0", "field" },
@@ -113,10 +123,10 @@ static const bad_t bad_urls[] = {
     { "127.0.0.1:5000#", "field" },
     { "127.0.0.1:5000#m|0|0|0|", "field" },
     { "127.0.0.1:5000#m|0|0|0|1", "field" },
-    { "127.0.0.1:5000#m|0|0|0x", "replica" },         /* trailing garbage */
+    { "127.0.0.1:5000#m|0|0|0x", "replica" }, /* trailing garbage */
     { "127.0.0.1:5000#m|0|0|0 ", "replica" },
     { "127.0.0.1:5000#m|0|0|0#1", "replica" },
-    { " 127.0.0.1:5000#m|0|0|0", "address" },          /* spaces */
+    { " 127.0.0.1:5000#m|0|0|0", "address" }, /* spaces */
     { "127.0.0.1 :5000#m|0|0|0", "address" },
     { "127.0.0.1: 5000#m|0|0|0", "port" },
     { "127.0.0.1:5000 #m|0|0|0", "port" },
@@ -126,7 +136,7 @@ static const bad_t bad_urls[] = {
     { "127.0.0.1:5000#m||0|0", "stage" },
     { "127.0.0.1:5000#m|a|0|0", "stage" },
     { "127.0.0.1:5000#m|-1|0|0", "stage" },
-    { "127.0.0.1:5000#m|4294967296|0|0", "stage" },   /* uint32 overflow */
+    { "127.0.0.1:5000#m|4294967296|0|0", "stage" }, /* uint32 overflow */
     { "127.0.0.1:5000#m|0|99999999999|0", "shard" },
     { "127.0.0.1:5000#m|0|0|01", "replica" },
     { "127.0.0.1:5000#bad!model|0|0|0", "model" },
@@ -198,8 +208,7 @@ static void test_url_format_small_buffer(void **state)
 static void test_lid_good_and_roundtrip(void **state)
 {
     (void)state;
-    static const char *good[] = { "m|0|0|0", "llama-8b|1|2|3", "a.b_c-d/e:f|4294967295|0|7",
-                                  "X|10|200|3000" };
+    static const char *good[] = { "m|0|0|0", "llama-8b|1|2|3", "a.b_c-d/e:f|4294967295|0|7", "X|10|200|3000" };
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         cx_lid_t l;
         char err[256] = "", back[CX_URL_MAX];
@@ -221,10 +230,11 @@ static void test_lid_good_and_roundtrip(void **state)
 static void test_lid_bad(void **state)
 {
     (void)state;
-    static const char *bad[] = { "", "m", "m|0", "m|0|0", "|0|0|0", "m|0|0|0|", "m|0|0|0|0",
-                                 "m|x|0|0", "m|0|0|-1", "m|0|0|0 ", " m|0|0|0", "m|00|0|0",
-                                 "m|4294967296|0|0", "127.0.0.1:5000#m|0|0|0", "m m|0|0|0",
-                                 "m|0||0", "m|0|0|", "|||", NULL };
+    static const char *bad[] = {
+        "",          "m",        "m|0",      "m|0|0",    "|0|0|0",   "m|0|0|0|",         "m|0|0|0|0",
+        "m|x|0|0",   "m|0|0|-1", "m|0|0|0 ", " m|0|0|0", "m|00|0|0", "m|4294967296|0|0", "127.0.0.1:5000#m|0|0|0",
+        "m m|0|0|0", "m|0||0",   "m|0|0|",   "|||",      NULL
+    };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cx_lid_t l;
         char err[256] = "";
@@ -245,7 +255,7 @@ static void test_lid_cmp_total_order(void **state)
 {
     (void)state;
     /* Sorted ascending; every pair must compare consistently with its position. */
-    static const char *sorted[] = { "a|0|0|0", "a|0|0|1", "a|0|1|0", "a|1|0|0", "a|4294967295|0|0",
+    static const char *sorted[] = { "a|0|0|0",  "a|0|0|1", "a|0|1|0", "a|1|0|0", "a|4294967295|0|0",
                                     "ab|0|0|0", "b|0|0|0", "b|2|0|0", "b|10|0|0" };
     size_t n = sizeof sorted / sizeof sorted[0];
     cx_lid_t l[16];
@@ -253,9 +263,12 @@ static void test_lid_cmp_total_order(void **state)
     for (size_t i = 0; i < n; i++) {
         for (size_t j = 0; j < n; j++) {
             int c = cx_lid_cmp(&l[i], &l[j]);
-            if (i == j) assert_int_equal(c, 0);
-            else if (i < j) { if (c >= 0) fail_msg("%s !< %s", sorted[i], sorted[j]); }
-            else if (c <= 0) fail_msg("%s !> %s", sorted[i], sorted[j]);
+            if (i == j)
+                assert_int_equal(c, 0);
+            else if (i < j) {
+                if (c >= 0) fail_msg("%s !< %s", sorted[i], sorted[j]);
+            } else if (c <= 0)
+                fail_msg("%s !> %s", sorted[i], sorted[j]);
         }
     }
     /* Equality ignores whatever follows the model's NUL. */

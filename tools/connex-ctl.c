@@ -14,6 +14,7 @@
  * Exit status: 0 when every engine answered, 3 when one did not (it is listed with why), 1 for
  * a usage or setup error. */
 #include "ctl_client.h"
+#include "json_str.h"
 
 #include "connex/connex.h"
 
@@ -37,25 +38,15 @@ static const char *state_name(int s)
 
 static void iso_ms(uint64_t ms, char *out, size_t n)
 {
-    if (!ms) { snprintf(out, n, "-"); return; }
+    if (!ms) {
+        snprintf(out, n, "-");
+        return;
+    }
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&t, &tm);
     size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(out + k, n - k, ".%03uZ", (unsigned)(ms % 1000));
-}
-
-/* A JSON string: quotes, backslashes and control characters escaped. */
-static void jstr(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 typedef struct opts {
@@ -68,8 +59,9 @@ typedef struct opts {
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: connex-ctl [--directory static|etcd://host:port] [--peers URL,...] [--url URL]...\n"
-                    "                  [--token-file FILE] [--json] [--timeout-ms N] [list | watch [--duration-ms N]]\n");
+    fprintf(stderr,
+            "usage: connex-ctl [--directory static|etcd://host:port] [--peers URL,...] [--url URL]...\n"
+            "                  [--token-file FILE] [--json] [--timeout-ms N] [list | watch [--duration-ms N]]\n");
     return 1;
 }
 
@@ -81,16 +73,29 @@ static int parse(int argc, char **argv, opts_t *o)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "list")) continue;
-        if (!strcmp(a, "watch")) { o->watch = 1; continue; }
-        if (!strcmp(a, "--json")) { o->json = 1; continue; }
+        if (!strcmp(a, "watch")) {
+            o->watch = 1;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
         if (!v) return -1;
-        if (!strcmp(a, "--directory")) o->directory = v;
-        else if (!strcmp(a, "--peers")) o->peers = v;
-        else if (!strcmp(a, "--url") && o->nurls < 64) o->urls[o->nurls++] = v;
-        else if (!strcmp(a, "--token-file")) o->token_file = v;
-        else if (!strcmp(a, "--timeout-ms")) o->timeout_ms = atoi(v);
-        else if (!strcmp(a, "--duration-ms")) o->duration_ms = atoi(v);
-        else return -1;
+        if (!strcmp(a, "--directory"))
+            o->directory = v;
+        else if (!strcmp(a, "--peers"))
+            o->peers = v;
+        else if (!strcmp(a, "--url") && o->nurls < 64)
+            o->urls[o->nurls++] = v;
+        else if (!strcmp(a, "--token-file"))
+            o->token_file = v;
+        else if (!strcmp(a, "--timeout-ms"))
+            o->timeout_ms = atoi(v);
+        else if (!strcmp(a, "--duration-ms"))
+            o->duration_ms = atoi(v);
+        else
+            return -1;
         i++;
     }
     return o->timeout_ms > 0 ? 0 : -1;
@@ -98,7 +103,10 @@ static int parse(int argc, char **argv, opts_t *o)
 
 static int load_token(const opts_t *o, cx_auth_t **auth)
 {
-    if (!o->token_file) return cx_auth_load(NULL, auth);
+    static cx_opts_t env; /* CONNEX_AUTH_TOKEN(_FILE): the environment, through the options table */
+    if (cx_opts_load(&env) && (cx_opts_bad(&env, "CONNEX_AUTH_TOKEN") || cx_opts_bad(&env, "CONNEX_AUTH_TOKEN_FILE")))
+        return CX_EINVAL;
+    if (!o->token_file) return cx_auth_load(&env, NULL, auth);
     char buf[CX_AUTH_TOKEN_MAX + 2];
     int fd = open(o->token_file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
@@ -110,14 +118,14 @@ static int load_token(const opts_t *o, cx_auth_t **auth)
     if (n < 0) n = 0;
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) n--;
     buf[n] = 0;
-    int rc = cx_auth_load(buf, auth);
+    int rc = cx_auth_load(&env, buf, auth);
     explicit_bzero(buf, sizeof buf);
     return rc;
 }
 
 typedef struct target {
     char lid[96], url[CX_URL_MAX];
-    uint64_t version;             /* directory version; 0: named on the command line */
+    uint64_t version; /* directory version; 0: named on the command line */
 } target_t;
 
 /* The directory through an engine of our own (model connex-ctl, a LID per process), which the
@@ -130,7 +138,7 @@ static int list_directory(const opts_t *o, target_t *t, int max, char *kind, siz
     c.replica = (uint32_t)getpid();
     c.directory = o->directory;
     c.peers = o->peers;
-    c.backend = "zmq";   /* the lightest to open; only the directory is used */
+    c.backend = "zmq"; /* the lightest to open; only the directory is used */
     cx_engine_t *e = NULL;
     int rc = cx_engine_create(&c, &e);
     if (rc == CX_EUNSUPPORTED) {
@@ -193,9 +201,9 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
     }
     if (o->json) {
         printf("%s\n    {\"lid\": ", first ? "" : ",");
-        jstr(stdout, t->lid);
+        cx_json_str(stdout, t->lid);
         printf(", \"url\": ");
-        jstr(stdout, t->url);
+        cx_json_str(stdout, t->url);
         printf(", \"version\": %" PRIu64 ", \"reachable\": %s", t->version, rc ? "false" : "true");
     } else {
         printf("%-28s %-44s %7" PRIu64 "  ", t->lid, t->url, t->version);
@@ -203,9 +211,9 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
     if (rc) {
         if (o->json) {
             printf(", \"error\": ");
-            jstr(stdout, why);
+            cx_json_str(stdout, why);
             printf(", \"status\": ");
-            jstr(stdout, cx_strerror(rc));
+            cx_json_str(stdout, cx_strerror(rc));
             printf("}");
         } else {
             printf("UNREACHABLE (%s: %s)\n", cx_strerror(rc), why);
@@ -215,7 +223,7 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
     }
     if (o->json) {
         printf(", \"incarnation\": \"%016" PRIx64 "\", \"backends\": ", s.incarnation);
-        jstr(stdout, s.backends);
+        cx_json_str(stdout, s.backends);
         printf(", \"peers\": [");
     } else {
         printf("up  incarnation %016" PRIx64 "  backends %s  peers %u\n", s.incarnation, s.backends, s.npeers);
@@ -233,24 +241,26 @@ static int show_engine(const opts_t *o, const target_t *t, const cx_auth_t *auth
         iso_ms(p.since_ms, since, sizeof since);
         if (o->json) {
             printf("%s\n      {\"lid\": ", i ? "," : "");
-            jstr(stdout, p.lid);
+            cx_json_str(stdout, p.lid);
             printf(", \"url\": ");
-            jstr(stdout, p.url);
+            cx_json_str(stdout, p.url);
             printf(", \"state\": \"%s\", \"backend\": ", state_name(p.state));
-            jstr(stdout, p.backend);
+            cx_json_str(stdout, p.backend);
             printf(", \"transport\": ");
-            jstr(stdout, p.transport);
+            cx_json_str(stdout, p.transport);
             printf(", \"incarnation\": \"%016" PRIx64 "\", \"since\": ", p.incarnation);
-            if (p.since_ms) jstr(stdout, since);
-            else printf("null");
+            if (p.since_ms)
+                cx_json_str(stdout, since);
+            else
+                printf("null");
             printf(", \"since_ms\": %" PRIu64 ", \"failures\": %" PRIu64 ", \"joins\": %" PRIu64
                    ", \"ops_in_flight\": %" PRIu64 ", \"op_errors\": %" PRIu64 ", \"op_timeouts\": %" PRIu64 "}",
                    p.since_ms, p.failures, p.joins, p.in_flight, p.errors, p.timeouts);
         } else {
             printf("    %-26s %-10s %-9s %-16s %016" PRIx64 " %-24s %5" PRIu64 " %5" PRIu64 " %8" PRIu64 " %6" PRIu64
-                   " %6" PRIu64 "\n", p.lid, state_name(p.state), p.backend[0] ? p.backend : "-",
-                   p.transport[0] ? p.transport : "-", p.incarnation, since, p.failures, p.joins, p.in_flight,
-                   p.errors, p.timeouts);
+                   " %6" PRIu64 "\n",
+                   p.lid, state_name(p.state), p.backend[0] ? p.backend : "-", p.transport[0] ? p.transport : "-",
+                   p.incarnation, since, p.failures, p.joins, p.in_flight, p.errors, p.timeouts);
         }
     }
     if (o->json) printf("\n    ]}");
@@ -263,7 +273,7 @@ static int run_list(const opts_t *o, const cx_auth_t *auth, target_t *t, int n, 
     int bad = 0;
     if (o->json) {
         printf("{\"directory\": ");
-        jstr(stdout, kind);
+        cx_json_str(stdout, kind);
         printf(", \"engines\": [");
     } else {
         printf("directory: %s, %d engine%s\n", kind, n, n == 1 ? "" : "s");
@@ -291,18 +301,18 @@ static uint64_t mono_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static void say(const opts_t *o, const char *engine, const char *what, const char *peer, uint64_t inc,
-                uint64_t ms, const char *reason)
+static void say(const opts_t *o, const char *engine, const char *what, const char *peer, uint64_t inc, uint64_t ms,
+                const char *reason)
 {
     char when[40];
     iso_ms(ms, when, sizeof when);
     if (o->json) {
         printf("{\"time\": \"%s\", \"engine\": ", when);
-        jstr(stdout, engine);
+        cx_json_str(stdout, engine);
         printf(", \"event\": \"%s\", \"peer\": ", what);
-        jstr(stdout, peer);
+        cx_json_str(stdout, peer);
         printf(", \"incarnation\": \"%016" PRIx64 "\", \"reason\": ", inc);
-        jstr(stdout, reason);
+        cx_json_str(stdout, reason);
         printf("}\n");
     } else {
         printf("%s %-24s %-8s %-24s %016" PRIx64 " %s\n", when, engine, what, peer, inc, reason);
@@ -330,7 +340,7 @@ static void watch_connect(const opts_t *o, const cx_auth_t *auth, watched_t *w)
         cx_ctlc_close(&w->c);
         w->retry_ms = mono_ms() + 1000;
         if (w->open != -1) say(o, w->t.lid, "unreachable", "-", 0, real_ms(), why);
-        w->open = -1;   /* said once until it answers */
+        w->open = -1; /* said once until it answers */
         return;
     }
     w->open = 1;
@@ -399,7 +409,10 @@ int main(int argc, char **argv)
     int n = 0;
     if (o.directory || o.peers || getenv("CONNEX_DIRECTORY") || getenv("CONNEX_PEERS") || !o.nurls) {
         n = list_directory(&o, t, MAX_ENGINES, kind, sizeof kind);
-        if (n < 0) { cx_auth_free(auth); return 1; }
+        if (n < 0) {
+            cx_auth_free(auth);
+            return 1;
+        }
     }
     n = add_urls(&o, t, n, MAX_ENGINES);
     int rc = o.watch ? run_watch(&o, auth, t, n) : run_list(&o, auth, t, n, kind);

@@ -46,7 +46,11 @@ static int send_all(int fd, const void *buf, size_t len, uint64_t deadline)
     const uint8_t *p = buf;
     while (len) {
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) { p += n; len -= (size_t)n; continue; }
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             int rc = wait_fd(fd, POLLOUT, deadline);
@@ -63,7 +67,11 @@ static int recv_all(int fd, void *buf, size_t len, uint64_t deadline)
     uint8_t *p = buf;
     while (len) {
         ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
-        if (n > 0) { p += n; len -= (size_t)n; continue; }
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
         if (n == 0) return CX_EPEER;
         if (errno == EINTR) continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
@@ -99,7 +107,10 @@ static int read_frame(cx_ctlc_t *c, uint8_t *type, size_t *len, uint64_t deadlin
     }
     if (blen + 1 > c->cap) {
         uint8_t *nb = realloc(c->body, blen + 1);
-        if (!nb) { snprintf(why, wn, "out of memory"); return CX_ENOMEM; }
+        if (!nb) {
+            snprintf(why, wn, "out of memory");
+            return CX_ENOMEM;
+        }
         c->body = nb;
         c->cap = blen + 1;
     }
@@ -124,7 +135,10 @@ static int read_frame(cx_ctlc_t *c, uint8_t *type, size_t *len, uint64_t deadlin
 static int auth_exchange(cx_ctlc_t *c, const cx_auth_t *auth, uint64_t deadline, char *why, size_t wn)
 {
     uint8_t nd[CX_AUTH_NONCE], na[CX_AUTH_NONCE], proof[CX_AUTH_MAC], body[CX_AUTH_BODY];
-    if (getrandom(nd, sizeof nd, 0) != (ssize_t)sizeof nd) { snprintf(why, wn, "no random nonce"); return CX_ERR; }
+    if (getrandom(nd, sizeof nd, 0) != (ssize_t)sizeof nd) {
+        snprintf(why, wn, "no random nonce");
+        return CX_ERR;
+    }
     cx_auth_frame_t f = { .step = 1 };
     memcpy(f.data, nd, sizeof nd);
     cx_auth_frame_put(body, &f);
@@ -138,7 +152,10 @@ static int auth_exchange(cx_ctlc_t *c, const cx_auth_t *auth, uint64_t deadline,
         return CX_EAUTH;
     }
     memcpy(na, f.data, sizeof na);
-    if (cx_auth_proof(auth, 'D', nd, na, proof)) { snprintf(why, wn, "HMAC failed here"); return CX_ERR; }
+    if (cx_auth_proof(auth, 'D', nd, na, proof)) {
+        snprintf(why, wn, "HMAC failed here");
+        return CX_ERR;
+    }
     f.step = 3;
     memcpy(f.data, proof, sizeof proof);
     cx_auth_frame_put(body, &f);
@@ -153,8 +170,7 @@ static int auth_exchange(cx_ctlc_t *c, const cx_auth_t *auth, uint64_t deadline,
     return CX_OK;
 }
 
-int cx_ctlc_open(cx_ctlc_t *c, const char *url, const cx_auth_t *auth, int what, int timeout_ms, char *why,
-                 size_t wn)
+int cx_ctlc_open(cx_ctlc_t *c, const char *url, const cx_auth_t *auth, int what, int timeout_ms, char *why, size_t wn)
 {
     memset(c, 0, sizeof *c);
     c->fd = -1;
@@ -183,7 +199,10 @@ int cx_ctlc_open(cx_ctlc_t *c, const char *url, const cx_auth_t *auth, int what,
         sl = sizeof *s4;
     }
     c->fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) { snprintf(why, wn, "socket: %s", strerror(errno)); return CX_ERR; }
+    if (c->fd < 0) {
+        snprintf(why, wn, "socket: %s", strerror(errno));
+        return CX_ERR;
+    }
     int rc = CX_OK;
     if (connect(c->fd, (struct sockaddr *)&ss, sl) && errno != EINPROGRESS) {
         snprintf(why, wn, "connect: %s", strerror(errno));

@@ -13,7 +13,7 @@
 
 typedef struct cx_ctlc {
     int fd;
-    uint8_t *body;            /* the last frame's body (malloc'ed, grown as needed) */
+    uint8_t *body; /* the last frame's body (malloc'ed, grown as needed) */
     size_t cap;
 } cx_ctlc_t;
 

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #define CX_FI_CQ_BATCH 32
-#define CX_FI_CQ_MAX 512        /* entries per progress call, so the control channel is served */
+#define CX_FI_CQ_MAX 512 /* entries per progress call, so the control channel is served */
 
 int cx_fi_tx_get(cx_backend_t *b)
 {
@@ -34,12 +34,10 @@ int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx)
      * is momentarily full; it drains as we read the CQ. */
     for (int i = 0; i < 1000; i++) {
         r = fi_recv(b->ep, rx->buf, CX_FI_BUF, fi_mr_desc(b->rxmr), FI_ADDR_UNSPEC, &rx->c.fc);
-        if (r != -FI_EAGAIN)
-            break;
+        if (r != -FI_EAGAIN) break;
         fi_cq_read(b->cq, NULL, 0);
     }
-    if (r)
-        cx_warn("libfabric: %s: fi_recv: %s", b->prov, cx_fi_strerror((int)-r));
+    if (r) cx_warn("libfabric: %s: fi_recv: %s", b->prov, cx_fi_strerror((int)-r));
     rx->posted = r == 0;
     rx->gen = b->rot_gen;
     return (int)r;
@@ -66,16 +64,14 @@ static void cx_fi_send_ack(cx_backend_t *b, cx_bep_t *ep, void *peer, uint64_t s
     }
 }
 
-static void cx_fi_deliver(cx_backend_t *b, void *peer, int sig, uint64_t seq, const void *data,
-                          size_t len)
+static void cx_fi_deliver(cx_backend_t *b, void *peer, int sig, uint64_t seq, const void *data, size_t len)
 {
     int st = cx_core_deliver_msg(b->core, peer, data, len);
     cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, len, st == CX_OK);
     cx_fi_send_ack(b, cx_fi_ep_by_peer(b, peer), peer, seq, st);
 }
 
-static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq,
-                             const uint8_t *body, size_t blen)
+static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq, const uint8_t *body, size_t blen)
 {
     cx_fi_rts_t rts;
     int bad = cx_fi_rts_get(body, blen, &rts);
@@ -101,13 +97,9 @@ static void cx_fi_pull_start(cx_backend_t *b, void *peer, int sig, uint64_t seq,
         op->r_key = key;
         op->r_len = len;
         op->tmp_buf = malloc(len);
-        if (op->tmp_buf &&
-            !cx_fi_mr_reg(b, op->tmp_buf, len, FI_READ | FI_REMOTE_WRITE, CX_MEM_HOST,
-                          &op->tmp_mr)) {
-            if (b->wb)
-                cx_fi_ack_add(b, op);   /* the sender answers the write-back under this seq */
-            if (!cx_fi_start(b, op))
-                return;
+        if (op->tmp_buf && !cx_fi_mr_reg(b, op->tmp_buf, len, FI_READ | FI_REMOTE_WRITE, CX_MEM_HOST, &op->tmp_mr)) {
+            if (b->wb) cx_fi_ack_add(b, op); /* the sender answers the write-back under this seq */
+            if (!cx_fi_start(b, op)) return;
             rc = CX_ERR;
         }
         cx_fi_op_free(b, op);
@@ -123,15 +115,13 @@ void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
 {
     cx_fi_op_t *op = cx_fi_ack_take(b, seq);
     if (!op) {
-        cx_debug("libfabric: ack for unknown op %llu (completed already)",
-                 (unsigned long long)seq);
+        cx_debug("libfabric: ack for unknown op %llu (completed already)", (unsigned long long)seq);
         return;
     }
     op->ack_got = 1;
     op->ack_status = status;
-    if (op->kind == CX_FOP_PULL) {     /* write-back pull: the sender wrote (or failed) */
-        if (op->send_done)
-            cx_fi_pull_end(b, op, status);
+    if (op->kind == CX_FOP_PULL) { /* write-back pull: the sender wrote (or failed) */
+        if (op->send_done) cx_fi_pull_end(b, op, status);
         return;
     }
     if (op->send_done) {
@@ -147,11 +137,9 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     uint8_t type = h.type;
     uint64_t inc = h.inc;
     uint64_t seq = h.seq;
-    cx_debug("libfabric: %s: received type %u seq %llu (%zu bytes)", b->prov, type,
-             (unsigned long long)seq, len);
+    cx_debug("libfabric: %s: received type %u seq %llu (%zu bytes)", b->prov, type, (unsigned long long)seq, len);
     if (bad) {
-        cx_warn("libfabric: malformed message (%zu bytes, version %u) dropped", len,
-                len > 1 ? buf[1] : 0);
+        cx_warn("libfabric: malformed message (%zu bytes, version %u) dropped", len, len > 1 ? buf[1] : 0);
         cx_core_count_served(b->core, CX_XFER_MSG, 0, 0);
         return;
     }
@@ -175,8 +163,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     if (type == CX_FM_RREQ || type == CX_FM_PREQ || type == CX_FM_RREQ_IN) {
         void *rp = cx_core_peer_by_incarnation(b->core, inc);
         if (!rp) {
-            cx_warn("libfabric: read request from unknown incarnation %016llx refused",
-                    (unsigned long long)inc);
+            cx_warn("libfabric: read request from unknown incarnation %016llx refused", (unsigned long long)inc);
             return;
         }
         cx_fi_wbreq_t q;
@@ -202,8 +189,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     void *peer = cx_core_peer_by_incarnation(b->core, inc);
     if (!peer) {
         /* No endpoint either, hence no way to answer: the sender's op timeout covers it. */
-        cx_warn("libfabric: message from unknown incarnation %016llx refused",
-                (unsigned long long)inc);
+        cx_warn("libfabric: message from unknown incarnation %016llx refused", (unsigned long long)inc);
         cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
         return;
     }
@@ -215,8 +201,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
 
 void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
 {
-    if (!op->posted)
-        cx_error("libfabric: %s: completion for an op not posted (kind %d)", b->prov, op->kind);
+    if (!op->posted) cx_error("libfabric: %s: completion for an op not posted (kind %d)", b->prov, op->kind);
     op->posted = 0;
     if (op->kind == CX_FOP_ACK) {
         cx_fi_op_free(b, op);
@@ -234,14 +219,13 @@ void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
                 cx_fi_tx_put(b, op->txi);
                 op->txi = -1;
             }
-            if (op->ack_got)
-                cx_fi_pull_end(b, op, op->ack_status);
+            if (op->ack_got) cx_fi_pull_end(b, op, op->ack_status);
             return;
         }
         cx_fi_pull_end(b, op, status);
         return;
     }
-    if (!op->x) {               /* completed to the core already (disconnect): just forget it */
+    if (!op->x) { /* completed to the core already (disconnect): just forget it */
         cx_fi_op_free(b, op);
         return;
     }
@@ -257,7 +241,7 @@ void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
         cx_fi_op_free(b, op);
         break;
     case CX_FOP_PSWRITE: {
-        op->kind = CX_FOP_SEND;     /* the data is in place: now the message */
+        op->kind = CX_FOP_SEND; /* the data is in place: now the message */
         int r = cx_fi_start(b, op);
         if (r) {
             cx_warn("libfabric: %s: put_signal message: %s", b->prov, cx_fi_strerror(-r));
@@ -276,8 +260,7 @@ void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
             cx_fi_op_free(b, op);
         }
         break;
-    default:
-        cx_fi_op_free(b, op);
+    default: cx_fi_op_free(b, op);
     }
 }
 
@@ -289,8 +272,7 @@ static void cx_fi_pull_end(cx_backend_t *b, cx_fi_op_t *op, int status)
         void *peer = op->peer;
         cx_fi_deliver(b, peer, op->mtype == CX_FM_SIG, op->ack_seq, op->tmp_buf, op->r_len);
     } else if (op->ep) {
-        cx_core_count_served(b->core, op->mtype == CX_FM_SIG ? CX_XFER_PUT_SIGNAL :
-                             CX_XFER_MSG, 0, 0);
+        cx_core_count_served(b->core, op->mtype == CX_FM_SIG ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
         cx_fi_send_ack(b, op->ep, op->peer, op->ack_seq, status);
     }
     cx_fi_op_free(b, op);
@@ -309,9 +291,13 @@ static cx_cause_t cx_fi_err_cause(int err)
     case FI_ECONNRESET:
     case FI_ECONNABORTED:
     case FI_ENOTCONN:
-        return CX_CAUSE_PEER_GONE;   /* the peer's end reset the connection */
-    default:
+        /* The peer's end closed or reset the connection: a killed process does, but so does a
+         * live peer whose core closed its data endpoint on a verdict of its own (a probe, an op
+         * timeout). Read as the peer's death, that failed a live pair (conformance_cause). A
+         * death is also seen by the control connection's reset and the same-host watch, at the
+         * same moment: the probe costs it nothing. */
         return CX_CAUSE_TRANSPORT;
+    default: return CX_CAUSE_TRANSPORT;
     }
 }
 
@@ -321,12 +307,9 @@ static int cx_fi_err_status(int err)
     case FI_EINVAL:
     case FI_EACCES:
     case FI_EKEYREJECTED:
-    case FI_EMSGSIZE:
-        return CX_EINVAL;
-    case FI_ECANCELED:
-        return CX_ERR;
-    default:
-        return CX_EPEER;
+    case FI_EMSGSIZE: return CX_EINVAL;
+    case FI_ECANCELED: return CX_ERR;
+    default: return CX_EPEER;
     }
 }
 
@@ -346,15 +329,12 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     if (c->type == CX_FI_CTX_RX) {
         cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
         rx->posted = 0;
-        if (b->closing)
-            return;
+        if (b->closing) return;
         if (ee->err == FI_ECANCELED) {
-            if (rx->gen != b->rot_gen)
-                cx_fi_rx_post(b, rx);   /* its endpoint was closed by a rotation (fi_rot.c) */
+            if (rx->gen != b->rot_gen) cx_fi_rx_post(b, rx); /* its endpoint was closed by a rotation (fi_rot.c) */
             return;
         }
-        cx_warn("libfabric: %s: receive failed: %s (%s)", b->prov, cx_fi_strerror(ee->err),
-                why ? why : "");
+        cx_warn("libfabric: %s: receive failed: %s (%s)", b->prov, cx_fi_strerror(ee->err), why ? why : "");
         cx_fi_rx_post(b, rx);
         return;
     }
@@ -362,10 +342,8 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     int st = cx_fi_err_status(ee->err);
     cx_cause_t cause = cx_fi_err_cause(ee->err);
     void *peer = NULL;
-    if (op->ep && (st == CX_EPEER || cause == CX_CAUSE_LOCAL) && op->kind != CX_FOP_ACK)
-        peer = op->ep->peer;
-    cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, cx_fi_strerror(ee->err),
-            why ? why : "");
+    if (op->ep && (st == CX_EPEER || cause == CX_CAUSE_LOCAL) && op->kind != CX_FOP_ACK) peer = op->ep->peer;
+    cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, cx_fi_strerror(ee->err), why ? why : "");
     char reason[128];
     snprintf(reason, sizeof reason, "libfabric %s: %s", b->prov, cx_fi_strerror(ee->err));
     /* An op of the core's (it still holds an xfer) is reported before it completes, so that it
@@ -377,8 +355,7 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     }
     cx_fi_op_done(b, op, st);
     /* Other ops (acks, answers, pulls): after the op is gone. */
-    if (peer && cx_fi_ep_by_peer(b, peer))
-        cx_core_peer_error(b->core, peer, cause, reason);
+    if (peer && cx_fi_ep_by_peer(b, peer)) cx_core_peer_error(b->core, peer, cause, reason);
 }
 
 /* Our region's lock stays held (fi_int.h, cx_fi_lock_held): the CQ read that would spin on it
@@ -392,14 +369,14 @@ static int cx_fi_wedged(cx_backend_t *b)
         b->wedged_ns = now;
         return 0;
     }
-    if (b->rot_ns && cx_fi_rot_due(b, now) && !cx_fi_rotate(b))
-        return 1;
+    if (b->rot_ns && cx_fi_rot_due(b, now) && !cx_fi_rotate(b)) return 1;
     if (!b->wedge_logged && now - b->wedged_ns >= CX_FI_WEDGE_LOG_NS) {
         b->wedge_logged = 1;
         cx_warn("libfabric: shm: our region's spinlock has been held for %llu ms by another "
                 "process (one stopped inside the provider?): completions wait for it, ops time "
                 "out meanwhile; see backends/libfabric/README.md, \"Spinlocks of stopped "
-                "processes\"", (unsigned long long)((now - b->wedged_ns) / 1000000u));
+                "processes\"",
+                (unsigned long long)((now - b->wedged_ns) / 1000000u));
     }
     return 0;
 }
@@ -418,22 +395,18 @@ static int cx_fi_drain(cx_backend_t *b)
 {
     struct fi_cq_msg_entry e[CX_FI_CQ_BATCH];
     int total = 0;
-    if (cx_fi_lock_held(b, b->self_lockw) && !cx_fi_wedged(b))
-        return 0;
-    if (b->wedged_ns)
-        cx_fi_unwedged(b);
+    if (cx_fi_lock_held(b, b->self_lockw) && !cx_fi_wedged(b)) return 0;
+    if (b->wedged_ns) cx_fi_unwedged(b);
     while (total < CX_FI_CQ_MAX) {
         ssize_t n = fi_cq_read(b->cq, e, CX_FI_CQ_BATCH);
         if (n == -FI_EAGAIN) {
-            if (b->rot_sweep)
-                cx_fi_rot_leftovers(b);
+            if (b->rot_sweep) cx_fi_rot_leftovers(b);
             return total;
         }
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ee;
             memset(&ee, 0, sizeof ee);
-            if (fi_cq_readerr(b->cq, &ee, 0) == 1)
-                cx_fi_on_error(b, &ee);
+            if (fi_cq_readerr(b->cq, &ee, 0) == 1) cx_fi_on_error(b, &ee);
             total++;
             continue;
         }
@@ -443,8 +416,7 @@ static int cx_fi_drain(cx_backend_t *b)
         }
         for (ssize_t i = 0; i < n; i++) {
             cx_fi_ctx_t *c = e[i].op_context;
-            if (!c)
-                continue;
+            if (!c) continue;
             if (c->type == CX_FI_CTX_WARM) {
                 cx_fi_warm_done(b);
             } else if (c->type == CX_FI_CTX_RX) {
@@ -462,7 +434,7 @@ static int cx_fi_drain(cx_backend_t *b)
          * read of a 4 KiB op itself); the next poll or progress call reads what comes later,
          * and fi_trywait checks the CQ before the progress thread sleeps. */
         if (n < CX_FI_CQ_BATCH && !b->rot_sweep)
-            return total;   /* after a rotation: on to the empty read, then its leftovers */
+            return total; /* after a rotation: on to the empty read, then its leftovers */
     }
     return -1;
 }
@@ -477,18 +449,15 @@ uint64_t cx_fi_now_ns(void)
 /* Connections accepted from peers appear inside fi_cq_read: sweep now and then. */
 static void cx_fi_maybe_sweep(cx_backend_t *b)
 {
-    if (b->cq_fd < 0)
-        return;
+    if (b->cq_fd < 0) return;
     uint64_t now = cx_fi_now_ns();
     /* After a connect the gap doubles from 1 ms: a walk is 20-40 system calls (100-300 us on
      * this VM), and one per ms on both sides for 2 s made every read of those 2 s slower (4 KiB
      * tcp reads 35 us p50 in the first 1000 against 21 us over 100,000). The peer's dial is
      * usually accepted within a few ms of the connect, and still found within twice its age. */
     int hot = now < b->sweep_hot_until_ns && now >= b->last_sweep_ns + b->sweep_gap_ns;
-    if (!b->sweep_now && now < b->next_sweep_ns && !hot)
-        return;
-    if (hot && b->sweep_gap_ns < 200000000ull)
-        b->sweep_gap_ns *= 2;
+    if (!b->sweep_now && now < b->next_sweep_ns && !hot) return;
+    if (hot && b->sweep_gap_ns < 200000000ull) b->sweep_gap_ns *= 2;
     b->sweep_now = 0;
     b->last_sweep_ns = now;
     b->next_sweep_ns = now + 200000000ull;
@@ -502,8 +471,7 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
 static void cx_fi_retry_tick(cx_backend_t *b)
 {
     struct itimerspec it = { .it_value = { 0, CX_FI_RETRY_US * 1000 } };
-    if (timerfd_settime(b->qfd, 0, &it, NULL))
-        cx_fi_kick(b);
+    if (timerfd_settime(b->qfd, 0, &it, NULL)) cx_fi_kick(b);
 }
 
 /* One pass without arming (backend.h: a caller driving the transports, or the progress thread
@@ -523,8 +491,7 @@ int cx_fi_progress(cx_backend_t *b)
     cx_fi_maybe_sweep(b);
     cx_fi_report_dead(b);
     cx_fi_shm_progress(b, 0);
-    if (b->n_av_later)
-        cx_fi_av_later_run(b, 0);
+    if (b->n_av_later) cx_fi_av_later_run(b, 0);
     if (read(b->evfd, &v, sizeof v) < 0) {
         /* EAGAIN: nobody asked for another round */
     }
@@ -546,27 +513,22 @@ int cx_fi_progress(cx_backend_t *b)
                 cx_fi_retry_tick(b);
             return CX_OK;
         }
-        if (b->sweep_hot_until_ns)
-            cx_fi_maybe_sweep(b);   /* a connection accepted just now, inside the drain */
+        if (b->sweep_hot_until_ns) cx_fi_maybe_sweep(b); /* a connection accepted just now, inside the drain */
         if (n < 0 || (b->qhead && !b->q_stuck)) {
-            cx_fi_kick(b);      /* more to do: come back after the core served the rest */
+            cx_fi_kick(b); /* more to do: come back after the core served the rest */
             return CX_OK;
         }
-        if (b->qhead)
-            cx_fi_retry_tick(b);   /* nothing could be posted: retry in a while, CQ fd armed */
+        if (b->qhead) cx_fi_retry_tick(b); /* nothing could be posted: retry in a while, CQ fd armed */
         if (b->cq_fd < 0) {
             /* No wait object: poll while anything of ours is in flight, or traffic is recent. */
             uint64_t now = cx_fi_now_ns();
-            if (n > 0 || b->all)
-                b->hot_until_ns = now + 100000000ull;
-            if (b->busy_poll || now < b->hot_until_ns)
-                cx_fi_kick(b);
+            if (n > 0 || b->all) b->hot_until_ns = now + 100000000ull;
+            if (b->busy_poll || now < b->hot_until_ns) cx_fi_kick(b);
             return CX_OK;
         }
         struct fid *f = &b->cq->fid;
         int r = fi_trywait(b->fabric, &f, 1);
-        if (r == FI_SUCCESS)
-            return CX_OK;
+        if (r == FI_SUCCESS) return CX_OK;
         if (r != -FI_EAGAIN) {
             cx_debug("libfabric: %s: fi_trywait: %s", b->prov, cx_fi_strerror(-r));
             cx_fi_kick(b);

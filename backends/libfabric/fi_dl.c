@@ -35,7 +35,7 @@ static void *sym(void *h, const char *name, const char *version)
 {
 #if FI_MAJOR_VERSION == 1
     void *p = dlvsym(h, name, version);
-    return p ? p : dlsym(h, name);   /* a library built without symbol versions */
+    return p ? p : dlsym(h, name); /* a library built without symbol versions */
 #else
     (void)version;
     return dlsym(h, name);
@@ -60,8 +60,10 @@ static void lib_load(void)
     CX_FI_SYM(h, lib.fabric, "fi_fabric", "FABRIC_1.1");
     CX_FI_SYM(h, lib.strerror, "fi_strerror", "FABRIC_1.0");
     if (!lib.getinfo || !lib.freeinfo || !lib.dupinfo || !lib.fabric || !lib.strerror) {
-        snprintf(lib.why, sizeof lib.why, "%s lacks fi_getinfo, fi_freeinfo, fi_dupinfo, fi_fabric "
-                 "or fi_strerror", name);
+        snprintf(lib.why, sizeof lib.why,
+                 "%s lacks fi_getinfo, fi_freeinfo, fi_dupinfo, fi_fabric "
+                 "or fi_strerror",
+                 name);
         return;
     }
     lib.ok = 1;
@@ -81,8 +83,8 @@ int cx_fi_lib_load(void)
 
 /* The backend's open loads the library first; the wrappers check again (pthread_once: a load
  * word after the first call) so that none can call through a NULL pointer. */
-int cx_fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
-                  const struct fi_info *hints, struct fi_info **info)
+int cx_fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags, const struct fi_info *hints,
+                  struct fi_info **info)
 {
     if (cx_fi_lib_load()) return -FI_ENOSYS;
     return lib.getinfo(version, node, service, flags, hints, info);

@@ -20,8 +20,7 @@
 static void cx_fi_cloexec(int fd)
 {
     int fl = fcntl(fd, F_GETFD);
-    if (fl >= 0 && !(fl & FD_CLOEXEC))
-        fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
+    if (fl >= 0 && !(fl & FD_CLOEXEC)) fcntl(fd, F_SETFD, fl | FD_CLOEXEC);
 }
 
 static int cx_fi_cmp_int(const void *a, const void *b)
@@ -35,18 +34,15 @@ int *cx_fi_fd_list(size_t *n)
 {
     *n = 0;
     DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return NULL;
+    if (!d) return NULL;
     size_t cap = 64;
     int *v = malloc(cap * sizeof *v);
     struct dirent *de;
     int self = dirfd(d);
     while (v && (de = readdir(d))) {
-        if (de->d_name[0] < '0' || de->d_name[0] > '9')
-            continue;
+        if (de->d_name[0] < '0' || de->d_name[0] > '9') continue;
         int fd = atoi(de->d_name);
-        if (fd == self)
-            continue;
+        if (fd == self) continue;
         if (*n == cap) {
             int *nv = realloc(v, 2 * cap * sizeof *v);
             if (!nv) {
@@ -73,8 +69,7 @@ void cx_fi_fd_cloexec_new(const int *before, size_t nbefore)
     size_t n;
     int *now = cx_fi_fd_list(&n);
     for (size_t i = 0; i < n; i++)
-        if (!before || !bsearch(&now[i], before, nbefore, sizeof *before, cx_fi_cmp_int))
-            cx_fi_cloexec(now[i]);
+        if (!before || !bsearch(&now[i], before, nbefore, sizeof *before, cx_fi_cmp_int)) cx_fi_cloexec(now[i]);
     free(now);
 }
 
@@ -83,8 +78,7 @@ static int cx_fi_is_epoll(int fd)
     char p[64], l[64];
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
     ssize_t k = readlink(p, l, sizeof l - 1);
-    if (k <= 0)
-        return 0;
+    if (k <= 0) return 0;
     l[k] = 0;
     return strstr(l, "eventpoll") != NULL;
 }
@@ -94,22 +88,19 @@ static void cx_fi_walk(int epfd, int depth)
     char p[64], line[256];
     snprintf(p, sizeof p, "/proc/self/fdinfo/%d", epfd);
     FILE *f = fopen(p, "re");
-    if (!f)
-        return;
+    if (!f) return;
     int kids[64], nk = 0;
     while (fgets(line, sizeof line, f)) {
         int fd;
         if (sscanf(line, "tfd: %d", &fd) == 1 && fd >= 0) {
             cx_fi_cloexec(fd);
-            if (nk < 64)
-                kids[nk++] = fd;
+            if (nk < 64) kids[nk++] = fd;
         }
     }
     fclose(f);
     if (depth < 4)
         for (int i = 0; i < nk; i++)
-            if (cx_fi_is_epoll(kids[i]))
-                cx_fi_walk(kids[i], depth + 1);
+            if (cx_fi_is_epoll(kids[i])) cx_fi_walk(kids[i], depth + 1);
 }
 
 void cx_fi_fd_sweep(cx_backend_t *b)

@@ -9,8 +9,9 @@
  * our own region's lock; another run spun in fi_read on the dead peer's lock).
  *
  * Nothing inside the provider can tell a dead holder from a slow one, so this file does it from
- * outside, with what only we know: which processes have exited. A guard thread waits on a
- * pidfd per shm peer; once a peer has exited, it looks at two locks, the dead peer's region's
+ * outside, with what only we know: which processes have exited. A guard thread waits on an
+ * exit fd per shm peer (the core's, cx_core_peer_exit_fd: its same-host watch follows the
+ * peer's process); once a peer has exited, it looks at two locks, the dead peer's region's
  * and our own, and releases one that stays held through CX_FI_GUARD_HELD_MS of samples (a live
  * holder keeps it for microseconds; a dead one never lets go).
  *
@@ -35,13 +36,12 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#define CX_FI_GUARD_HEAD 4096u     /* bytes of a region's head the guard maps */
-#define CX_FI_GUARD_HELD_MS 50     /* held in every 1 ms sample this long: released */
-#define CX_FI_GUARD_LOOK_MS 200    /* a lock still busy but seen free is left after this */
+#define CX_FI_GUARD_HEAD 4096u  /* bytes of a region's head the guard maps */
+#define CX_FI_GUARD_HELD_MS 50  /* held in every 1 ms sample this long: released */
+#define CX_FI_GUARD_LOOK_MS 200 /* a lock still busy but seen free is left after this */
 
 /* A peer's slot lives from connect until the peer has exited and its locks were looked at, or,
  * once the endpoint is dropped, for CX_FI_GUARD_KEEP_NS: the core drops a peer as soon as its
@@ -49,27 +49,27 @@
 #define CX_FI_GUARD_KEEP_NS 30000000000ull
 
 typedef struct cx_fi_gpeer {
-    uint64_t tok;              /* epoll data: slots move in the array */
-    const void *id;            /* the backend's endpoint, NULL once dropped */
-    uint64_t keep_until_ns;    /* dropped: freed then at the latest */
-    int exited;                /* looked at after its exit: freed when dropped */
-    int pidfd;
-    uint8_t *head;             /* our own mapping of the peer region's head */
+    uint64_t tok;           /* epoll data: slots move in the array */
+    const void *id;         /* the backend's endpoint, NULL once dropped */
+    uint64_t keep_until_ns; /* dropped: freed then at the latest */
+    int exited;             /* looked at after its exit: freed when dropped */
+    int exit_fd;            /* the core's: readable once the peer's process has exited */
+    uint8_t *head;          /* our own mapping of the peer region's head */
     char name[64];
 } cx_fi_gpeer_t;
 
 struct cx_fi_guard {
     pthread_t th;
     int epfd, stopfd;
-    pthread_mutex_t mu;        /* peers: the progress thread adds and drops, the guard looks */
+    pthread_mutex_t mu; /* peers: the progress thread adds and drops, the guard looks */
     cx_fi_gpeer_t *peers;
     int npeers, cap;
     uint64_t next_tok;
-    uint8_t *self;             /* our own region's head */
+    uint8_t *self; /* our own region's head */
     char self_name[64];
     size_t lock_off;
-    int unlocked, locked;      /* glibc's values of a free and a held spinlock */
-    uint8_t version;           /* the region layout's version byte (offset 0) */
+    int unlocked, locked; /* glibc's values of a free and a held spinlock */
+    uint8_t version;      /* the region layout's version byte (offset 0) */
     uint64_t released;
 };
 
@@ -96,8 +96,7 @@ int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw)
 {
     for (int i = 0; i < CX_FI_LOCK_SPINS; i++) {
         cx_fi_cpu_relax();
-        if (__atomic_load_n(lockw, __ATOMIC_RELAXED) == b->lock_free)
-            return 0;
+        if (__atomic_load_n(lockw, __ATOMIC_RELAXED) == b->lock_free) return 0;
     }
     return 1;
 }
@@ -105,8 +104,7 @@ int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw)
 static uint8_t *cx_fi_guard_map(const char *name)
 {
     int fd = shm_open(name, O_RDWR | O_CLOEXEC, 0);
-    if (fd < 0)
-        return NULL;
+    if (fd < 0) return NULL;
     void *p = mmap(NULL, CX_FI_GUARD_HEAD, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     return p == MAP_FAILED ? NULL : p;
@@ -116,19 +114,16 @@ static uint8_t *cx_fi_guard_map(const char *name)
 static uintptr_t cx_fi_guard_mapped_at(const char *name)
 {
     FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
-        return 0;
+    if (!f) return 0;
     char line[512], want[80];
     snprintf(want, sizeof want, "/dev/shm/%s", name);
     uintptr_t at = 0;
     while (!at && fgets(line, sizeof line, f)) {
         char *nl = strchr(line, '\n');
-        if (nl)
-            *nl = 0;
+        if (nl) *nl = 0;
         size_t n = strlen(line), w = strlen(want);
         unsigned long long lo;
-        if (n > w && !strcmp(line + n - w, want) && line[n - w - 1] == ' ' &&
-            sscanf(line, "%llx-", &lo) == 1)
+        if (n > w && !strcmp(line + n - w, want) && line[n - w - 1] == ' ' && sscanf(line, "%llx-", &lo) == 1)
             at = (uintptr_t)lo;
     }
     fclose(f);
@@ -140,28 +135,24 @@ static uintptr_t cx_fi_guard_mapped_at(const char *name)
 static int cx_fi_guard_layout(struct cx_fi_guard *g)
 {
     uintptr_t at = cx_fi_guard_mapped_at(g->self_name);
-    if (!at)
-        return -1;
+    if (!at) return -1;
     for (size_t k = 8; k + 8 + sizeof(int) <= 256; k += 8) {
         uint64_t v;
         memcpy(&v, g->self + k, sizeof v);
-        if (v != (uint64_t)at)
-            continue;
+        if (v != (uint64_t)at) continue;
         int pid_seen = 0;
         for (size_t o = 0; o + sizeof(int) <= k; o += sizeof(int)) {
             int p;
             memcpy(&p, g->self + o, sizeof p);
             pid_seen |= p == (int)getpid();
         }
-        if (!pid_seen)
-            return -1;
+        if (!pid_seen) return -1;
         g->lock_off = k + 8;
         g->version = g->self[0];
         /* Free now (nobody talks to us yet): a value that is neither free nor held is not a
          * glibc spinlock, and the guard stays off. */
         for (int i = 0; i < 100; i++) {
-            if (cx_fi_guard_free(g, g->self))
-                return 0;
+            if (cx_fi_guard_free(g, g->self)) return 0;
             usleep(100);
         }
         return -1;
@@ -172,16 +163,15 @@ static int cx_fi_guard_layout(struct cx_fi_guard *g)
 static cx_fi_gpeer_t *cx_fi_guard_slot(struct cx_fi_guard *g, uint64_t tok)
 {
     for (int i = 0; i < g->npeers; i++)
-        if (g->peers[i].tok == tok)
-            return &g->peers[i];
+        if (g->peers[i].tok == tok) return &g->peers[i];
     return NULL;
 }
 
 /* With mu held. */
 static void cx_fi_guard_free_slot(struct cx_fi_guard *g, cx_fi_gpeer_t *p)
 {
-    epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);
-    close(p->pidfd);
+    epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->exit_fd, NULL);
+    close(p->exit_fd);
     munmap(p->head, CX_FI_GUARD_HEAD);
     *p = g->peers[--g->npeers];
 }
@@ -197,8 +187,7 @@ static void cx_fi_guard_expire(struct cx_fi_guard *g)
     }
 }
 
-static void cx_fi_guard_release(struct cx_fi_guard *g, uint8_t *head, const char *what,
-                                const char *dead)
+static void cx_fi_guard_release(struct cx_fi_guard *g, uint8_t *head, const char *what, const char *dead)
 {
     __atomic_store_n((int *)(void *)(head + g->lock_off), g->unlocked, __ATOMIC_RELEASE);
     g->released++;
@@ -215,8 +204,7 @@ static void cx_fi_guard_dead(struct cx_fi_guard *g, uint64_t tok, const char *na
     for (int ms = 0; ms < CX_FI_GUARD_LOOK_MS && !(done_peer && done_self); ms++) {
         pthread_mutex_lock(&g->mu);
         cx_fi_gpeer_t *p = cx_fi_guard_slot(g, tok);
-        if (!p || p->head[0] != g->version)
-            done_peer = 1;
+        if (!p || p->head[0] != g->version) done_peer = 1;
         if (!done_peer) {
             held_peer = cx_fi_guard_free(g, p->head) ? 0 : held_peer + 1;
             done_peer = !held_peer;
@@ -247,24 +235,20 @@ static void *cx_fi_guard_main(void *arg)
     for (;;) {
         struct epoll_event ev[8];
         int n = epoll_wait(g->epfd, ev, 8, -1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return NULL;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return NULL;
         for (int i = 0; i < n; i++) {
             uint64_t tok = ev[i].data.u64;
-            if (!tok)
-                return NULL;   /* the stop eventfd */
+            if (!tok) return NULL; /* the stop eventfd */
             char name[64] = "a peer";
             pthread_mutex_lock(&g->mu);
             cx_fi_gpeer_t *p = cx_fi_guard_slot(g, tok);
             if (p) {
-                epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->pidfd, NULL);   /* exited once is exited */
+                epoll_ctl(g->epfd, EPOLL_CTL_DEL, p->exit_fd, NULL); /* exited once is exited */
                 snprintf(name, sizeof name, "%s", p->name);
             }
             pthread_mutex_unlock(&g->mu);
-            if (!p)
-                continue;
+            if (!p) continue;
             cx_fi_guard_dead(g, tok, name);
             pthread_mutex_lock(&g->mu);
             if ((p = cx_fi_guard_slot(g, tok))) {
@@ -280,15 +264,10 @@ static void *cx_fi_guard_main(void *arg)
 
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name)
 {
-    if (strcmp(b->prov, "shm") || !self_name)
-        return;
-    unsigned long long on;
-    (void)cx_opt_get_num("CONNEX_FI_SHM_GUARD", &on);
-    if (!on)
-        return;
+    if (strcmp(b->prov, "shm") || !self_name) return;
+    if (!cx_opts_num(b->opts, "CONNEX_FI_SHM_GUARD", NULL)) return;
     struct cx_fi_guard *g = calloc(1, sizeof *g);
-    if (!g)
-        return;
+    if (!g) return;
     g->epfd = g->stopfd = -1;
     snprintf(g->self_name, sizeof g->self_name, "%s", self_name);
     pthread_spinlock_t probe;
@@ -301,8 +280,7 @@ void cx_fi_guard_start(cx_backend_t *b, const char *self_name)
     struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
     if (sizeof(pthread_spinlock_t) != sizeof(int) || g->unlocked == g->locked ||
         !(g->self = cx_fi_guard_map(self_name)) || cx_fi_guard_layout(g) ||
-        (g->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-        (g->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
+        (g->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 || (g->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 ||
         epoll_ctl(g->epfd, EPOLL_CTL_ADD, g->stopfd, &ev)) {
         cx_info("libfabric: shm: region layout not recognised: a spinlock left held by a "
                 "killed peer is not released (the guard is off)");
@@ -313,32 +291,26 @@ void cx_fi_guard_start(cx_backend_t *b, const char *self_name)
         pthread_mutex_destroy(&g->mu);
         goto fail;
     }
-    cx_debug("libfabric: shm: spinlock guard on (lock at offset %zu, layout version %u)",
-             g->lock_off, g->version);
+    cx_debug("libfabric: shm: spinlock guard on (lock at offset %zu, layout version %u)", g->lock_off, g->version);
     b->guard = g;
     b->self_lockw = (const int *)(const void *)(g->self + g->lock_off);
     b->lock_free = g->unlocked;
     b->lock_held = g->locked;
     return;
 fail:
-    if (g->self)
-        munmap(g->self, CX_FI_GUARD_HEAD);
-    if (g->epfd >= 0)
-        close(g->epfd);
-    if (g->stopfd >= 0)
-        close(g->stopfd);
+    if (g->self) munmap(g->self, CX_FI_GUARD_HEAD);
+    if (g->epfd >= 0) close(g->epfd);
+    if (g->stopfd >= 0) close(g->stopfd);
     free(g);
 }
 
 const int *cx_fi_guard_self(cx_backend_t *b, const char *name)
 {
     struct cx_fi_guard *g = b->guard;
-    if (!g)
-        return NULL;
+    if (!g) return NULL;
     uint8_t *head = cx_fi_guard_map(name);
-    if (!head)
-        return NULL;
-    if (head[0] != g->version) {   /* the same library wrote it: a layout of its own */
+    if (!head) return NULL;
+    if (head[0] != g->version) { /* the same library wrote it: a layout of its own */
         munmap(head, CX_FI_GUARD_HEAD);
         return NULL;
     }
@@ -351,14 +323,15 @@ const int *cx_fi_guard_self(cx_backend_t *b, const char *name)
     return (const int *)(const void *)(head + g->lock_off);
 }
 
-const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name)
+const int *cx_fi_guard_add(cx_backend_t *b, const void *id, int exit_fd, const char *name)
 {
     struct cx_fi_guard *g = b->guard;
-    if (!g || !pid)
+    if (!g) {
+        if (exit_fd >= 0) close(exit_fd);
         return NULL;
-    cx_fi_gpeer_t p = { .id = id, .pidfd = -1 };
+    }
+    cx_fi_gpeer_t p = { .id = id, .exit_fd = exit_fd };
     snprintf(p.name, sizeof p.name, "%s", name);
-    p.pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
     p.head = cx_fi_guard_map(name);
     pthread_mutex_lock(&g->mu);
     cx_fi_guard_expire(g);
@@ -372,18 +345,16 @@ const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const 
             g->cap = cap;
         }
     }
-    int ok = g->npeers < g->cap && p.pidfd >= 0 && p.head &&
-             !epoll_ctl(g->epfd, EPOLL_CTL_ADD, p.pidfd, &ev);
-    if (ok)
-        g->peers[g->npeers++] = p;
+    int ok = g->npeers < g->cap && p.exit_fd >= 0 && p.head && !epoll_ctl(g->epfd, EPOLL_CTL_ADD, p.exit_fd, &ev);
+    if (ok) g->peers[g->npeers++] = p;
     pthread_mutex_unlock(&g->mu);
     if (!ok) {
         cx_info("libfabric: shm: no spinlock guard for %s (%s)", name,
-                p.pidfd < 0 ? "pidfd_open failed" : !p.head ? "region not mapped" : "no room");
-        if (p.pidfd >= 0)
-            close(p.pidfd);
-        if (p.head)
-            munmap(p.head, CX_FI_GUARD_HEAD);
+                p.exit_fd < 0 ? "the core does not follow its process"
+                    : !p.head ? "region not mapped"
+                              : "no room");
+        if (p.exit_fd >= 0) close(p.exit_fd);
+        if (p.head) munmap(p.head, CX_FI_GUARD_HEAD);
         return NULL;
     }
     /* The mapping lives as long as the slot, and the slot at least as long as the endpoint
@@ -394,17 +365,15 @@ const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const 
 void cx_fi_guard_del(cx_backend_t *b, const void *id)
 {
     struct cx_fi_guard *g = b->guard;
-    if (!g)
-        return;
+    if (!g) return;
     pthread_mutex_lock(&g->mu);
     for (int i = 0; i < g->npeers; i++) {
         cx_fi_gpeer_t *p = &g->peers[i];
-        if (p->id != id)
-            continue;
+        if (p->id != id) continue;
         if (p->exited) {
             cx_fi_guard_free_slot(g, p);
         } else {
-            p->id = NULL;   /* watched until it exits, or for CX_FI_GUARD_KEEP_NS */
+            p->id = NULL; /* watched until it exits, or for CX_FI_GUARD_KEEP_NS */
             p->keep_until_ns = cx_fi_now_ns() + CX_FI_GUARD_KEEP_NS;
         }
         break;
@@ -416,22 +385,18 @@ void cx_fi_guard_del(cx_backend_t *b, const void *id)
 void cx_fi_guard_stop(cx_backend_t *b)
 {
     struct cx_fi_guard *g = b->guard;
-    if (!g)
-        return;
+    if (!g) return;
     uint64_t one = 1;
     if (write(g->stopfd, &one, sizeof one) != (ssize_t)sizeof one)
         cx_warn("libfabric: shm: guard stop: %s", strerror(errno));
     pthread_join(g->th, NULL);
-    b->self_lockw = NULL;          /* the mappings go now */
-    for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
-        ep->lockw = NULL;
+    b->self_lockw = NULL; /* the mappings go now */
+    for (cx_bep_t *ep = b->eps; ep; ep = ep->next) ep->lockw = NULL;
     for (int i = 0; i < g->npeers; i++) {
-        close(g->peers[i].pidfd);
+        close(g->peers[i].exit_fd);
         munmap(g->peers[i].head, CX_FI_GUARD_HEAD);
     }
-    if (g->released)
-        cx_info("libfabric: shm: the guard released %" PRIu64 " spinlock(s) of killed peers",
-                g->released);
+    if (g->released) cx_info("libfabric: shm: the guard released %" PRIu64 " spinlock(s) of killed peers", g->released);
     free(g->peers);
     munmap(g->self, CX_FI_GUARD_HEAD);
     close(g->epfd);

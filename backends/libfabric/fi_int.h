@@ -28,100 +28,105 @@
  * calls; every other fi_* call is inline through the fid's ops table. cx_fi_lib_load: CX_OK, or
  * CX_EUNSUPPORTED (logged once) where the library cannot be loaded. */
 int cx_fi_lib_load(void);
-int cx_fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
-                  const struct fi_info *hints, struct fi_info **info);
+int cx_fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags, const struct fi_info *hints,
+                  struct fi_info **info);
 void cx_fi_freeinfo(struct fi_info *info);
 struct fi_info *cx_fi_dupinfo(const struct fi_info *info);
 int cx_fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context);
 const char *cx_fi_strerror(int errnum);
 
-#define CX_FI_BUF 65536u        /* eager buffer: messages up to this (with header) go inline */
-#define CX_FI_NRX 32            /* receive buffers kept posted */
-#define CX_FI_NTX 64            /* send buffers (messages, acks, rendezvous headers) */
-#define CX_FI_OP_CACHE 64       /* freed ops kept for reuse */
+#define CX_FI_BUF 65536u  /* eager buffer: messages up to this (with header) go inline */
+#define CX_FI_NRX 32      /* receive buffers kept posted */
+#define CX_FI_NTX 64      /* send buffers (messages, acks, rendezvous headers) */
+#define CX_FI_OP_CACHE 64 /* freed ops kept for reuse */
 /* Per peer: what one peer may hold of the shared resources, so that a peer that stops reading
  * (SIGSTOP, a hung host) cannot take them all from the others until its op timeout. */
-#define CX_FI_EP_POSTED_MAX 256             /* ops posted to the provider (rxm's tx queue is 2048) */
-#define CX_FI_EP_TX_MAX (CX_FI_NTX / 2)     /* send buffers of our pool */
+#define CX_FI_EP_POSTED_MAX 256         /* ops posted to the provider (rxm's tx queue is 2048) */
+#define CX_FI_EP_TX_MAX (CX_FI_NTX / 2) /* send buffers of our pool */
 /* CX_FI_ADDR_VERSION, CX_FI_KEY_*, the message header (CX_FM_*): fi_wire.h */
 
 enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2, CX_FI_CTX_WARM = 3 };
 
 /* What each posted fi_* call carries as its context: providers may need FI_CONTEXT2 space. */
 typedef struct cx_fi_ctx {
-    struct fi_context2 fc;      /* must stay first: the provider owns it while posted */
-    int type;                   /* CX_FI_CTX_* */
+    struct fi_context2 fc; /* must stay first: the provider owns it while posted */
+    int type;              /* CX_FI_CTX_* */
 } cx_fi_ctx_t;
 
 typedef struct cx_fi_rx {
     cx_fi_ctx_t c;
     uint8_t *buf;
-    int posted;                 /* the provider owns it (until its CQ entry) */
-    uint32_t gen;               /* posted on the endpoint of this rotation (fi_rot.c) */
+    int posted;   /* the provider owns it (until its CQ entry) */
+    uint32_t gen; /* posted on the endpoint of this rotation (fi_rot.c) */
 } cx_fi_rx_t;
 
-enum { CX_FI_RREQ_WB = 1, CX_FI_RREQ_IN = 2 };   /* cx_fi_op.rreq */
+enum { CX_FI_RREQ_WB = 1, CX_FI_RREQ_IN = 2 }; /* cx_fi_op.rreq */
 
 enum {
-    CX_FOP_READ = 1,    /* fi_read for the core */
-    CX_FOP_WRITE,       /* fi_write for the core */
-    CX_FOP_PSWRITE,     /* put_signal, phase 1: the write, delivery-complete */
-    CX_FOP_SEND,        /* MSG, or put_signal phase 2: header (+ payload or rendezvous) */
-    CX_FOP_ACK,         /* target: the ack of a message (no xfer) */
-    CX_FOP_PULL,        /* target: fi_read of a large message from its sender (no xfer) */
-    CX_FOP_WBACK        /* target of a write-back read: the write into the reader's buffer */
+    CX_FOP_READ = 1, /* fi_read for the core */
+    CX_FOP_WRITE,    /* fi_write for the core */
+    CX_FOP_PSWRITE,  /* put_signal, phase 1: the write, delivery-complete */
+    CX_FOP_SEND,     /* MSG, or put_signal phase 2: header (+ payload or rendezvous) */
+    CX_FOP_ACK,      /* target: the ack of a message (no xfer) */
+    CX_FOP_PULL,     /* target: fi_read of a large message from its sender (no xfer) */
+    CX_FOP_WBACK     /* target of a write-back read: the write into the reader's buffer */
 };
 
 typedef struct cx_fi_op {
     cx_fi_ctx_t c;
-    int kind;                   /* CX_FOP_* */
-    int posted;                 /* the provider owns c.fc until its CQ entry */
-    uint32_t gen;               /* posted on the endpoint of this rotation (fi_rot.c) */
+    int kind;     /* CX_FOP_* */
+    int posted;   /* the provider owns c.fc until its CQ entry */
+    uint32_t gen; /* posted on the endpoint of this rotation (fi_rot.c) */
     int in_backlog;
     int send_done, ack_got, ack_status;
-    cx_xfer_t *x;               /* NULL once completed to the core (or for ACK/PULL) */
-    struct cx_bep *ep;          /* NULL once the endpoint was disconnected */
-    uint64_t seq;               /* SEND: matched by the target's ack */
-    int txi;                    /* send buffer index, -1 none */
+    cx_xfer_t *x;      /* NULL once completed to the core (or for ACK/PULL) */
+    struct cx_bep *ep; /* NULL once the endpoint was disconnected */
+    uint64_t seq;      /* SEND: matched by the target's ack */
+    int txi;           /* send buffer index, -1 none */
     size_t txlen;
-    struct fid_mr *tmp_mr;      /* rendezvous: the message (sender) or landing buffer (target) */
-    uint8_t *tmp_buf;           /* PULL: landing buffer */
+    struct fid_mr *tmp_mr; /* rendezvous: the message (sender) or landing buffer (target) */
+    uint8_t *tmp_buf;      /* PULL: landing buffer */
     /* PULL / ACK: what the target answers */
     void *peer;
-    uint8_t mtype;              /* PULL: MSG or SIG; ACK: ACK, or RDATA with wb_src's r_len bytes
+    uint8_t mtype; /* PULL: MSG or SIG; ACK: ACK, or RDATA with wb_src's r_len bytes
                                    at offset r_addr of the read */
     uint64_t ack_seq;
     int32_t ack_val;
     uint64_t r_addr, r_key;
     size_t r_len;
-    int rreq;                   /* SEND: a read request on tcp (fi_wb.c), x is the read:
+    int rreq;                       /* SEND: a read request on tcp (fi_wb.c), x is the read:
                                    CX_FI_RREQ_WB or CX_FI_RREQ_IN */
-    cx_rread_t rr;              /* RREQ_IN: the answer, one window of the whole read */
-    const void *wb_src;         /* WBACK, RDATA: the bytes sent (in a pinned region, or tmp_buf) */
-    void *wb_pin;               /* WBACK, RDATA: the core's pin on the source region */
-    struct cx_fi_op *enext, *eprev;    /* ep's list */
-    struct cx_fi_op *qnext;            /* backlog */
-    cx_ack_link_t ack;                 /* in the ack table while it waits (seq) */
-    struct cx_fi_op *anext, *aprev;    /* every op alive */
+    cx_rread_t rr;                  /* RREQ_IN: the answer, one window of the whole read */
+    const void *wb_src;             /* WBACK, RDATA: the bytes sent (in a pinned region, or tmp_buf) */
+    void *wb_pin;                   /* WBACK, RDATA: the core's pin on the source region */
+    struct cx_fi_op *enext, *eprev; /* ep's list */
+    struct cx_fi_op *qnext;         /* backlog */
+    cx_ack_link_t ack;              /* in the ack table while it waits (seq) */
+    struct cx_fi_op *anext, *aprev; /* every op alive */
 } cx_fi_op_t;
 
 struct cx_bep {
     struct cx_backend *b;
     void *peer;
     fi_addr_t fa;
-    int used;                   /* an op was posted: rxm has (or is making) a connection */
-    int pidfd;                  /* shm: the peer process (see cx_fi_peer_dead), -1 otherwise */
-    int dead;                   /* shm: seen dead at a post; reported at the next progress */
-    unsigned pid_posts;         /* shm: posts, its pidfd looked at every CX_FI_PID_POSTS */
-    char shm_name[64];          /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
-    uint32_t pid;               /* shm: the peer process, 0 unknown */
-    uint32_t peer_gen;          /* shm: the rotation of the peer's endpoint we post to (fi_rot.c) */
-    const int *lockw;           /* shm: its region's spinlock, in the guard's mapping, or NULL */
-    int nq;                     /* its ops waiting in the backlog: later ops queue behind them */
-    int nops;                   /* ops linked in ops (cheap bound before counting them) */
-    uint64_t q_blocked;         /* backlog pass in which its head op got -FI_EAGAIN */
-    cx_fi_op_t *ops;            /* ops of this endpoint not yet completed */
+    int used;           /* an op was posted: rxm has (or is making) a connection */
+    int exit_fd;        /* shm: the core's fd for the peer's exit (cx_fi_peer_dead), or -1 */
+    int dead;           /* shm: seen dead at a post; reported at the next progress */
+    unsigned pid_posts; /* shm: posts, its exit fd looked at every CX_FI_PID_POSTS */
+    char shm_name[64];  /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
+    uint32_t pid;       /* shm: the process its region names carry (fi_rot.c), 0 unknown */
+    uint32_t peer_gen;  /* shm: the rotation of the peer's endpoint we post to (fi_rot.c) */
+    const int *lockw;   /* shm: its region's spinlock, in the guard's mapping, or NULL */
+    int nq;             /* its ops waiting in the backlog: later ops queue behind them */
+    int nops;           /* ops linked in ops (cheap bound before counting them) */
+    uint64_t q_blocked; /* backlog pass in which its head op got -FI_EAGAIN */
+    cx_fi_op_t *ops;    /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
+    /* A hub's endpoint (fi_rail.c): one endpoint per rail both sides have. */
+    int nrails;
+    struct cx_bep *rail[CX_FI_RAILS_MAX];
+    struct cx_fi_grp *fault; /* a stripe failed by CONNEX_FI_FAULT_RAIL, reported at progress */
+    int fault_i;
 };
 
 typedef struct cx_fi_mh {
@@ -137,22 +142,27 @@ typedef struct cx_fi_moved {
     uint32_t pid;
     uint64_t inc;
     uint32_t gen;
-    uint64_t at_ns;             /* when it came: the oldest is replaced first */
+    uint64_t at_ns; /* when it came: the oldest is replaced first */
     char name[64];
 } cx_fi_moved_t;
 
 /* fi_shm.c: a closed endpoint's peer whose region is unlinked once the process is gone. */
 #define CX_FI_SHM_WAITS 32
-#define CX_FI_AV_LATER 64                 /* shm peers' addresses waiting for their removal */
-#define CX_FI_AV_LATER_NS 1000000000ull   /* how long a dropped shm peer stays in the AV */
+#define CX_FI_AV_LATER 64               /* shm peers' addresses waiting for their removal */
+#define CX_FI_AV_LATER_NS 1000000000ull /* how long a dropped shm peer stays in the AV */
 typedef struct cx_fi_shm_wait {
-    int pidfd;
+    int exit_fd; /* the core's (cx_core_peer_exit_fd) */
     uint64_t until_ns;
     char name[64];
 } cx_fi_shm_wait_t;
 
+struct cx_fi_hub;
 struct cx_backend {
     cx_core_t *core;
+    const struct cx_opts *opts; /* the engine's CONNEX_* table (cx_backend_params_t.opts) */
+    struct cx_fi_hub *hub;      /* set: this instance is a hub of rails, nothing below is open */
+    struct cx_backend *owner;   /* a rail: its hub (every xfer it is given is a stripe) */
+    int rail_idx;
     uint64_t inc;
     char prov[64];
     struct fi_info *info;
@@ -161,18 +171,18 @@ struct cx_backend {
     struct fid_ep *ep;
     struct fid_av *av;
     struct fid_cq *cq;
-    int cq_fd;                  /* the CQ's wait fd, -1 when the provider has none */
-    int efd;                    /* epoll fd handed to the core: cq_fd + evfd */
-    int evfd;                   /* "call progress again" (backlog, failed trywait) */
-    int tfd;                    /* polling tick, only without a CQ wait fd */
-    int qfd;                    /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
-    cx_fi_ctx_t warm_ctx;       /* the send to ourselves at open (fi_warm.c) */
-    int warm_txi;               /* its send buffer until its completion, -1 none */
-    int busy_poll;              /* CONNEX_FI_POLL_US=0 */
-    uint64_t hot_until_ns;      /* poll continuously until then (recent traffic) */
+    int cq_fd;             /* the CQ's wait fd, -1 when the provider has none */
+    int efd;               /* epoll fd handed to the core: cq_fd + evfd */
+    int evfd;              /* "call progress again" (backlog, failed trywait) */
+    int tfd;               /* polling tick, only without a CQ wait fd */
+    int qfd;               /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
+    cx_fi_ctx_t warm_ctx;  /* the send to ourselves at open (fi_warm.c) */
+    int warm_txi;          /* its send buffer until its completion, -1 none */
+    int busy_poll;         /* CONNEX_FI_POLL_US=0 */
+    uint64_t hot_until_ns; /* poll continuously until then (recent traffic) */
     uint64_t mr_mode;
     int hmem;
-    uint64_t next_key;          /* requested keys must be unique when the provider picks none */
+    uint64_t next_key; /* requested keys must be unique when the provider picks none */
     size_t max_msg;
     uint8_t addr[512];
     size_t addr_len;
@@ -188,67 +198,74 @@ struct cx_backend {
 
     uint64_t next_seq;
     cx_acktab_t acks;
-    cx_fi_op_t *qhead, *qtail;  /* backlog: not yet posted; in order per endpoint only */
-    uint64_t q_pass;            /* backlog passes, for cx_bep.q_blocked */
-    int q_stuck;                /* the last pass posted nothing: every queued endpoint waits */
-    cx_fi_op_t *all;            /* every op alive (provider may still own some) */
-    cx_objcache_t op_cache;     /* freed ops for reuse */
+    cx_fi_op_t *qhead, *qtail; /* backlog: not yet posted; in order per endpoint only */
+    uint64_t q_pass;           /* backlog passes, for cx_bep.q_blocked */
+    int q_stuck;               /* the last pass posted nothing: every queued endpoint waits */
+    cx_fi_op_t *all;           /* every op alive (provider may still own some) */
+    cx_objcache_t op_cache;    /* freed ops for reuse */
     struct cx_bep *eps;
-    int wb;                     /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
-    uint32_t prov_version;      /* fabric_attr->prov_version: whether tcp's fi_read is safe */
-    int shm_direct;             /* shm: every op ends inside its post (fi_shm.c) */
-    size_t eager_max;           /* a message with its header up to this goes inline */
-    size_t rd_inline;           /* with wb: reads up to this many bytes answered inline */
-    size_t rd_part;             /* bytes per RDATA message: rxm's eager limit, less headers */
+    int wb;                /* reads by write-back (fi_wb.c): tcp, no FI_MR_LOCAL */
+    uint32_t prov_version; /* fabric_attr->prov_version: whether tcp's fi_read is safe */
+    int shm_direct;        /* shm: every op ends inside its post (fi_shm.c) */
+    uint64_t post_more;    /* FI_MORE while submit_batch posts all but its last xfer */
+    int more_owed;         /* a post went with FI_MORE and none without it since */
+    size_t eager_max;      /* a message with its header up to this goes inline */
+    size_t rd_inline;      /* with wb: reads up to this many bytes answered inline */
+    size_t rd_part;        /* bytes per RDATA message: rxm's eager limit, less headers */
     int closing;
-    int sweep_now;              /* a connection may have been made: sweep descriptors */
+    int sweep_now; /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
-    cx_fi_shm_wait_t shm_wait[CX_FI_SHM_WAITS];   /* fi_shm.c */
+    cx_fi_shm_wait_t shm_wait[CX_FI_SHM_WAITS]; /* fi_shm.c */
     int shm_nwait;
-    fi_addr_t av_later[CX_FI_AV_LATER];           /* shm addresses to remove (fi_shm.c) */
+    fi_addr_t av_later[CX_FI_AV_LATER]; /* shm addresses to remove (fi_shm.c) */
     uint64_t av_later_ns[CX_FI_AV_LATER];
     int n_av_later;
     uint64_t shm_next_ns;
-    char shm_self[64];          /* our region's name, when fi_setname took it (fi_shm.c) */
-    struct cx_fi_guard *guard;  /* fi_guard.c, NULL when off */
-    const int *self_lockw;      /* shm: our own region's spinlock (the guard's mapping), or NULL */
-    int lock_free, lock_held;   /* glibc's values of a free and a held spinlock */
-    uint64_t wedged_ns;         /* since when our region's lock stays held, 0 when it does not */
+    char shm_self[64];         /* our region's name, when fi_setname took it (fi_shm.c) */
+    struct cx_fi_guard *guard; /* fi_guard.c, NULL when off */
+    const int *self_lockw;     /* shm: our own region's spinlock (the guard's mapping), or NULL */
+    int lock_free, lock_held;  /* glibc's values of a free and a held spinlock */
+    uint64_t wedged_ns;        /* since when our region's lock stays held, 0 when it does not */
     int wedge_logged;
-    uint64_t rot_ns;            /* shm: a new endpoint once our lock is held this long and a peer
+    uint64_t rot_ns;      /* shm: a new endpoint once our lock is held this long and a peer
                                    process is stopped, 0 never (fi_rot.c) */
-    uint64_t rot_any_ns;        /* ... or this long, whoever holds it */
-    uint64_t rot_look_ns;       /* the next look at the peers' process states */
-    uint32_t rot_gen;           /* rotations so far: the endpoint's generation (fi_rot.c) */
-    uint64_t rot_next_ns;       /* after a failed rotation: not before then */
-    int rot_sweep;              /* a rotation's leftovers still to be looked at (fi_cq.c) */
+    uint64_t rot_any_ns;  /* ... or this long, whoever holds it */
+    uint64_t rot_look_ns; /* the next look at the peers' process states */
+    uint32_t rot_gen;     /* rotations so far: the endpoint's generation (fi_rot.c) */
+    uint64_t rot_next_ns; /* after a failed rotation: not before then */
+    int rot_sweep;        /* a rotation's leftovers still to be looked at (fi_cq.c) */
     cx_fi_moved_t moved[CX_FI_MOVED];
-    uint64_t sweep_hot_until_ns;   /* write-back warm-up: peers dial us right after connect */
+    uint64_t sweep_hot_until_ns; /* write-back warm-up: peers dial us right after connect */
     uint64_t last_sweep_ns;
-    uint64_t sweep_gap_ns;         /* between hot sweeps: doubles from 1 ms after a connect */
+    uint64_t sweep_gap_ns; /* between hot sweeps: doubles from 1 ms after a connect */
 };
 
+/* fi_rail.c: multi-rail (README.md, "Multi-rail"). cx_fi_open_rails: CX_OK with *out a hub,
+ * or CX_EUNSUPPORTED when fewer than two rails are asked for or open (the caller opens one). */
+int cx_fi_open_rails(const cx_backend_params_t *p, cx_backend_t **out);
+void cx_fi_hub_sub_done(cx_backend_t *rail, cx_xfer_t *sx, int status);
+extern const struct cx_backend_ops cx_fi_single_ops; /* fi_setup.c: one domain */
+void cx_fi_prepare(void);                            /* fi_setup.c: libfabric's env defaults */
+
 /* fi_mr.c */
-int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind,
-                 struct fid_mr **mr);
-int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key,
-                  size_t *key_len);
+int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind, struct fid_mr **mr);
+int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len);
 void cx_fi_mem_dereg(cx_backend_t *b, void *mh);
 /* Decodes a key blob into (remote address as the provider wants it, key). */
-int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr,
-                     uint64_t *rkey);
+int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr, uint64_t *rkey);
 
 /* fi_xfer.c */
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);
 void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why);
 int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x);
+void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
 cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep);
 void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status);
 /* A post of op failed (r: the negated fi_errno): report the cause, complete and free the op. */
 void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r);
 int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op);
-int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op);   /* post, or queue on -FI_EAGAIN */
+int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op); /* post, or queue on -FI_EAGAIN */
 void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_backlog_run(cx_backend_t *b);
 void cx_fi_kick(cx_backend_t *b);
@@ -269,18 +286,18 @@ void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_
 int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);
-int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
-                   uint64_t raddr, uint64_t key);
+int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len, uint64_t raddr,
+                   uint64_t key);
 void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 
 /* fi_setup.c: one RDM endpoint on the backend's CQ and AV, named after (inc, gen) on shm and
  * enabled, with what names it; closed again when any step fails. */
 typedef struct cx_fi_epn {
     struct fid_ep *ep;
-    char shm[64];               /* shm: its region, when fi_setname took our name, else "" */
-    uint8_t name[400];          /* fi_getname */
+    char shm[64];      /* shm: its region, when fi_setname took our name, else "" */
+    uint8_t name[400]; /* fi_getname */
     size_t name_len;
-    uint8_t addr[512];          /* the address blob for HELLO */
+    uint8_t addr[512]; /* the address blob for HELLO */
     size_t addr_len;
 } cx_fi_epn_t;
 int cx_fi_ep_open(cx_backend_t *b, uint32_t gen, cx_fi_epn_t *n);
@@ -288,12 +305,11 @@ int cx_fi_ep_open(cx_backend_t *b, uint32_t gen, cx_fi_epn_t *n);
 /* fi_rot.c: shm only, a new endpoint (a new region) when a stopped process keeps our region's
  * spinlock, and the peers told of it (README.md, "A new region when one is held"). */
 void cx_fi_rot_init(cx_backend_t *b);
-int cx_fi_rot_due(cx_backend_t *b, uint64_t now);   /* our lock held since b->wedged_ns */
-int cx_fi_rotate(cx_backend_t *b);     /* 0: rotated, our endpoint and region are new */
-void cx_fi_rot_leftovers(cx_backend_t *b);   /* after the first full drain of a rotation */
+int cx_fi_rot_due(cx_backend_t *b, uint64_t now); /* our lock held since b->wedged_ns */
+int cx_fi_rotate(cx_backend_t *b);                /* 0: rotated, our endpoint and region are new */
+void cx_fi_rot_leftovers(cx_backend_t *b);        /* after the first full drain of a rotation */
 void cx_fi_rot_tell(cx_backend_t *b, cx_bep_t *ep);
-void cx_fi_rot_on_addr(cx_backend_t *b, uint64_t inc, uint64_t gen, const uint8_t *body,
-                       size_t len);
+void cx_fi_rot_on_addr(cx_backend_t *b, uint64_t inc, uint64_t gen, const uint8_t *body, size_t len);
 /* At connect: the newest name for the peer of HELLO name `name` (a connex shm name), or name. */
 const char *cx_fi_rot_newest(cx_backend_t *b, const char *name, uint32_t *gen);
 
@@ -326,7 +342,9 @@ void cx_fi_av_later_run(cx_backend_t *b, int closing);
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name);
 /* Our own region is `name` from now on (a rotation): its lock word, or NULL (guard unchanged). */
 const int *cx_fi_guard_self(cx_backend_t *b, const char *name);
-const int *cx_fi_guard_add(cx_backend_t *b, const void *id, uint32_t pid, const char *name);
+/* Guards the region `name` of the peer whose endpoint is id, until exit_fd (the core's
+ * cx_core_peer_exit_fd, now the guard's: closed here on failure) turns readable. */
+const int *cx_fi_guard_add(cx_backend_t *b, const void *id, int exit_fd, const char *name);
 void cx_fi_guard_del(cx_backend_t *b, const void *id);
 void cx_fi_guard_stop(cx_backend_t *b);
 /* Whether a region's spinlock (lockw: NULL without the guard) is held beyond a live holder's
@@ -340,34 +358,44 @@ int cx_fi_lock_wait(const cx_backend_t *b, const int *lockw);
 static inline int cx_fi_lock_try(int *w, int free_v, int held_v)
 {
     int want = free_v;
-    if (!__atomic_compare_exchange_n(w, &want, held_v, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-        return 0;
+    if (!__atomic_compare_exchange_n(w, &want, held_v, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) return 0;
     __atomic_store_n(w, free_v, __ATOMIC_RELEASE);
     return 1;
 }
 static inline int cx_fi_lock_held(const cx_backend_t *b, const int *lockw)
 {
-    if (!lockw)
-        return 0;
+    if (!lockw) return 0;
     /* Taken and let go at once rather than read: the provider takes it right after, and finds
      * the cache line already ours (a plain read cost 0.05 us per 4 KiB op, this does not). */
-    if (cx_fi_lock_try((int *)(uintptr_t)lockw, b->lock_free, b->lock_held))
-        return 0;
+    if (cx_fi_lock_try((int *)(uintptr_t)lockw, b->lock_free, b->lock_held)) return 0;
     return cx_fi_lock_wait(b, lockw);
 }
-uint64_t cx_fi_now_ns(void);   /* fi_cq.c: CLOCK_MONOTONIC */
-void cx_fi_gpu_caps(cx_backend_t *b, cx_backend_gpu_caps_t *caps);   /* fi_mr.c */
+uint64_t cx_fi_now_ns(void); /* fi_cq.c: CLOCK_MONOTONIC */
+void cx_fi_gpu_caps(
+    cx_backend_t *b,
+    cx_backend_gpu_caps_t
+        *caps); /* fi_rail.c: multi-rail (README.md, "Multi-rail"). cx_fi_open_rails: CX_OK with *out a hub,
+ * or CX_EUNSUPPORTED when fewer than two rails are asked for or open (the caller opens one). */
+int cx_fi_open_rails(const cx_backend_params_t *p, cx_backend_t **out);
+void cx_fi_hub_sub_done(cx_backend_t *rail, cx_xfer_t *sx, int status);
+extern const struct cx_backend_ops cx_fi_single_ops; /* fi_setup.c: one domain */
+void cx_fi_prepare(void);                            /* fi_setup.c: libfabric's env defaults */
+
+/* fi_mr.c */
 void cx_fi_report_dead(cx_backend_t *b);
 
 /* fi_cq.c */
 int cx_fi_progress(cx_backend_t *b);
 int cx_fi_poll(cx_backend_t *b);
-void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status);   /* the target's answer to seq */
+void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status); /* the target's answer to seq */
 int cx_fi_rx_post(cx_backend_t *b, cx_fi_rx_t *rx);
 /* A posted op's end: its CQ entry, an error entry, or (fi_rot.c) its endpoint closed. */
 void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status);
 int cx_fi_tx_get(cx_backend_t *b);
 void cx_fi_tx_put(cx_backend_t *b, int i);
-static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i) { return b->txmem + (size_t)i * CX_FI_BUF; }
+static inline uint8_t *cx_fi_tx_buf(cx_backend_t *b, int i)
+{
+    return b->txmem + (size_t)i * CX_FI_BUF;
+}
 
 #endif

@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind,
-                 struct fid_mr **mr)
+int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, int mem_kind, struct fid_mr **mr)
 {
     struct iovec iov = { .iov_base = addr, .iov_len = len };
     struct fi_mr_attr a;
@@ -23,7 +22,8 @@ int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, 
     if (mem_kind == CX_MEM_CUDA) {
         if (!b->hmem) {
             cx_warn("libfabric: %s: GPU memory needs FI_HMEM, which this provider lacks "
-                    "(or the engine did not ask for GPUDirect)", b->prov);
+                    "(or the engine did not ask for GPUDirect)",
+                    b->prov);
             return -FI_EOPNOTSUPP;
         }
         /* The device holding the pages: the provider registers them through that GPU. */
@@ -47,18 +47,15 @@ int cx_fi_mr_reg(struct cx_backend *b, void *addr, size_t len, uint64_t access, 
     return 0;
 }
 
-int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key,
-                  size_t *key_len)
+int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len)
 {
     if (!addr || !len || !mh || !key || !key_len) {
         cx_warn("libfabric: mem_reg: bad arguments");
         return CX_EINVAL;
     }
-    if (mem_kind == CX_MEM_CUDA && !b->hmem)
-        return CX_EUNSUPPORTED;
+    if (mem_kind == CX_MEM_CUDA && !b->hmem) return CX_EUNSUPPORTED;
     cx_fi_mh_t *h = calloc(1, sizeof *h);
-    if (!h)
-        return CX_ENOMEM;
+    if (!h) return CX_ENOMEM;
     uint64_t acc = FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE | FI_SEND | FI_RECV;
     int r = cx_fi_mr_reg(b, addr, len, acc, mem_kind, &h->mr);
     if (r) {
@@ -69,8 +66,10 @@ int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **
     h->base = (uint64_t)(uintptr_t)addr;
     cx_wr_t w;
     cx_wr_init(&w, key, *key_len);
-    cx_fi_key_put(&w, &(cx_fi_key_t){ .flags = (b->mr_mode & FI_MR_VIRT_ADDR) ? CX_FI_KEY_VIRT : 0,
-                                      .base = h->base, .key = fi_mr_key(h->mr) });
+    cx_fi_key_put(&w,
+                  &(cx_fi_key_t){ .flags = (b->mr_mode & FI_MR_VIRT_ADDR) ? CX_FI_KEY_VIRT : 0,
+                                  .base = h->base,
+                                  .key = fi_mr_key(h->mr) });
     if (!w.ok) {
         cx_warn("libfabric: mem_reg: key buffer of %zu bytes too small", *key_len);
         fi_close(&h->mr->fid);
@@ -86,16 +85,21 @@ void cx_fi_mem_dereg(cx_backend_t *b, void *mh)
 {
     (void)b;
     cx_fi_mh_t *h = mh;
-    if (!h)
-        return;
+    if (!h) return;
     fi_close(&h->mr->fid);
     free(h);
 }
 
-int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr,
-                     uint64_t *rkey)
+int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr, uint64_t *rkey)
 {
     cx_fi_key_t k;
+    const uint8_t *part;
+    size_t part_len;
+    int nr;
+    if (cx_fi_key_rail(key, key_len, 0, &part, &part_len, &nr) == CX_OK) {
+        key = part; /* a multi-rail peer's region: its first rail's key */
+        key_len = part_len;
+    }
     if (cx_fi_key_get(key, key_len, &k) || cx_fi_key_target(&k, remote, raddr)) {
         cx_warn("libfabric: malformed or foreign remote key (%zu bytes)", key_len);
         return CX_EINVAL;

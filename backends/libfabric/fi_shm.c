@@ -34,10 +34,10 @@ int cx_fi_shm_parse(const char *name, uint32_t *pid, uint64_t *inc, uint32_t *ge
     unsigned p, g = 0;
     unsigned long long i;
     int n = 0, m = 0;
-    if (sscanf(name, CX_FI_SHM_PREFIX "%u-%16llx%n", &p, &i, &n) != 2 || !p || n < 1)
-        return -1;
-    if (name[n] && (name[n] != '-' || name[n + 1] < '1' || name[n + 1] > '9' ||
-                    sscanf(name + n, "-%u%n", &g, &m) != 1 || name[n + m]))
+    if (sscanf(name, CX_FI_SHM_PREFIX "%u-%16llx%n", &p, &i, &n) != 2 || !p || n < 1) return -1;
+    if (name[n] &&
+        (name[n] != '-' || name[n + 1] < '1' || name[n + 1] > '9' || sscanf(name + n, "-%u%n", &g, &m) != 1 ||
+         name[n + m]))
         return -1;
     *pid = p;
     *inc = i;
@@ -50,14 +50,12 @@ int cx_fi_shm_parse(const char *name, uint32_t *pid, uint64_t *inc, uint32_t *ge
 static void cx_fi_shm_sweep(void)
 {
     DIR *d = opendir("/dev/shm");
-    if (!d)
-        return;
+    if (!d) return;
     int n = 0;
     for (struct dirent *de; (de = readdir(d)) && n < 4096; n++) {
         uint32_t pid, gen;
         uint64_t inc;
-        if (cx_fi_shm_parse(de->d_name, &pid, &inc, &gen))
-            continue;
+        if (cx_fi_shm_parse(de->d_name, &pid, &inc, &gen)) continue;
         if (kill((pid_t)pid, 0) == -1 && errno == ESRCH && !shm_unlink(de->d_name))
             cx_info("libfabric: shm: removed %s, left by a process that is gone", de->d_name);
     }
@@ -67,14 +65,11 @@ static void cx_fi_shm_sweep(void)
 int cx_fi_shm_name(cx_backend_t *b, struct fid_ep *ep, uint32_t gen, char name[64])
 {
     name[0] = 0;
-    if (strcmp(b->prov, "shm"))
-        return 0;
-    if (!gen)
-        cx_fi_shm_sweep();
+    if (strcmp(b->prov, "shm")) return 0;
+    if (!gen) cx_fi_shm_sweep();
     char n[64];
     if (gen)
-        snprintf(n, sizeof n, CX_FI_SHM_PREFIX "%u-%016" PRIx64 "-%u", (unsigned)getpid(), b->inc,
-                 gen);
+        snprintf(n, sizeof n, CX_FI_SHM_PREFIX "%u-%016" PRIx64 "-%u", (unsigned)getpid(), b->inc, gen);
     else
         snprintf(n, sizeof n, CX_FI_SHM_PREFIX "%u-%016" PRIx64, (unsigned)getpid(), b->inc);
     int r = fi_setname(&ep->fid, n, strlen(n) + 1);
@@ -82,29 +77,27 @@ int cx_fi_shm_name(cx_backend_t *b, struct fid_ep *ep, uint32_t gen, char name[6
         memcpy(name, n, sizeof n);
     else
         cx_warn("libfabric: shm: fi_setname %s: %s (the provider's own name is kept)", n, cx_fi_strerror(-r));
-    return 0;   /* the provider's default name still works, short of the hygiene */
+    return 0; /* the provider's default name still works, short of the hygiene */
 }
 
 void cx_fi_shm_remember(cx_bep_t *ep, const void *name, size_t len)
 {
     ep->shm_name[0] = 0;
-    if (len < 2 || len >= sizeof ep->shm_name || memchr(name, 0, len) != (const char *)name + len - 1)
-        return;
+    if (len < 2 || len >= sizeof ep->shm_name || memchr(name, 0, len) != (const char *)name + len - 1) return;
     uint32_t pid, gen;
     uint64_t inc;
-    if (cx_fi_shm_parse(name, &pid, &inc, &gen))
-        return;   /* not a connex name: never unlink what connex did not name */
+    if (cx_fi_shm_parse(name, &pid, &inc, &gen)) return; /* not a connex name: never unlink what connex did not name */
     memcpy(ep->shm_name, name, len);
 }
 
 static void cx_fi_shm_unlink(const char *name)
 {
-    if (!shm_unlink(name))
-        cx_info("libfabric: shm: removed %s, left by a dead peer", name);
+    if (!shm_unlink(name)) cx_info("libfabric: shm: removed %s, left by a dead peer", name);
 }
 
 /* The core fails a peer as soon as its death begins (the same-host watch sees it when the
- * kernel starts unmapping its memory); its pidfd turns readable only once it has exited. So a
+ * kernel starts unmapping its memory); the core's exit fd turns readable only once it has
+ * exited. So a
  * peer not yet dead at disconnect is watched for a while (it may also be alive: stopped, or cut
  * off by a timeout, and then its region stays). */
 #define CX_FI_SHM_WAIT_NS 30000000000ull
@@ -112,41 +105,36 @@ static void cx_fi_shm_unlink(const char *name)
 
 void cx_fi_shm_reap(cx_bep_t *ep)
 {
-    if (!ep->shm_name[0])
-        return;
+    if (!ep->shm_name[0]) return;
     if (cx_fi_peer_dead(ep)) {
         cx_fi_shm_unlink(ep->shm_name);
         return;
     }
     cx_backend_t *b = ep->b;
-    if (ep->pidfd < 0 || b->shm_nwait == CX_FI_SHM_WAITS)
-        return;   /* the next open's sweep removes it */
+    if (ep->exit_fd < 0 || b->shm_nwait == CX_FI_SHM_WAITS) return; /* the next open's sweep removes it */
     cx_fi_shm_wait_t *w = &b->shm_wait[b->shm_nwait++];
-    w->pidfd = ep->pidfd;
-    ep->pidfd = -1;   /* now the wait's */
+    w->exit_fd = ep->exit_fd;
+    ep->exit_fd = -1; /* now the wait's */
     w->until_ns = cx_fi_now_ns() + CX_FI_SHM_WAIT_NS;
     memcpy(w->name, ep->shm_name, sizeof w->name);
 }
 
 void cx_fi_shm_progress(cx_backend_t *b, int closing)
 {
-    if (!b->shm_nwait)
-        return;
+    if (!b->shm_nwait) return;
     uint64_t now = cx_fi_now_ns();
-    if (!closing && now < b->shm_next_ns)
-        return;
+    if (!closing && now < b->shm_next_ns) return;
     b->shm_next_ns = now + CX_FI_SHM_CHECK_NS;
     for (int i = 0; i < b->shm_nwait;) {
         cx_fi_shm_wait_t *w = &b->shm_wait[i];
-        struct pollfd p = { .fd = w->pidfd, .events = POLLIN };
+        struct pollfd p = { .fd = w->exit_fd, .events = POLLIN };
         int gone = poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP));
         if (!gone && !closing && now < w->until_ns) {
             i++;
             continue;
         }
-        if (gone)
-            cx_fi_shm_unlink(w->name);
-        close(w->pidfd);
+        if (gone) cx_fi_shm_unlink(w->name);
+        close(w->exit_fd);
         *w = b->shm_wait[--b->shm_nwait];
     }
 }
@@ -161,7 +149,7 @@ void cx_fi_shm_progress(cx_backend_t *b, int closing)
  * and its mapping keeps only memory that is ours to read. */
 void cx_fi_av_remove_later(cx_backend_t *b, fi_addr_t fa)
 {
-    if (b->n_av_later == CX_FI_AV_LATER) {   /* full: the oldest goes now */
+    if (b->n_av_later == CX_FI_AV_LATER) { /* full: the oldest goes now */
         fi_av_remove(b->av, &b->av_later[0], 1, 0);
         memmove(&b->av_later[0], &b->av_later[1], (CX_FI_AV_LATER - 1) * sizeof b->av_later[0]);
         memmove(&b->av_later_ns[0], &b->av_later_ns[1], (CX_FI_AV_LATER - 1) * sizeof b->av_later_ns[0]);
@@ -175,8 +163,7 @@ void cx_fi_av_remove_later(cx_backend_t *b, fi_addr_t fa)
 void cx_fi_av_later_cancel(cx_backend_t *b, fi_addr_t fa)
 {
     for (int i = 0; i < b->n_av_later; i++) {
-        if (b->av_later[i] != fa)
-            continue;
+        if (b->av_later[i] != fa) continue;
         memmove(&b->av_later[i], &b->av_later[i + 1], (size_t)(b->n_av_later - i - 1) * sizeof b->av_later[0]);
         memmove(&b->av_later_ns[i], &b->av_later_ns[i + 1], (size_t)(b->n_av_later - i - 1) * sizeof b->av_later_ns[0]);
         b->n_av_later--;
@@ -196,8 +183,7 @@ void cx_fi_av_later_run(cx_backend_t *b, int closing)
     int k = 0;
     while (k < b->n_av_later && b->av_later_ns[k] <= now) {
         int r = fi_av_remove(b->av, &b->av_later[k], 1, 0);
-        if (r)
-            cx_info("libfabric: shm: fi_av_remove of a dropped peer: %s", cx_fi_strerror(-r));
+        if (r) cx_info("libfabric: shm: fi_av_remove of a dropped peer: %s", cx_fi_strerror(-r));
         k++;
     }
     if (k) {
@@ -221,30 +207,30 @@ void cx_fi_av_later_run(cx_backend_t *b, int closing)
  * target pulls them with fi_read, itself direct): no op waits on another process. */
 int cx_fi_shm_direct(cx_backend_t *b)
 {
-    if (strcmp(b->prov, "shm"))
-        return 0;
-    unsigned long long mode;   /* auto|0|1 */
-    if (cx_opt_get_num("CONNEX_FI_SHM_DIRECT", &mode) == 1 && mode)
-        return mode == 2;
-    const uint64_t rma_order = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR |
-                               FI_ORDER_WAW | FI_ORDER_WAS | FI_ORDER_SAR | FI_ORDER_SAW;
+    if (strcmp(b->prov, "shm")) return 0;
+    unsigned long long mode = cx_opts_num(b->opts, "CONNEX_FI_SHM_DIRECT", NULL); /* auto|0|1 */
+    if (mode) return mode == 2;
+    const uint64_t rma_order = FI_ORDER_RAR | FI_ORDER_RAW | FI_ORDER_RAS | FI_ORDER_WAR | FI_ORDER_WAW | FI_ORDER_WAS |
+        FI_ORDER_SAR | FI_ORDER_SAW;
     const char *nocma = getenv("FI_SHM_DISABLE_CMA");
-    int cma_off = nocma && (!strcmp(nocma, "1") || !strcasecmp(nocma, "yes") ||
-                            !strcasecmp(nocma, "true") || !strcasecmp(nocma, "on"));
+    int cma_off = nocma &&
+        (!strcmp(nocma, "1") || !strcasecmp(nocma, "yes") || !strcasecmp(nocma, "true") || !strcasecmp(nocma, "on"));
     /* Yama's ptrace_scope 1 and up keeps CMA from reaching processes that are not our
      * descendants: the provider then falls back to commands for every op. */
     int yama = 0;
     FILE *f = fopen("/proc/sys/kernel/yama/ptrace_scope", "re");
     if (f) {
-        if (fscanf(f, "%d", &yama) != 1)
-            yama = 0;
+        if (fscanf(f, "%d", &yama) != 1) yama = 0;
         fclose(f);
     }
-    int ok = !b->hmem && (b->mr_mode & FI_MR_VIRT_ADDR) &&
-             !(b->info->tx_attr->msg_order & rma_order) && !cma_off && yama < 1;
+    int ok = !b->hmem && (b->mr_mode & FI_MR_VIRT_ADDR) && !(b->info->tx_attr->msg_order & rma_order) && !cma_off &&
+        yama < 1;
     if (!ok)
         cx_info("libfabric: shm: direct mode off (%s): a stopped or killed peer can hold up "
-                "the others' completions", b->hmem ? "FI_HMEM" : cma_off ? "FI_SHM_DISABLE_CMA" :
-                yama >= 1 ? "Yama ptrace_scope" : "the provider's modes");
+                "the others' completions",
+                b->hmem         ? "FI_HMEM"
+                    : cma_off   ? "FI_SHM_DISABLE_CMA"
+                    : yama >= 1 ? "Yama ptrace_scope"
+                                : "the provider's modes");
     return ok;
 }

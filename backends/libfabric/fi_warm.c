@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#define CX_FI_WARM_MS 2000    /* bound on the whole exchange; on expiry the open goes on */
+#define CX_FI_WARM_MS 2000 /* bound on the whole exchange; on expiry the open goes on */
 
 static uint64_t cx_fi_warm_now_ms(void)
 {
@@ -38,8 +38,7 @@ void cx_fi_warm_done(cx_backend_t *b)
 void cx_fi_warm_self(cx_backend_t *b, const void *name)
 {
     b->warm_txi = -1;
-    if (!strstr(b->prov, "ofi_rxm"))
-        return;
+    if (!strstr(b->prov, "ofi_rxm")) return;
     uint64_t t0 = cx_fi_warm_now_ms();
     fi_addr_t self;
     if (fi_av_insert(b->av, name, 1, &self, 0, NULL) != 1) {
@@ -59,8 +58,7 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
     /* Bounded in time and in rounds; each round reads the CQ, which also drives rxm's
      * connection to itself. */
     for (int round = 0; round < 200000 && !(sent && got); round++) {
-        if (cx_fi_warm_now_ms() - t0 > CX_FI_WARM_MS)
-            break;
+        if (cx_fi_warm_now_ms() - t0 > CX_FI_WARM_MS) break;
         if (!posted) {
             ssize_t r = fi_send(b->ep, buf, w.len, fi_mr_desc(b->txmr), self, &b->warm_ctx.fc);
             if (r == 0)
@@ -78,7 +76,7 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
                 cx_fi_ctx_t *c = ee.op_context;
                 if (c == &b->warm_ctx) {
                     sent = 1;
-                    got = 1;    /* failed: nothing to wait for */
+                    got = 1; /* failed: nothing to wait for */
                 } else if (c && c->type == CX_FI_CTX_RX) {
                     cx_fi_rx_post(b, (cx_fi_rx_t *)c);
                 }
@@ -91,16 +89,15 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
             if (c == &b->warm_ctx) {
                 sent = 1;
             } else if (c && c->type == CX_FI_CTX_RX) {
-                got = 1;    /* nobody else knows our address yet: it is ours */
+                got = 1; /* nobody else knows our address yet: it is ours */
                 cx_fi_rx_post(b, (cx_fi_rx_t *)c);
             }
         }
     }
-    if (sent)
-        cx_fi_warm_done(b);
+    if (sent) cx_fi_warm_done(b);
     /* Closes rxm's connection to ourselves (FI_AV_REMOVE_CLEANUP); its accepted side stays until
      * the endpoint closes. */
     fi_av_remove(b->av, &self, 1, 0);
-    cx_debug("libfabric: %s: warm-up send to ourselves: %s in %llu ms", b->prov,
-             sent && got ? "done" : "incomplete", (unsigned long long)(cx_fi_warm_now_ms() - t0));
+    cx_debug("libfabric: %s: warm-up send to ourselves: %s in %llu ms", b->prov, sent && got ? "done" : "incomplete",
+             (unsigned long long)(cx_fi_warm_now_ms() - t0));
 }

@@ -52,27 +52,21 @@ int cx_fi_wb_choose(cx_backend_t *b)
      * target serves small reads whatever its own setting. */
     size_t eager = 16384;
     const char *el = getenv("FI_OFI_RXM_EAGER_LIMIT");
-    if (el && *el >= '0' && *el <= '9')
-        eager = (size_t)strtoull(el, NULL, 10);
-    if (eager > CX_FI_BUF)
-        eager = CX_FI_BUF;
+    if (el && *el >= '0' && *el <= '9') eager = (size_t)strtoull(el, NULL, 10);
+    if (eager > CX_FI_BUF) eager = CX_FI_BUF;
     b->rd_part = eager > 1024 ? eager - CX_FM_HDR - CX_FM_RDATA_HDR : 1024 - CX_FM_HDR - CX_FM_RDATA_HDR;
     b->rd_inline = 0;
-    if (strncmp(b->prov, "tcp", 3) || (b->mr_mode & FI_MR_LOCAL))
-        return 0;
+    if (strncmp(b->prov, "tcp", 3) || (b->mr_mode & FI_MR_LOCAL)) return 0;
     /* The options table holds CX_FM_RD_INLINE_DEFAULT as the default, CX_FM_RD_INLINE_MAX as the
      * largest value (unit_options does not see backend headers: keep them in step). */
-    unsigned long long v;
-    (void)cx_opt_get_num("CONNEX_FI_READ_INLINE", &v);
+    unsigned long long v = cx_opts_num(b->opts, "CONNEX_FI_READ_INLINE", NULL);
     b->rd_inline = v > CX_FM_RD_INLINE_MAX ? CX_FM_RD_INLINE_MAX : (size_t)v;
-    (void)cx_opt_get_num("CONNEX_FI_TCP_READ", &v);   /* auto|rma|writeback */
-    if (v == 2)
-        return 1;
-    if (v == 1)
-        return 0;
+    v = cx_opts_num(b->opts, "CONNEX_FI_TCP_READ", NULL); /* auto|rma|writeback */
+    if (v == 2) return 1;
+    if (v == 1) return 0;
     int fixed = cx_fi_tcp_read_fixed(b->prov_version);
-    cx_debug("libfabric: %s provider version %u.%u: reads by %s", b->prov,
-             (unsigned)FI_MAJOR(b->prov_version), (unsigned)FI_MINOR(b->prov_version),
+    cx_debug("libfabric: %s provider version %u.%u: reads by %s", b->prov, (unsigned)FI_MAJOR(b->prov_version),
+             (unsigned)FI_MINOR(b->prov_version),
              fixed ? "fi_read" : "write-back (the tcp teardown bug of libfabric < 1.18)");
     return !fixed;
 }
@@ -86,19 +80,17 @@ int cx_fi_wb_choose(cx_backend_t *b)
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w)
 {
     cx_xfer_t *x = op->x;
-    if (op->rreq == CX_FI_RREQ_IN) {   /* answered with the bytes: nothing to register */
+    if (op->rreq == CX_FI_RREQ_IN) { /* answered with the bytes: nothing to register */
         op->rr = (cx_rread_t){ .win_end = x->len };
         cx_fi_wbreq_put(w, &(cx_fi_wbreq_t){ .what = x->remote, .len = x->len });
         return w->ok ? 0 : -FI_EINVAL;
     }
     if (!op->tmp_mr) {
         int r = cx_fi_mr_reg(b, x->local, x->len, FI_REMOTE_WRITE, CX_MEM_HOST, &op->tmp_mr);
-        if (r)
-            return r;
+        if (r) return r;
     }
     uint64_t dst = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)x->local : 0;
-    cx_fi_wbreq_put(w, &(cx_fi_wbreq_t){ .what = x->remote, .len = x->len, .dst = dst,
-                                          .key = fi_mr_key(op->tmp_mr) });
+    cx_fi_wbreq_put(w, &(cx_fi_wbreq_t){ .what = x->remote, .len = x->len, .dst = dst, .key = fi_mr_key(op->tmp_mr) });
     return w->ok ? 0 : -FI_EINVAL;
 }
 
@@ -158,9 +150,8 @@ void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
         st = op->tmp_buf ? cx_core_mem_copy(b->core, op->tmp_buf, op->wb_src, (size_t)len) : CX_ENOMEM;
         op->wb_src = op->tmp_buf;
     }
-    if (st == CX_OK && cx_fi_start(b, op) == 0)
-        return;
-    cx_fi_op_free(b, op);       /* unpins */
+    if (st == CX_OK && cx_fi_start(b, op) == 0) return;
+    cx_fi_op_free(b, op); /* unpins */
     cx_fi_wb_answer(b, ep, peer, seq, st == CX_OK ? CX_EPEER : st);
 }
 
@@ -177,8 +168,8 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
         return;
     }
     if (!len || len > CX_FM_RD_INLINE_MAX) {
-        cx_warn("libfabric: malformed small-read request (%llu bytes, at most %u)",
-                (unsigned long long)len, (unsigned)CX_FM_RD_INLINE_MAX);
+        cx_warn("libfabric: malformed small-read request (%llu bytes, at most %u)", (unsigned long long)len,
+                (unsigned)CX_FM_RD_INLINE_MAX);
         cx_fi_wb_answer(b, ep, peer, seq, CX_EINVAL);
         return;
     }
@@ -209,13 +200,12 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
                 a->wb_src = a->tmp_buf;
             }
             int r = st == CX_OK ? cx_fi_start(b, a) : 0;
-            if (st == CX_OK && !r)
-                continue;
+            if (st == CX_OK && !r) continue;
             if (r) {
                 cx_warn("libfabric: %s: read answer: %s", b->prov, cx_fi_strerror(-r));
                 st = CX_EPEER;
             }
-            cx_fi_op_free(b, a);   /* unpins */
+            cx_fi_op_free(b, a); /* unpins */
         }
         cx_core_region_unpin(pin);
         cx_fi_wb_answer(b, ep, peer, seq, st);
@@ -232,21 +222,19 @@ void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_
     int bad = cx_fi_rdata_get(body, len, &st, &off, &d, &dl);
     cx_fi_op_t *op = cx_fi_ack_find(b, seq);
     if (!op) {
-        cx_debug("libfabric: read answer for unknown op %llu (completed already)",
-                 (unsigned long long)seq);
+        cx_debug("libfabric: read answer for unknown op %llu (completed already)", (unsigned long long)seq);
         return;
     }
     if (op->rreq != CX_FI_RREQ_IN || !op->x) {
-        cx_warn("libfabric: read answer for op %llu, which is no small read: dropped",
-                (unsigned long long)seq);
+        cx_warn("libfabric: read answer for op %llu, which is no small read: dropped", (unsigned long long)seq);
         return;
     }
     cx_xfer_t *x = op->x;
     /* Still waiting for this answer (it is in the ack table): the caller's buffer is ours. */
     int r = bad || st != CX_OK ? 0 : cx_rread_take(&op->rr, x->local, x->len, off, d, dl);
     if (bad || r == CX_RREAD_BAD) {
-        cx_warn("libfabric: malformed read answer (%zu bytes at %u, %zu of %zu in): the read fails",
-                dl, (unsigned)off, op->rr.got, x->len);
+        cx_warn("libfabric: malformed read answer (%zu bytes at %u, %zu of %zu in): the read fails", dl, (unsigned)off,
+                op->rr.got, x->len);
         st = CX_EPEER;
     } else if (r == CX_RREAD_MORE) {
         return;
@@ -260,8 +248,8 @@ int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w)
 {
     uint64_t dst = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)op->tmp_buf : 0;
     /* what: the sender's sequence of the message */
-    cx_fi_wbreq_put(w, &(cx_fi_wbreq_t){ .what = op->ack_seq, .len = op->r_len, .dst = dst,
-                                          .key = fi_mr_key(op->tmp_mr) });
+    cx_fi_wbreq_put(
+        w, &(cx_fi_wbreq_t){ .what = op->ack_seq, .len = op->r_len, .dst = dst, .key = fi_mr_key(op->tmp_mr) });
     return w->ok ? 0 : -FI_EINVAL;
 }
 
@@ -277,8 +265,8 @@ void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
     }
     cx_fi_op_t *m = cx_fi_ack_find(b, sseq);
     if (!m || m->kind != CX_FOP_SEND || m->rreq || !m->x || m->ep != ep || m->x->msg_len != len) {
-        cx_warn("libfabric: pull request for no message of ours (seq %llu, %llu bytes)",
-                (unsigned long long)sseq, (unsigned long long)len);
+        cx_warn("libfabric: pull request for no message of ours (seq %llu, %llu bytes)", (unsigned long long)sseq,
+                (unsigned long long)len);
         cx_fi_wb_answer(b, ep, peer, seq, CX_EINVAL);
         return;
     }
@@ -295,8 +283,7 @@ void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
     op->r_key = dkey;
     op->r_len = (size_t)len;
     op->wb_src = m->x->msg;
-    if (cx_fi_start(b, op) == 0)
-        return;
+    if (cx_fi_start(b, op) == 0) return;
     cx_fi_op_free(b, op);
     cx_fi_wb_answer(b, ep, peer, seq, CX_EPEER);
 }
@@ -314,6 +301,5 @@ void cx_fi_wb_done(cx_backend_t *b, cx_fi_op_t *op, int status)
     void *peer = op->peer;
     uint64_t seq = op->ack_seq;
     cx_fi_op_free(b, op);
-    if (ep)
-        cx_fi_wb_answer(b, ep, peer, seq, status);
+    if (ep) cx_fi_wb_answer(b, ep, peer, seq, status);
 }

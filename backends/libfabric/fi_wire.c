@@ -21,7 +21,7 @@ int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h)
     cx_rd_init(&r, buf, buf ? len : 0);
     h->type = cx_rd_u8(&r);
     uint8_t ver = cx_rd_u8(&r);
-    (void)cx_rd_u16(&r);   /* reserved: a later version may use it */
+    (void)cx_rd_u16(&r); /* reserved: a later version may use it */
     h->inc = cx_rd_u64(&r);
     h->seq = cx_rd_u64(&r);
     return r.ok && ver == CX_FM_VERSION ? CX_OK : CX_EINVAL;
@@ -81,12 +81,10 @@ void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data,
 {
     cx_wr_u32(w, (uint32_t)status);
     cx_wr_u32(w, off);
-    if (status == 0)
-        cx_wr_bytes(w, data, len);
+    if (status == 0) cx_wr_bytes(w, data, len);
 }
 
-int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off,
-                    const uint8_t **data, size_t *dlen)
+int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off, const uint8_t **data, size_t *dlen)
 {
     cx_rd_t r;
     cx_rd_init(&r, body, body ? len : 0);
@@ -94,14 +92,12 @@ int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off
     *off = cx_rd_u32(&r);
     *data = NULL;
     *dlen = 0;
-    if (!r.ok)
-        return CX_EINVAL;
+    if (!r.ok) return CX_EINVAL;
     if (len > CX_FM_RDATA_HDR) {
         *data = (const uint8_t *)body + CX_FM_RDATA_HDR;
         *dlen = len - CX_FM_RDATA_HDR;
     }
-    if (*status != 0 && *dlen)
-        return CX_EINVAL;
+    if (*status != 0 && *dlen) return CX_EINVAL;
     return (uint64_t)*off + *dlen <= CX_FM_RD_INLINE_MAX ? CX_OK : CX_EINVAL;
 }
 
@@ -110,7 +106,7 @@ void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a)
     cx_wr_u8(w, CX_FI_ADDR_VERSION);
     cx_wr_str8(w, a->prov);
     cx_wr_u32(w, a->fmt);
-    if (!a->name_len) w->ok = 0;   /* the decoder refuses it: never send it */
+    if (!a->name_len) w->ok = 0; /* the decoder refuses it: never send it */
     cx_wr_blob16(w, a->name, a->name_len);
     cx_wr_u32(w, a->pid);
 }
@@ -159,4 +155,50 @@ int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr)
     /* Without FI_MR_VIRT_ADDR the provider addresses a region by offset from its start. */
     *raddr = (k->flags & CX_FI_KEY_VIRT) ? remote : remote - k->base;
     return CX_OK;
+}
+
+/* Walks a multi-rail blob of `ver`, lengths u16 (addresses) or u8 (keys); a blob of `single`
+ * is rail 0 alone. */
+static int cx_fi_rail_part(const void *buf, size_t len, int i, int ver, int single, int wide, const uint8_t **part,
+                           size_t *part_len, int *n)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, buf, buf ? len : 0);
+    uint8_t v = cx_rd_u8(&r);
+    *part = NULL;
+    *part_len = 0;
+    *n = 0;
+    if (!r.ok) return CX_EINVAL;
+    if (v == single) {
+        *n = 1;
+        if (i != 0) return CX_EINVAL;
+        *part = buf;
+        *part_len = len;
+        return CX_OK;
+    }
+    if (v != ver) return CX_EINVAL;
+    int cnt = cx_rd_u8(&r);
+    if (!r.ok || cnt < 1 || cnt > CX_FI_RAILS_MAX) return CX_EINVAL;
+    for (int k = 0; k < cnt; k++) {
+        size_t pl = wide ? cx_rd_u16(&r) : cx_rd_u8(&r);
+        const uint8_t *p = cx_rd_bytes(&r, pl);
+        if (!p || !pl) return CX_EINVAL;
+        if (k == i) {
+            *part = p;
+            *part_len = pl;
+        }
+    }
+    if (!cx_rd_done(&r) || i < 0 || i >= cnt) return CX_EINVAL;
+    *n = cnt;
+    return CX_OK;
+}
+
+int cx_fi_addr_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n)
+{
+    return cx_fi_rail_part(buf, len, i, CX_FI_ADDRS_VERSION, CX_FI_ADDR_VERSION, 1, part, part_len, n);
+}
+
+int cx_fi_key_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n)
+{
+    return cx_fi_rail_part(buf, len, i, CX_FI_KEYS_VERSION, CX_FI_KEY_VERSION, 0, part, part_len, n);
 }

@@ -20,59 +20,70 @@
  * u64 sequence. After it: MSG / SIG the message itself, ACK the status, *_RTS a cx_fi_rts_t,
  * RREQ / PREQ / RREQ_IN a cx_fi_wbreq_t, RDATA the status then the bytes read, ADDR an
  * address blob. */
-enum { CX_FM_MSG = 1, CX_FM_SIG = 2, CX_FM_ACK = 3, CX_FM_MSG_RTS = 4, CX_FM_SIG_RTS = 5,
-       CX_FM_RREQ = 6, CX_FM_PREQ = 7,
-       CX_FM_RREQ_IN = 8,       /* a small read on tcp: answer with the bytes (RDATA) */
-       CX_FM_RDATA = 9,         /* a part of the answer to RREQ_IN: i32 status, u32 offset, bytes */
-       CX_FM_ADDR = 10 };       /* shm: the sender's new endpoint, seq its generation, then its
+enum {
+    CX_FM_MSG = 1,
+    CX_FM_SIG = 2,
+    CX_FM_ACK = 3,
+    CX_FM_MSG_RTS = 4,
+    CX_FM_SIG_RTS = 5,
+    CX_FM_RREQ = 6,
+    CX_FM_PREQ = 7,
+    CX_FM_RREQ_IN = 8, /* a small read on tcp: answer with the bytes (RDATA) */
+    CX_FM_RDATA = 9,   /* a part of the answer to RREQ_IN: i32 status, u32 offset, bytes */
+    CX_FM_ADDR = 10
+};                                     /* shm: the sender's new endpoint, seq its generation, then its
                                    address blob (fi_rot.c) */
-#define CX_FM_RDATA_HDR 8       /* RDATA after the header: i32 status, u32 offset */
-#define CX_FM_RD_INLINE_MAX 65536u   /* the largest read a target answers with RDATA */
-#define CX_FM_RD_INLINE_DEFAULT 32768u   /* what a reader asks that way unless told (fi_wb.c) */
+#define CX_FM_RDATA_HDR 8              /* RDATA after the header: i32 status, u32 offset */
+#define CX_FM_RD_INLINE_MAX 65536u     /* the largest read a target answers with RDATA */
+#define CX_FM_RD_INLINE_DEFAULT 32768u /* what a reader asks that way unless told (fi_wb.c) */
 #define CX_FM_VERSION 1
 #define CX_FM_HDR 20
-#define CX_FM_ACK_LEN 4         /* after the header: i32 status */
-#define CX_FM_RTS 24            /* after the header: u64 len, u64 addr, u64 key */
-#define CX_FM_WBREQ 32          /* RREQ / PREQ after the header: a cx_fi_wbreq_t */
+#define CX_FM_ACK_LEN 4 /* after the header: i32 status */
+#define CX_FM_RTS 24    /* after the header: u64 len, u64 addr, u64 key */
+#define CX_FM_WBREQ 32  /* RREQ / PREQ after the header: a cx_fi_wbreq_t */
 
-#define CX_FI_ADDR_VERSION 2    /* address blob: provider, format, name, pid */
-#define CX_FI_PROV_MAX 64       /* provider name, including the terminating NUL */
-#define CX_FI_KEY_VERSION 1     /* key blob: version, flags, registered base, key */
-#define CX_FI_KEY_VIRT 1u       /* flag: the provider addresses regions by virtual address */
+#define CX_FI_ADDR_VERSION 2 /* address blob: provider, format, name, pid */
+#define CX_FI_PROV_MAX 64    /* provider name, including the terminating NUL */
+#define CX_FI_KEY_VERSION 1  /* key blob: version, flags, registered base, key */
+#define CX_FI_KEY_VIRT 1u    /* flag: the provider addresses regions by virtual address */
 #define CX_FI_KEY_LEN 18
+/* Multi-rail (fi_rail.c): one blob per engine and one per region still, carrying every rail's. */
+#define CX_FI_ADDRS_VERSION 3 /* address blob: u8 3, u8 n, n x (u16 length, a version-2 blob) */
+#define CX_FI_KEYS_VERSION 2  /* key blob: u8 2, u8 n, n x (u8 length, a version-1 blob) */
+#define CX_FI_RAILS_MAX 8
 
 typedef struct cx_fi_hdr {
-    uint8_t type;               /* CX_FM_*; the decoder leaves telling them apart to the caller */
-    uint64_t inc;               /* the sender's incarnation */
-    uint64_t seq;               /* MSG/SIG/RTS: the sender's sequence; ACK: the one answered */
+    uint8_t type; /* CX_FM_*; the decoder leaves telling them apart to the caller */
+    uint64_t inc; /* the sender's incarnation */
+    uint64_t seq; /* MSG/SIG/RTS: the sender's sequence; ACK: the one answered */
 } cx_fi_hdr_t;
 
-typedef struct cx_fi_rts {      /* a large message the target pulls with fi_read */
-    uint64_t len;               /* 1 .. CX_MSG_MAX */
-    uint64_t addr;              /* as the sender's provider wants it (virtual or offset) */
+typedef struct cx_fi_rts { /* a large message the target pulls with fi_read */
+    uint64_t len;          /* 1 .. CX_MSG_MAX */
+    uint64_t addr;         /* as the sender's provider wants it (virtual or offset) */
     uint64_t key;
 } cx_fi_rts_t;
 
-typedef struct cx_fi_wbreq {   /* "write this to me" (reads and large messages on tcp, fi_wb.c) */
-    uint64_t what;              /* RREQ, RREQ_IN: the source address at the target; PREQ: the
+typedef struct cx_fi_wbreq { /* "write this to me" (reads and large messages on tcp, fi_wb.c) */
+    uint64_t what;           /* RREQ, RREQ_IN: the source address at the target; PREQ: the
                                    target's sequence of the message it should write */
-    uint64_t len;               /* 1 .. the backend's largest transfer (checked by the caller) */
-    uint64_t dst;               /* where to write, as the asker's provider wants it (RREQ_IN: 0) */
-    uint64_t key;               /* the asker's key for that one op (RREQ_IN: 0) */
+    uint64_t len;            /* 1 .. the backend's largest transfer (checked by the caller) */
+    uint64_t dst;            /* where to write, as the asker's provider wants it (RREQ_IN: 0) */
+    uint64_t key;            /* the asker's key for that one op (RREQ_IN: 0) */
 } cx_fi_wbreq_t;
 
-typedef struct cx_fi_addr {     /* the address blob in HELLO */
-    char prov[CX_FI_PROV_MAX];  /* NUL-terminated, no NUL inside */
-    uint32_t fmt;               /* fi_info addr_format */
-    const uint8_t *name;        /* fi_getname bytes, never empty */
+typedef struct cx_fi_addr {    /* the address blob in HELLO */
+    char prov[CX_FI_PROV_MAX]; /* NUL-terminated, no NUL inside */
+    uint32_t fmt;              /* fi_info addr_format */
+    const uint8_t *name;       /* fi_getname bytes, never empty */
     size_t name_len;
-    uint32_t pid;               /* shm: the peer process (pidfd), else informative */
+    uint32_t pid; /* shm: the process its region names carry (fi_rot.c), else informative */
 } cx_fi_addr_t;
 
-typedef struct cx_fi_key {      /* a region's key blob */
-    uint8_t flags;              /* CX_FI_KEY_*; unknown bits ignored */
-    uint64_t base;              /* the registered start address at the peer */
-    uint64_t key;               /* fi_mr_key */
+typedef struct cx_fi_key { /* a region's key blob */
+    uint8_t flags;         /* CX_FI_KEY_*; unknown bits ignored */
+    uint64_t base;         /* the registered start address at the peer */
+    uint64_t key;          /* fi_mr_key */
 } cx_fi_key_t;
 
 void cx_fi_hdr_put(cx_wr_t *w, const cx_fi_hdr_t *h);
@@ -83,15 +94,20 @@ int cx_fi_ack_get(const void *body, size_t len, int32_t *status);
 void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *r);
 int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *r);
 void cx_fi_wbreq_put(cx_wr_t *w, const cx_fi_wbreq_t *q);
-int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q);   /* len 0 refused */
+int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q); /* len 0 refused */
 /* RDATA's body: the status, the offset of these bytes in the read, the bytes (pointing into
  * body). Refused: bytes with an error status, or bytes past CX_FM_RD_INLINE_MAX. */
 void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data, size_t len);
-int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off,
-                    const uint8_t **data, size_t *dlen);
+int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off, const uint8_t **data, size_t *dlen);
 
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a);
 int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a);
+
+/* Rail i's part of an address blob (version 2: the blob itself is rail 0's, the only one) or of a
+ * key blob (version 1 likewise), pointing into buf; *n: how many rails the blob carries. Every
+ * part is length-checked, not decoded (cx_fi_addr_get / cx_fi_key_get do that). */
+int cx_fi_addr_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n);
+int cx_fi_key_rail(const void *buf, size_t len, int i, const uint8_t **part, size_t *part_len, int *n);
 
 void cx_fi_key_put(cx_wr_t *w, const cx_fi_key_t *k);
 int cx_fi_key_get(const void *buf, size_t len, cx_fi_key_t *k);

@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,12 +21,16 @@ void cx_fi_kick(cx_backend_t *b)
 
 cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer)
 {
-    cx_bep_t *ce = cx_core_peer_ep(b->core, b, peer);   /* every message asks: O(1) */
-    if (ce)
-        return ce;
+    if (b->owner) {
+        /* A rail: the core knows its hub's endpoint, which holds this rail's. */
+        cx_bep_t *he = cx_core_peer_ep(b->core, b->owner, peer);
+        if (he && b->rail_idx < he->nrails && he->rail[b->rail_idx]) return he->rail[b->rail_idx];
+    } else {
+        cx_bep_t *ce = cx_core_peer_ep(b->core, b, peer); /* every message asks: O(1) */
+        if (ce) return ce;
+    }
     for (cx_bep_t *ep = b->eps; ep; ep = ep->next)
-        if (ep->peer == peer)
-            return ep;
+        if (ep->peer == peer) return ep;
     return NULL;
 }
 
@@ -38,25 +41,21 @@ static void cx_fi_ep_link(cx_fi_op_t *op)
     cx_bep_t *ep = op->ep;
     op->eprev = NULL;
     op->enext = ep->ops;
-    if (ep->ops)
-        ep->ops->eprev = op;
+    if (ep->ops) ep->ops->eprev = op;
     ep->ops = op;
     ep->nops++;
 }
 
 static void cx_fi_ep_unlink(cx_fi_op_t *op)
 {
-    if (!op->ep)
-        return;
-    if (op->in_backlog)
-        op->ep->nq--;       /* it stays in the backlog as an orphan, dropped unposted */
+    if (!op->ep) return;
+    if (op->in_backlog) op->ep->nq--; /* it stays in the backlog as an orphan, dropped unposted */
     op->ep->nops--;
     if (op->eprev)
         op->eprev->enext = op->enext;
     else
         op->ep->ops = op->enext;
-    if (op->enext)
-        op->enext->eprev = op->eprev;
+    if (op->enext) op->enext->eprev = op->eprev;
     op->enext = op->eprev = NULL;
     op->ep = NULL;
 }
@@ -66,18 +65,15 @@ cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep)
     /* Ops are kept for reuse (CX_FI_OP_CACHE): one per read or write, calloc and free showed
      * in the profile of 4 KiB shm reads. */
     cx_fi_op_t *op = cx_objcache_get(&b->op_cache);
-    if (!op)
-        return NULL;
+    if (!op) return NULL;
     op->c.type = CX_FI_CTX_OP;
     op->kind = kind;
     op->x = x;
     op->txi = -1;
     op->ep = ep;
-    if (ep)
-        cx_fi_ep_link(op);
+    if (ep) cx_fi_ep_link(op);
     op->anext = b->all;
-    if (b->all)
-        b->all->aprev = op;
+    if (b->all) b->all->aprev = op;
     b->all = op;
     return op;
 }
@@ -90,14 +86,10 @@ void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
         op->aprev->anext = op->anext;
     else
         b->all = op->anext;
-    if (op->anext)
-        op->anext->aprev = op->aprev;
-    if (op->txi >= 0)
-        cx_fi_tx_put(b, op->txi);
-    if (op->tmp_mr)
-        fi_close(&op->tmp_mr->fid);
-    if (op->wb_pin)
-        cx_core_region_unpin(op->wb_pin);
+    if (op->anext) op->anext->aprev = op->aprev;
+    if (op->txi >= 0) cx_fi_tx_put(b, op->txi);
+    if (op->tmp_mr) fi_close(&op->tmp_mr->fid);
+    if (op->wb_pin) cx_core_region_unpin(op->wb_pin);
     free(op->tmp_buf);
     if (b->closing)
         free(op);
@@ -117,7 +109,10 @@ void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
     }
     cx_xfer_t *x = op->x;
     op->x = NULL;
-    if (x)
+    if (!x) return;
+    if (b->owner)
+        cx_fi_hub_sub_done(b, x, status); /* a stripe: its hub completes the core's xfer */
+    else
         cx_core_xfer_done(b->core, x, status);
 }
 
@@ -132,8 +127,7 @@ void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op)
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq)
 {
     cx_ack_link_t *l = cx_acktab_take(&b->acks, seq);
-    if (!l)
-        return NULL;
+    if (!l) return NULL;
     cx_fi_op_t *op = cx_container_of(l, cx_fi_op_t, ack);
     op->seq = 0;
     return op;
@@ -157,8 +151,7 @@ void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op)
 {
     op->in_backlog = 1;
     op->qnext = NULL;
-    if (op->ep)
-        op->ep->nq++;
+    if (op->ep) op->ep->nq++;
     if (b->qtail)
         b->qtail->qnext = op;
     else
@@ -188,8 +181,7 @@ void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r)
     int st = r == -FI_ENOMEM ? CX_ENOMEM : r == -FI_EINVAL ? CX_EINVAL : CX_ERR;
     cx_fi_op_finish(b, op, st);
     cx_fi_op_free(b, op);
-    if (peer)
-        cx_core_peer_error(b->core, peer, CX_CAUSE_LOCAL, "libfabric: post failed");
+    if (peer) cx_core_peer_error(b->core, peer, CX_CAUSE_LOCAL, "libfabric: post failed");
 }
 
 /* One pass over the backlog. Order is kept per endpoint, not across endpoints: an endpoint whose
@@ -223,8 +215,7 @@ void cx_fi_backlog_run(cx_backend_t *b)
             posted++;
         }
         *pp = op->qnext;
-        if (b->qtail == op)
-            b->qtail = prev;
+        if (b->qtail == op) b->qtail = prev;
         op->in_backlog = 0;
         op->qnext = NULL;
         if (!op->ep)
@@ -243,8 +234,7 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
 {
     if (op->txi < 0) {
         op->txi = cx_fi_tx_get(b);
-        if (op->txi < 0)
-            return -FI_EAGAIN;
+        if (op->txi < 0) return -FI_EAGAIN;
         uint8_t *buf = cx_fi_tx_buf(b, op->txi);
         cx_wr_t w;
         cx_wr_init(&w, buf, CX_FI_BUF);
@@ -287,24 +277,28 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
                 cx_wr_bytes(&w, x->msg, x->msg_len);
             } else {
                 /* Large message: the target pulls it with fi_read from this registration. */
-                int r = cx_fi_mr_reg(b, (void *)(uintptr_t)x->msg, x->msg_len, FI_REMOTE_READ,
-                                     CX_MEM_HOST, &op->tmp_mr);
+                int r =
+                    cx_fi_mr_reg(b, (void *)(uintptr_t)x->msg, x->msg_len, FI_REMOTE_READ, CX_MEM_HOST, &op->tmp_mr);
                 if (r) {
                     cx_fi_tx_put(b, op->txi);
                     op->txi = -1;
                     return r;
                 }
                 uint64_t a = (b->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)x->msg : 0;
-                cx_fi_rts_put(&w, &(cx_fi_rts_t){ .len = x->msg_len, .addr = a,
-                                                  .key = fi_mr_key(op->tmp_mr) });
+                cx_fi_rts_put(&w, &(cx_fi_rts_t){ .len = x->msg_len, .addr = a, .key = fi_mr_key(op->tmp_mr) });
             }
         }
         op->txlen = w.len;
         cx_debug("libfabric: %s: send type %u seq %llu (%zu bytes)", b->prov, buf[0],
                  (unsigned long long)(op->kind == CX_FOP_ACK ? op->ack_seq : op->seq), w.len);
     }
-    return (int)fi_send(b->ep, cx_fi_tx_buf(b, op->txi), op->txlen, fi_mr_desc(b->txmr),
-                        op->ep->fa, &op->c.fc);
+    if (b->post_more) {
+        struct iovec iov = { .iov_base = cx_fi_tx_buf(b, op->txi), .iov_len = op->txlen };
+        void *desc = fi_mr_desc(b->txmr);
+        struct fi_msg m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = op->ep->fa, .context = &op->c.fc };
+        return (int)fi_sendmsg(b->ep, &m, FI_COMPLETION | FI_MORE);
+    }
+    return (int)fi_send(b->ep, cx_fi_tx_buf(b, op->txi), op->txlen, fi_mr_desc(b->txmr), op->ep->fa, &op->c.fc);
 }
 
 static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
@@ -312,8 +306,8 @@ static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
     return cx_fi_key_decode(x->rkey, x->rkey_len, x->remote, raddr, rkey);
 }
 
-/* The pidfd is looked at once every CX_FI_PID_POSTS posts to the peer, the first included: a
- * poll() per post was a syscall per op, about a third of the 1.5-2 us that 4 KiB shm reads took
+/* The core's exit fd for the peer (cx_core_peer_exit_fd) is looked at once every CX_FI_PID_POSTS
+ * posts to the peer, the first included: a poll() per post was a syscall per op, about a third of the 1.5-2 us that 4 KiB shm reads took
  * above the raw fi_read loop, and a clock read to space them out cost as much again on this
  * VM. Posting to a peer that has just died is harmless (its CMA fails, the op ends in error);
  * a spinlock the peer left held is the guard's to release (fi_guard.c). */
@@ -321,11 +315,9 @@ static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
 
 int cx_fi_peer_dead(cx_bep_t *ep)
 {
-    if (ep->dead)
-        return 1;
-    if (ep->pidfd < 0 || ep->pid_posts++ % CX_FI_PID_POSTS)
-        return 0;
-    struct pollfd p = { .fd = ep->pidfd, .events = POLLIN };
+    if (ep->dead) return 1;
+    if (ep->exit_fd < 0 || ep->pid_posts++ % CX_FI_PID_POSTS) return 0;
+    struct pollfd p = { .fd = ep->exit_fd, .events = POLLIN };
     if (poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP))) {
         ep->dead = 1;
         cx_fi_kick(ep->b);
@@ -341,7 +333,7 @@ void cx_fi_report_dead(cx_backend_t *b)
         if (ep->dead == 1) {
             ep->dead = 2;
             cx_core_peer_error(b->core, ep->peer, CX_CAUSE_PEER_GONE, "libfabric shm: peer process exited");
-            return;     /* the core may have disconnected endpoints: the list changed */
+            return; /* the core may have disconnected endpoints: the list changed */
         }
     }
 }
@@ -350,15 +342,14 @@ void cx_fi_report_dead(cx_backend_t *b)
 static int cx_fi_ep_full(cx_backend_t *b, cx_fi_op_t *op)
 {
     cx_bep_t *ep = op->ep;
-    if (ep->nops <= CX_FI_EP_TX_MAX)
-        return 0;       /* fewer ops than either bound */
+    if (ep->nops <= CX_FI_EP_TX_MAX) return 0; /* fewer ops than either bound */
     int posted = 0, tx = 0;
     for (cx_fi_op_t *o = ep->ops; o; o = o->enext) {
         posted += o->posted;
         tx += o->txi >= 0;
     }
-    int needs_tx = op->txi < 0 && (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK ||
-                                   (op->kind == CX_FOP_PULL && b->wb));
+    int needs_tx =
+        op->txi < 0 && (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK || (op->kind == CX_FOP_PULL && b->wb));
     return posted >= CX_FI_EP_POSTED_MAX || (needs_tx && tx >= CX_FI_EP_TX_MAX);
 }
 
@@ -367,20 +358,28 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     cx_xfer_t *x = op->x;
     uint64_t raddr, rkey;
     ssize_t r;
-    if (cx_fi_peer_dead(op->ep))
-        return -FI_ENOTCONN;
+    if (cx_fi_peer_dead(op->ep)) return -FI_ENOTCONN;
     if (cx_fi_lock_held(b, op->ep->lockw))
-        return -FI_EAGAIN;  /* the post would spin on the peer's region: the backlog retries */
-    if (cx_fi_ep_full(b, op))
-        return -FI_EAGAIN;  /* waits in the backlog behind this peer's own ops only */
+        return -FI_EAGAIN;                       /* the post would spin on the peer's region: the backlog retries */
+    if (cx_fi_ep_full(b, op)) return -FI_EAGAIN; /* waits in the backlog behind this peer's own ops only */
     switch (op->kind) {
     case CX_FOP_READ:
     case CX_FOP_WRITE:
     case CX_FOP_PSWRITE: {
-        if (cx_fi_rma_target(x, &raddr, &rkey))
-            return -FI_EINVAL;
+        if (cx_fi_rma_target(x, &raddr, &rkey)) return -FI_EINVAL;
         void *desc = ((cx_fi_mh_t *)x->local_mh)->desc;
-        if (op->kind == CX_FOP_READ) {
+        if (op->kind == CX_FOP_READ && b->post_more) {
+            struct iovec iov = { .iov_base = x->local, .iov_len = x->len };
+            struct fi_rma_iov riov = { .addr = raddr, .len = x->len, .key = rkey };
+            struct fi_msg_rma m = { .msg_iov = &iov,
+                                    .desc = &desc,
+                                    .iov_count = 1,
+                                    .addr = op->ep->fa,
+                                    .rma_iov = &riov,
+                                    .rma_iov_count = 1,
+                                    .context = &op->c.fc };
+            r = fi_readmsg(b->ep, &m, FI_COMPLETION | FI_MORE);
+        } else if (op->kind == CX_FOP_READ) {
             r = fi_read(b->ep, x->local, x->len, desc, op->ep->fa, raddr, rkey, &op->c.fc);
         } else {
             /* A write completes when the data is at the target (a plain fi_write completes
@@ -392,29 +391,25 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
         break;
     }
     case CX_FOP_SEND:
-    case CX_FOP_ACK:
-        r = cx_fi_post_send(b, op);
-        break;
-    case CX_FOP_WBACK:
-        r = cx_fi_wb_post(b, op);
-        break;
+    case CX_FOP_ACK: r = cx_fi_post_send(b, op); break;
+    case CX_FOP_WBACK: r = cx_fi_wb_post(b, op); break;
     case CX_FOP_PULL:
         if (b->wb) {
             r = cx_fi_post_send(b, op);
             break;
         }
-        r = fi_read(b->ep, op->tmp_buf, op->r_len, fi_mr_desc(op->tmp_mr), op->ep->fa, op->r_addr,
-                    op->r_key, &op->c.fc);
+        r = fi_read(b->ep, op->tmp_buf, op->r_len, fi_mr_desc(op->tmp_mr), op->ep->fa, op->r_addr, op->r_key,
+                    &op->c.fc);
         break;
-    default:
-        return -FI_EINVAL;
+    default: return -FI_EINVAL;
     }
     if (r == 0) {
+        b->more_owed = b->post_more != 0; /* a post without FI_MORE sends what waited */
         op->posted = 1;
         op->gen = b->rot_gen;
         if (!op->ep->used) {
             op->ep->used = 1;
-            b->sweep_now = 1;   /* rxm connects on the first op to a peer */
+            b->sweep_now = 1; /* rxm connects on the first op to a peer */
         }
     }
     return (int)r;
@@ -424,8 +419,8 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
 /* One write from src to the peer's (raddr, key) whose completion means the bytes are in the
  * target's memory, not merely that src may be reused: delivery-complete, or on shm in direct
  * mode a plain write, which the provider copies into the target before the post returns. */
-int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len,
-                   uint64_t raddr, uint64_t key)
+int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc, size_t len, uint64_t raddr,
+                   uint64_t key)
 {
     struct iovec iov = { .iov_base = (void *)(uintptr_t)src, .iov_len = len };
     struct fi_rma_iov riov = { .addr = raddr, .len = len, .key = key };
@@ -438,8 +433,8 @@ int cx_fi_write_dc(cx_backend_t *b, cx_fi_op_t *op, const void *src, void *desc,
     m.rma_iov = &riov;
     m.rma_iov_count = 1;
     m.context = &op->c.fc;
-    return (int)fi_writemsg(b->ep, &m, b->shm_direct ? FI_COMPLETION
-                                                     : FI_DELIVERY_COMPLETE | FI_COMPLETION);
+    return (int)fi_writemsg(b->ep, &m,
+                            b->post_more | (b->shm_direct ? FI_COMPLETION : FI_DELIVERY_COMPLETE | FI_COMPLETION));
 }
 
 int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
@@ -467,9 +462,7 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     case CX_XFER_WRITE: kind = CX_FOP_WRITE; break;
     case CX_XFER_PUT_SIGNAL: kind = CX_FOP_PSWRITE; break;
     case CX_XFER_MSG: kind = CX_FOP_SEND; break;
-    default:
-        cx_warn("libfabric: submit: unknown xfer kind %d", x->kind);
-        return CX_EINVAL;
+    default: cx_warn("libfabric: submit: unknown xfer kind %d", x->kind); return CX_EINVAL;
     }
     if (x->kind != CX_XFER_MSG) {
         uint64_t ra, rk;
@@ -478,12 +471,10 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
             return CX_EINVAL;
         }
         if (x->len > b->max_msg) {
-            cx_warn("libfabric: %s: %zu bytes exceed the provider's max_msg_size %zu", b->prov,
-                    x->len, b->max_msg);
+            cx_warn("libfabric: %s: %zu bytes exceed the provider's max_msg_size %zu", b->prov, x->len, b->max_msg);
             return CX_EINVAL;
         }
-        if (cx_fi_rma_target(x, &ra, &rk))
-            return CX_EINVAL;
+        if (cx_fi_rma_target(x, &ra, &rk)) return CX_EINVAL;
     }
     if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) &&
         (x->msg_len > CX_MSG_MAX || (x->msg_len && !x->msg))) {
@@ -492,20 +483,18 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     }
     /* tcp (libfabric 1.17.0) cannot tear down a connection with a read half answered: reads
      * there go as a request the target answers with a write (fi_wb.c). */
-    int rreq = kind != CX_FOP_READ || !b->wb ? 0 :
-               x->len <= b->rd_inline && x->local_mem == CX_MEM_HOST ? CX_FI_RREQ_IN : CX_FI_RREQ_WB;
-    if (rreq)
-        kind = CX_FOP_SEND;
+    int rreq = kind != CX_FOP_READ || !b->wb                    ? 0
+        : x->len <= b->rd_inline && x->local_mem == CX_MEM_HOST ? CX_FI_RREQ_IN
+                                                                : CX_FI_RREQ_WB;
+    if (rreq) kind = CX_FOP_SEND;
     cx_fi_op_t *op = cx_fi_op_new(b, kind, x, ep);
-    if (!op)
-        return CX_ENOMEM;
+    if (!op) return CX_ENOMEM;
     op->rreq = rreq;
-    if (kind == CX_FOP_SEND || kind == CX_FOP_PSWRITE)
-        cx_fi_ack_add(b, op);
+    if (kind == CX_FOP_SEND || kind == CX_FOP_PSWRITE) cx_fi_ack_add(b, op);
     x->bp[0] = op;
     int r = cx_fi_start(b, op);
     if (r == -FI_ENOTCONN) {
-        /* Its peer exited (shm pidfd): never reported from inside submit, so the op waits in the
+        /* Its peer exited (the core's exit fd): never reported from inside submit, so the op waits in the
          * backlog, whose next pass reports the peer gone and then completes it (CX_EPEER). */
         cx_fi_backlog_add(b, op);
         cx_fi_kick(b);
@@ -521,11 +510,34 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
     return CX_OK;
 }
 
+/* A batch's xfers to one endpoint: each posted with FI_MORE but the last, so that the provider
+ * (tcp) sends them in one go as the last one rings. When the last did not post (the backlog took
+ * it, or it failed) the earlier ones were still told more would follow: the kick makes the core
+ * call progress, whose CQ read drives the provider's sends. */
+void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
+{
+    b->more_owed = 0;
+    for (size_t i = 0; i < n; i++) {
+        b->post_more = i + 1 < n && !b->shm_direct ? FI_MORE : 0;
+        rcs[i] = cx_fi_submit(b, ep, xs[i]);
+    }
+    b->post_more = 0;
+    if (b->more_owed) cx_fi_kick(b);
+}
+
 /* ---- endpoints ---- */
 
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
     cx_fi_addr_t a;
+    /* A multi-rail peer's blob: this single-domain backend talks to its first rail. */
+    const uint8_t *part;
+    size_t part_len;
+    int nr;
+    if (cx_fi_addr_rail(addr, addr_len, 0, &part, &part_len, &nr) == CX_OK) {
+        addr = part;
+        addr_len = part_len;
+    }
     if (cx_fi_addr_get(addr, addr_len, &a)) {
         cx_warn("libfabric: connect: malformed address blob (%zu bytes)", addr_len);
         return CX_EINVAL;
@@ -533,8 +545,7 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     const char *prov = a.prov;
     uint32_t pid = a.pid;
     if (strcmp(prov, b->prov) || a.fmt != b->info->addr_format) {
-        cx_info("libfabric: connect: peer uses %s, this engine %s: no common fabric", prov,
-                b->prov);
+        cx_info("libfabric: connect: peer uses %s, this engine %s: no common fabric", prov, b->prov);
         return CX_EUNSUPPORTED;
     }
     /* shm: a peer that moved to a new region since the HELLO we have (fi_rot.c) is posted to
@@ -549,36 +560,33 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         name_len = strlen(nn) + 1;
     }
     cx_bep_t *ep = calloc(1, sizeof *ep);
-    if (!ep)
-        return CX_ENOMEM;
+    if (!ep) return CX_ENOMEM;
     int n = fi_av_insert(b->av, name, 1, &ep->fa, 0, NULL);
     if (n != 1) {
         cx_warn("libfabric: %s: fi_av_insert failed (%d)", b->prov, n);
         free(ep);
         return CX_EPEER;
     }
-    cx_fi_av_later_cancel(b, ep->fa);   /* the same address back: it stays */
+    cx_fi_av_later_cancel(b, ep->fa); /* the same address back: it stays */
     ep->b = b;
     ep->peer = peer;
-    ep->pidfd = -1;
+    ep->exit_fd = -1;
     ep->peer_gen = gen;
     /* shm takes a spinlock inside the peer's shared region to queue a command; a peer killed
-     * while holding it makes every later post spin forever (libfabric 1.17). A pidfd tells us
-     * the peer is gone before we post, long before the control channel's verdict arrives. */
+     * while holding it makes every later post spin forever (libfabric 1.17). The core's exit fd
+     * (its same-host watch follows the peer's process) tells us the peer is gone before we post,
+     * long before the control channel's verdict arrives. */
     if (shm && pid) {
         ep->pid = pid;
-        ep->pidfd = (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+        ep->exit_fd = cx_core_peer_exit_fd(b->core, peer);
         cx_fi_shm_remember(ep, name, name_len);
-        if (ep->shm_name[0])
-            ep->lockw = cx_fi_guard_add(b, ep, pid, ep->shm_name);
+        if (ep->shm_name[0]) ep->lockw = cx_fi_guard_add(b, ep, cx_core_peer_exit_fd(b->core, peer), ep->shm_name);
     }
     ep->next = b->eps;
-    if (b->eps)
-        b->eps->prev = ep;
+    if (b->eps) b->eps->prev = ep;
     b->eps = ep;
     *out = ep;
-    if (b->rot_gen)
-        cx_fi_rot_tell(b, ep);   /* it may have our HELLO from before the rotation */
+    if (b->rot_gen) cx_fi_rot_tell(b, ep); /* it may have our HELLO from before the rotation */
     if (b->wb) {
         /* A write-back read needs rxm's connection in the target's direction too, and rxm
          * dials only at a first op (and does not send over a connection it accepted: one
@@ -586,16 +594,14 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
          * send a bare ack of sequence 0 (ignored by the receiver) now; the first read after a
          * (re)join then took ~7 ms instead of 130-290 ms (conformance_failure, debug log). */
         cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
-        if (op && cx_fi_start(b, op))
-            cx_fi_op_free(b, op);
+        if (op && cx_fi_start(b, op)) cx_fi_op_free(b, op);
         /* The peer dials us as well: its connection is accepted inside fi_cq_read, with a
          * socket libfabric opens without close-on-exec. Sweep closely for a while, at a gap
          * that doubles from 1 ms (fi_cq.c, cx_fi_maybe_sweep). */
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
         b->sweep_gap_ns = 1000000ull;
-        b->sweep_hot_until_ns = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec +
-                                2000000000ull;
+        b->sweep_hot_until_ns = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec + 2000000000ull;
     }
     return CX_OK;
 }
@@ -603,8 +609,7 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
 void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
 {
     (void)why;
-    if (!ep)
-        return;
+    if (!ep) return;
     /* Removing the address tears down the provider's connection to it (rxm closes its tcp
      * connection), so posted transfers stop moving bytes. shm: after a grace, while progress
      * drains what the peer had queued at us (fi_shm.c, cx_fi_av_remove_later). */
@@ -612,30 +617,26 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
         cx_fi_av_remove_later(b, ep->fa);
     } else {
         int r = fi_av_remove(b->av, &ep->fa, 1, 0);
-        if (r)
-            cx_info("libfabric: %s: fi_av_remove: %s", b->prov, cx_fi_strerror(-r));
+        if (r) cx_info("libfabric: %s: fi_av_remove: %s", b->prov, cx_fi_strerror(-r));
     }
     while (ep->ops) {
         cx_fi_op_t *op = ep->ops;
-        cx_fi_op_finish(b, op, CX_EPEER);      /* unlinks op from ep */
+        cx_fi_op_finish(b, op, CX_EPEER); /* unlinks op from ep */
         if (op->tmp_mr && op->kind == CX_FOP_SEND) {
             /* The target may be pulling this message: revoke its access now. */
             fi_close(&op->tmp_mr->fid);
             op->tmp_mr = NULL;
         }
         /* Posted ops wait for their CQ entry, backlogged ones for the backlog to drop them. */
-        if (!op->posted && !op->in_backlog)
-            cx_fi_op_free(b, op);
+        if (!op->posted && !op->in_backlog) cx_fi_op_free(b, op);
     }
     cx_fi_guard_del(b, ep);
     cx_fi_shm_reap(ep);
-    if (ep->pidfd >= 0)
-        close(ep->pidfd);
+    if (ep->exit_fd >= 0) close(ep->exit_fd);
     if (ep->prev)
         ep->prev->next = ep->next;
     else
         b->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
+    if (ep->next) ep->next->prev = ep->prev;
     free(ep);
 }

@@ -15,16 +15,16 @@
 /* wk: the worker ep is on (the ack's buffer goes with it if the request never completes) */
 int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int status)
 {
-    cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, CX_UCX_ACK_HDR_LEN);   /* must outlive the send */
+    cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, CX_UCX_ACK_HDR_LEN); /* must outlive the send */
     if (!c) return CX_ENOMEM;
     cx_wr_t w;
     cx_wr_init(&w, c->buf, CX_UCX_ACK_HDR_LEN);
     cx_ucx_ack_hdr_put(&w, &(cx_ucx_ack_hdr_t){ .req_id = req_id, .status = (int32_t)status });
     ucp_request_param_t p;
     cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
-    ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_ACK, c->buf, w.len, NULL, 0, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(ep, CX_UCX_AM_ACK, c->buf, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending an ack failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending an ack failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_ctl_free(c);
         return CX_EPEER;
     }
@@ -34,14 +34,14 @@ int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, 
 
 static void cx_ucx_count(cx_ucx_t *b, int kind, size_t len, int rc)
 {
-    if (rc == CX_EAGAIN) return;   /* the core counts refusals itself */
+    if (rc == CX_EAGAIN) return; /* the core counts refusals itself */
     cx_core_count_served(b->core, kind, len, rc == CX_OK);
 }
 
 /* Deliver to the core and ack: on our endpoint to the peer, else on reply_ep (may be NULL) of
  * the worker wk that received it. */
-static void cx_ucx_deliver(cx_ucx_t *b, void *peer, int kind, uint64_t req_id, const void *data,
-                           size_t len, cx_ucx_wk_t *wk, ucp_ep_h reply_ep)
+static void cx_ucx_deliver(cx_ucx_t *b, void *peer, int kind, uint64_t req_id, const void *data, size_t len,
+                           cx_ucx_wk_t *wk, ucp_ep_h reply_ep)
 {
     int rc = cx_core_deliver_msg(b->core, peer, data, len);
     cx_ucx_count(b, kind, len, rc);
@@ -59,12 +59,12 @@ static void cx_ucx_in_recv_cb(void *req, ucs_status_t st, size_t length, void *u
 {
     (void)length;
     cx_ucx_in_t *in = user;
-    ucp_request_free(req);
+    cx_ucx_lib.ucp_request_free(req);
     in->pending = 0;
     if (st == UCS_OK) {
         in->ready = 1;
     } else {
-        cx_warn("ucx: receiving a message's data failed: %s", ucs_status_string(st));
+        cx_warn("ucx: receiving a message's data failed: %s", cx_ucx_lib.ucs_status_string(st));
         in->failed = 1;
     }
 }
@@ -92,9 +92,9 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         if (reply_ep) (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, CX_EINVAL);
         return UCS_OK;
     }
-    cx_debug("ucx: message %llu from %016llx on worker generation %u%s%s%s",
-             (unsigned long long)req_id, (unsigned long long)inc, wk->gen, rndv ? " (rndv)" : "",
-             b->in_head ? " (behind the inbox)" : "", b->closing_ep ? " (closing)" : "");
+    cx_debug("ucx: message %llu from %016llx on worker generation %u%s%s%s", (unsigned long long)req_id,
+             (unsigned long long)inc, wk->gen, rndv ? " (rndv)" : "", b->in_head ? " (behind the inbox)" : "",
+             b->closing_ep ? " (closing)" : "");
     if (!rndv && !b->in_head && !b->closing_ep) {
         void *peer = cx_core_peer_by_incarnation(b->core, inc);
         if (peer) {
@@ -103,8 +103,7 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         }
     }
     if (b->in_n >= CX_UCX_INBOX_MAX || b->in_bytes + len > CX_UCX_INBOX_BYTES) {
-        cx_warn("ucx: inbox full (%zu messages, %zu bytes): refusing a message", b->in_n,
-                b->in_bytes);
+        cx_warn("ucx: inbox full (%zu messages, %zu bytes): refusing a message", b->in_n, b->in_bytes);
         if (reply_ep) (void)cx_ucx_send_ack(b, wk, reply_ep, req_id, CX_EAGAIN);
         return UCS_OK;
     }
@@ -133,9 +132,9 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
         p.cb.recv_am = cx_ucx_in_recv_cb;
         p.user_data = in;
         in->wk = wk;
-        ucs_status_ptr_t r = ucp_am_recv_data_nbx(wk->w, data, buf, len, &p);
+        ucs_status_ptr_t r = cx_ucx_lib.ucp_am_recv_data_nbx(wk->w, data, buf, len, &p);
         if (UCS_PTR_IS_ERR(r)) {
-            cx_warn("ucx: ucp_am_recv_data_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+            cx_warn("ucx: ucp_am_recv_data_nbx failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
             in->failed = 1;
         } else if (!r) {
             in->ready = 1;
@@ -143,8 +142,10 @@ static ucs_status_t cx_ucx_am_msg(void *arg, const void *hdr, size_t hlen, void 
             in->pending = 1;
         }
     }
-    if (b->in_tail) b->in_tail->next = in;
-    else b->in_head = in;
+    if (b->in_tail)
+        b->in_tail->next = in;
+    else
+        b->in_head = in;
     b->in_tail = in;
     b->in_n++;
     b->in_bytes += len;
@@ -163,14 +164,14 @@ static ucs_status_t cx_ucx_am_ack(void *arg, const void *hdr, size_t hlen, void 
         cx_error("ucx: dropped a malformed ack (%zu bytes)", hlen);
         return UCS_OK;
     }
-    cx_debug("ucx: ack %llu status %d on worker generation %u", (unsigned long long)h.req_id,
-             (int)h.status, ((cx_ucx_wk_t *)arg)->gen);
+    cx_debug("ucx: ack %llu status %d on worker generation %u", (unsigned long long)h.req_id, (int)h.status,
+             ((cx_ucx_wk_t *)arg)->gen);
     cx_ucx_op_t *op = cx_ucx_ack_take(b, h.req_id);
-    if (!op) {   /* its endpoint was closed meanwhile */
+    if (!op) { /* its endpoint was closed meanwhile */
         cx_debug("ucx: ack for unknown request %llu", (unsigned long long)h.req_id);
         return UCS_OK;
     }
-    int status = h.status;   /* the decoder maps codes a target cannot answer to CX_ERR */
+    int status = h.status; /* the decoder maps codes a target cannot answer to CX_ERR */
     op->acked = 1;
     op->ack_status = status;
     if (op->sent) cx_ucx_op_finish(b, op, status);
@@ -181,26 +182,26 @@ int cx_ucx_am_init(cx_ucx_wk_t *wk)
 {
     ucp_am_handler_param_t p;
     memset(&p, 0, sizeof p);
-    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS |
-                   UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    p.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+        UCP_AM_HANDLER_PARAM_FIELD_ARG;
     p.flags = UCP_AM_FLAG_WHOLE_MSG;
     p.arg = wk;
     p.id = CX_UCX_AM_MSG;
     p.cb = cx_ucx_am_msg;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(wk->w, &p);
+    ucs_status_t st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     if (st == UCS_OK) {
         p.id = CX_UCX_AM_ACK;
         p.cb = cx_ucx_am_ack;
-        st = ucp_worker_set_am_recv_handler(wk->w, &p);
+        st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     }
     if (st == UCS_OK) {
         p.id = CX_UCX_AM_UPD;
         p.cb = cx_ucx_am_upd;
-        st = ucp_worker_set_am_recv_handler(wk->w, &p);
+        st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     }
     if (st == UCS_OK) return cx_ucx_read_am_init(wk, &p);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
+        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;
     }
     return CX_OK;
@@ -238,15 +239,15 @@ void cx_ucx_inbox_drain(cx_ucx_t *b)
             cx_ucx_in_pop(b);
             continue;
         }
-        if (!in->ready) return;   /* rendezvous data still coming: keep the order */
+        if (!in->ready) return; /* rendezvous data still coming: keep the order */
         void *peer = cx_core_peer_by_incarnation(b->core, in->inc);
         if (!peer) {
             if (cx_ucx_now_ns() < in->deadline_ns) {
-                cx_ucx_arm_timer(b, 1);   /* look again shortly */
+                cx_ucx_arm_timer(b, 1); /* look again shortly */
                 return;
             }
-            cx_warn("ucx: dropped a message from unknown incarnation %016llx after %d ms",
-                    (unsigned long long)in->inc, CX_UCX_PARK_MS);
+            cx_warn("ucx: dropped a message from unknown incarnation %016llx after %d ms", (unsigned long long)in->inc,
+                    CX_UCX_PARK_MS);
             cx_core_count_served(b->core, in->kind, in->len, 0);
             cx_ucx_in_pop(b);
             continue;

@@ -75,16 +75,16 @@ cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen)
      * else on the progress thread, never two at once */
     wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
     wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
-    ucs_status_t st = ucp_worker_create(b->ctx, &wp, &wk->w);
+    ucs_status_t st = cx_ucx_lib.ucp_worker_create(b->ctx, &wp, &wk->w);
     if (st != UCS_OK) {
-        cx_warn("ucx: ucp_worker_create failed: %s", ucs_status_string(st));
+        cx_warn("ucx: ucp_worker_create failed: %s", cx_ucx_lib.ucs_status_string(st));
         free(wk);
         return NULL;
     }
     if (cx_ucx_am_init(wk) != CX_OK) goto fail;
-    st = ucp_worker_get_efd(wk->w, &wk->efd);
+    st = cx_ucx_lib.ucp_worker_get_efd(wk->w, &wk->efd);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_get_efd failed: %s", ucs_status_string(st));
+        cx_error("ucx: ucp_worker_get_efd failed: %s", cx_ucx_lib.ucs_status_string(st));
         goto fail;
     }
     struct epoll_event ev = { .events = EPOLLIN, .data.fd = wk->efd };
@@ -95,15 +95,15 @@ cx_ucx_wk_t *cx_ucx_wk_new(cx_ucx_t *b, uint32_t gen)
     }
     ucp_address_t *wa;
     size_t wal;
-    st = ucp_worker_get_address(wk->w, &wa, &wal);
+    st = cx_ucx_lib.ucp_worker_get_address(wk->w, &wa, &wal);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_get_address failed: %s", ucs_status_string(st));
+        cx_error("ucx: ucp_worker_get_address failed: %s", cx_ucx_lib.ucs_status_string(st));
         goto fail;
     }
     cx_wr_t w;
     cx_wr_init(&w, wk->addr, sizeof wk->addr);
     cx_ucx_blob_put(&w, CX_UCX_ADDR_MAGIC, wa, wal);
-    ucp_worker_release_address(wk->w, wa);
+    cx_ucx_lib.ucp_worker_release_address(wk->w, wa);
     if (!w.ok) {
         cx_error("ucx: worker address of %zu bytes is too long", wal);
         goto fail;
@@ -122,13 +122,13 @@ void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk)
     if (!wk) return;
     if (wk->efd >= 0 && epoll_ctl(b->epfd, EPOLL_CTL_DEL, wk->efd, NULL) != 0)
         cx_warn("ucx: epoll_ctl(DEL): %s", strerror(errno));
-    if (wk->w) ucp_worker_destroy(wk->w);
+    if (wk->w) cx_ucx_lib.ucp_worker_destroy(wk->w);
     for (cx_ucx_op_t *op = b->zombies.next, *nx; op && op != &b->zombies; op = nx) {
         nx = op->next;
         if (op->ue && op->ue->wk == wk) {
             cx_ucx_list_del(op);
             op->pending = 0;
-            cx_ucx_op_release(b, op);   /* frees it (finished, delivered) */
+            cx_ucx_op_release(b, op); /* frees it (finished, delivered) */
         }
     }
     for (cx_ucx_ctl_t *c = b->ctl.next, *nx; c && c != &b->ctl; c = nx) {
@@ -157,8 +157,7 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     const uint8_t *wa;
     size_t n;
     void *copy = NULL;
-    if (!w2 || cx_ucx_blob_get(w2->addr, w2->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n) ||
-        !(copy = malloc(n))) {
+    if (!w2 || cx_ucx_blob_get(w2->addr, w2->addr_len, CX_UCX_ADDR_MAGIC, &wa, &n) || !(copy = malloc(n))) {
         cx_warn("ucx: could not probe for peer error handling; trying it per endpoint");
         goto out;
     }
@@ -169,10 +168,10 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     p.address = (const ucp_address_t *)copy;
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     ucp_ep_h ep;
-    ucs_status_t st = ucp_ep_create(w1->w, &p, &ep);
+    ucs_status_t st = cx_ucx_lib.ucp_ep_create(w1->w, &p, &ep);
     if (st != UCS_OK) {
         if (st != UCS_ERR_UNREACHABLE)
-            cx_warn("ucx: probing for peer error handling: %s", ucs_status_string(st));
+            cx_warn("ucx: probing for peer error handling: %s", cx_ucx_lib.ucs_status_string(st));
         b->no_peer_mode = 1;
         cx_info("ucx: no transport with peer error handling (UCX_TLS=%s); endpoints go without it",
                 getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
@@ -182,14 +181,14 @@ static void cx_ucx_probe_peer_mode(cx_ucx_t *b)
     memset(&rp, 0, sizeof rp);
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &rp);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_ep_close_nbx(ep, &rp);
     if (r && !UCS_PTR_IS_ERR(r)) {
         uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
-        while (ucp_request_check_status(r) == UCS_INPROGRESS && cx_ucx_now_ns() < deadline) {
-            ucp_worker_progress(w1->w);
-            ucp_worker_progress(w2->w);
+        while (cx_ucx_lib.ucp_request_check_status(r) == UCS_INPROGRESS && cx_ucx_now_ns() < deadline) {
+            cx_ucx_lib.ucp_worker_progress(w1->w);
+            cx_ucx_lib.ucp_worker_progress(w2->w);
         }
-        ucp_request_free(r);
+        cx_ucx_lib.ucp_request_free(r);
     }
 out:
     free(copy);
@@ -199,9 +198,15 @@ out:
 static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
 {
     if (!prm || !out) return CX_EINVAL;
+    if (!prm->opts) {
+        cx_error("ucx: open without the engine's options table (cx_backend_params_t.opts)");
+        return CX_EINVAL;
+    }
+    if (cx_ucx_lib_load()) return CX_EUNSUPPORTED;
     cx_ucx_t *b = calloc(1, sizeof *b);
     if (!b) return CX_ENOMEM;
     b->core = prm->core;
+    b->opts = prm->opts;
     b->inc = prm->incarnation;
     b->gpu_direct = prm->gpu_direct;
     cx_objcache_init(&b->free_ops, sizeof(cx_ucx_op_t), CX_UCX_FREE_OPS_MAX);
@@ -213,10 +218,9 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
 
     cx_ucx_log_route();
     ucp_config_t *cfg;
-    ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
+    ucs_status_t st = cx_ucx_lib.ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_config_read failed (check the UCX_* variables): %s",
-                 ucs_status_string(st));
+        cx_error("ucx: ucp_config_read failed (check the UCX_* variables): %s", cx_ucx_lib.ucs_status_string(st));
         free(b);
         return CX_EUNSUPPORTED;
     }
@@ -227,7 +231,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
         ip = prm->advertise_ip;
     int rc = cx_ucx_config(cfg, prm, ip);
     if (rc != CX_OK) {
-        ucp_config_release(cfg);
+        cx_ucx_lib.ucp_config_release(cfg);
         free(b);
         return rc;
     }
@@ -236,10 +240,10 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     p.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
     p.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
     p.name = "connex";
-    st = ucp_init(&p, cfg, &b->ctx);
-    ucp_config_release(cfg);
+    st = cx_ucx_init(&p, cfg, &b->ctx);
+    cx_ucx_lib.ucp_config_release(cfg);
     if (st != UCS_OK) {
-        cx_warn("ucx: ucp_init failed: %s", ucs_status_string(st));
+        cx_warn("ucx: ucp_init failed: %s", cx_ucx_lib.ucs_status_string(st));
         free(b);
         return CX_EUNSUPPORTED;
     }
@@ -253,10 +257,9 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     }
     cx_ucx_probe_peer_mode(b);
     cx_ucx_rot_init(b);
-    b->bounce_all = cx_ucx_opt("CONNEX_UCX_READ_BOUNCE") == 1;   /* auto|1 */
-    b->answer_min = (size_t)cx_ucx_opt("CONNEX_UCX_READ_ANSWER_MIN");
-    cx_info("ucx: opened UCX %s, worker address %zu bytes", ucp_get_version_string(),
-            b->cur->addr_len);
+    b->bounce_all = cx_ucx_opt(b, "CONNEX_UCX_READ_BOUNCE") == 1; /* auto|1 */
+    b->answer_min = (size_t)cx_ucx_opt(b, "CONNEX_UCX_READ_ANSWER_MIN");
+    cx_info("ucx: opened UCX %s, worker address %zu bytes", cx_ucx_lib.ucp_get_version_string(), b->cur->addr_len);
     *out = (cx_backend_t *)b;
     return CX_OK;
 }
@@ -274,7 +277,7 @@ static void cx_ucx_close(cx_backend_t *bb)
         cx_ucx_wk_destroy(b, wk);
     }
     cx_ucx_wk_destroy(b, b->cur);
-    if (b->ctx) ucp_cleanup(b->ctx);
+    if (b->ctx) cx_ucx_lib.ucp_cleanup(b->ctx);
     cx_ucx_inbox_free(b);
     cx_ucx_upd_free(b);
     cx_ucx_hung_free(b);
@@ -313,7 +316,7 @@ void cx_ucx_drain(cx_ucx_t *b)
         ep->err_queued = 0;
         cx_warn("ucx: endpoint error: %s", ep->reason);
         /* Before its ops are delivered (below): they end under the core's verdict. */
-        cx_core_peer_error(b->core, ep->peer, (cx_cause_t)ep->cause, ep->reason);   /* may disconnect ep */
+        cx_core_peer_error(b->core, ep->peer, (cx_cause_t)ep->cause, ep->reason); /* may disconnect ep */
     }
     while (b->done.next != &b->done) cx_ucx_op_deliver(b, b->done.next);
     cx_ucx_inbox_drain(b);
@@ -331,7 +334,7 @@ static int cx_ucx_poll(cx_backend_t *bb)
     cx_ucx_t *b = (cx_ucx_t *)bb;
     int n = 0;
     for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next)
-        n += (int)ucp_worker_progress(wk->w);
+        n += (int)cx_ucx_lib.ucp_worker_progress(wk->w);
     cx_ucx_drain(b);
     return n > 0;
 }
@@ -342,15 +345,14 @@ static int cx_ucx_progress(cx_backend_t *bb)
     uint64_t v;
     if (b->sig_pending) {
         b->sig_pending = 0;
-        if (read(b->sigfd, &v, sizeof v) < 0 && errno != EAGAIN)
-            cx_warn("ucx: eventfd read: %s", strerror(errno));
+        if (read(b->sigfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_warn("ucx: eventfd read: %s", strerror(errno));
     }
     if (b->timer_armed && read(b->tfd, &v, sizeof v) == (ssize_t)sizeof v) b->timer_armed = 0;
     uint64_t until = cx_ucx_now_ns() + CX_UCX_PROGRESS_BUDGET_NS;
     for (int round = 0; round < CX_UCX_PROGRESS_ROUNDS; round++) {
         /* the current worker, and the retired ones peers may still talk to (ucx_rot.c) */
         for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next) {
-            for (int i = 0; i < 1024 && ucp_worker_progress(wk->w); i++) {
+            for (int i = 0; i < 1024 && cx_ucx_lib.ucp_worker_progress(wk->w); i++) {
                 if ((i & 15) == 15 && cx_ucx_now_ns() > until) break;
             }
         }
@@ -360,14 +362,14 @@ static int cx_ucx_progress(cx_backend_t *bb)
         if (cx_ucx_pending_work(b)) continue;
         ucs_status_t st = UCS_OK;
         for (cx_ucx_wk_t *wk = b->cur; wk && st == UCS_OK; wk = wk == b->cur ? b->old : wk->next)
-            st = ucp_worker_arm(wk->w);
+            st = cx_ucx_lib.ucp_worker_arm(wk->w);
         if (st == UCS_OK) return CX_OK;
         if (st != UCS_ERR_BUSY) {
-            cx_error("ucx: ucp_worker_arm failed: %s", ucs_status_string(st));
+            cx_error("ucx: ucp_worker_arm failed: %s", cx_ucx_lib.ucs_status_string(st));
             break;
         }
     }
-    cx_ucx_signal(b);   /* still busy: come back after the control sockets had their turn */
+    cx_ucx_signal(b); /* still busy: come back after the control sockets had their turn */
     return CX_OK;
 }
 
@@ -385,6 +387,7 @@ const struct cx_backend_ops cx_ucx_ops = {
     .connect = cx_ucx_connect,
     .disconnect = cx_ucx_disconnect,
     .submit = cx_ucx_submit,
+    .submit_batch = cx_ucx_submit_batch,
     .forget_region = cx_ucx_forget_region,
     .gpu_caps = cx_ucx_gpu_caps,
     .ep_transport = cx_ucx_ep_transport,

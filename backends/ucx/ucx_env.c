@@ -24,8 +24,7 @@ static int cx_ucx_ib_port_active(void)
         if (de->d_name[0] == '.') continue;
         for (int port = 1; port <= 4 && !found; port++) {
             char path[512], buf[64];
-            snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/state", de->d_name,
-                     port);
+            snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%d/state", de->d_name, port);
             FILE *f = fopen(path, "r");
             if (!f) continue;
             if (fgets(buf, sizeof buf, f) && strstr(buf, "ACTIVE")) found = 1;
@@ -45,14 +44,14 @@ int cx_ucx_rdma_usable(void)
     static const char *const rdma[] = { "all", "ib", "rc", "dc", "ud", "mlx5" };
     for (size_t i = 0; i < sizeof rdma / sizeof rdma[0]; i++)
         if (strstr(tls, rdma[i])) return tls[0] != '^';
-    return tls[0] == '^';   /* an exclusion list that names no RDMA transport keeps them */
+    return tls[0] == '^'; /* an exclusion list that names no RDMA transport keeps them */
 }
 
 static int cx_ucx_set(ucp_config_t *cfg, const char *name, const char *val)
 {
-    ucs_status_t st = ucp_config_modify(cfg, name, val);
+    ucs_status_t st = cx_ucx_lib.ucp_config_modify(cfg, name, val);
     if (st != UCS_OK) {
-        cx_warn("ucx: cannot set UCX_%s=%s: %s", name, val, ucs_status_string(st));
+        cx_warn("ucx: cannot set UCX_%s=%s: %s", name, val, cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;
     }
     cx_info("ucx: UCX_%s=%s", name, val);
@@ -108,7 +107,7 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
             if (!pd) continue;
             closedir(pd);
             int w = snprintf(out + len, n - len, "%s%s:%d", len ? "," : "", de->d_name, port);
-            if (w < 0 || (size_t)w >= n - len) {   /* no room: keep the whole entries only */
+            if (w < 0 || (size_t)w >= n - len) { /* no room: keep the whole entries only */
                 out[len] = 0;
                 closedir(d);
                 return;
@@ -131,6 +130,23 @@ static void cx_ucx_rdma_ports(char *out, size_t n)
  * keeps UCX's default. The RDMA devices are the selection's plan's (the NICs of the GPUs, or every
  * active one); a build without select/ takes every RDMA port sysfs lists. CONNEX_NET_DEVICES as a
  * list of devices, or UCX_NET_DEVICES, replaces all of it. */
+/* Multi-rail: UCX stripes a rendezvous transfer over up to UCX_MAX_RNDV_RAILS lanes of the
+ * devices it is given (default 2; at most 4 in UCX 1.13, UCP_MAX_RAILS), picking by distance to
+ * the memory for GPU buffers. With the plan's NICs (every NIC of the GPUs, or of the host) it
+ * may use as many of them as there are, up to that limit. Eager messages stay on one lane
+ * (UCX_MAX_EAGER_RAILS 1): they are small, and striping them only reorders. A user's value wins. */
+#define CX_UCX_RAILS_MAX 4
+static void cx_ucx_rails(ucp_config_t *cfg, const char *rdma)
+{
+    if (getenv("UCX_MAX_RNDV_RAILS") || !rdma || !*rdma) return;
+    int n = 1;
+    for (const char *c = rdma; *c; c++) n += *c == ',';
+    if (n < 2) return;
+    char v[8];
+    snprintf(v, sizeof v, "%d", n < CX_UCX_RAILS_MAX ? n : CX_UCX_RAILS_MAX);
+    (void)cx_ucx_set(cfg, "MAX_RNDV_RAILS", v);
+}
+
 static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm, const char *listen_ip)
 {
     const char *dev = NULL;
@@ -140,20 +156,26 @@ static int cx_ucx_net_devices(ucp_config_t *cfg, const cx_backend_params_t *prm,
     if (prm->net_devices) {
         if (prm->net_devices_exact) dev = prm->net_devices;
     } else {
-        (void)cx_opt_get_str("CONNEX_NET_DEVICES", &dev);
+        dev = cx_opts_str(prm->opts, "CONNEX_NET_DEVICES");
     }
-    if (dev && *dev) return cx_ucx_set(cfg, "NET_DEVICES", dev) == CX_OK ? CX_OK : CX_EINVAL;
-    if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::"))
+    if (dev && *dev) {
+        if (cx_ucx_set(cfg, "NET_DEVICES", dev) != CX_OK) return CX_EINVAL;
+        cx_ucx_rails(cfg, dev);
         return CX_OK;
+    }
+    if (!listen_ip || !*listen_ip || !strcmp(listen_ip, "0.0.0.0") || !strcmp(listen_ip, "::")) return CX_OK;
     char ifn[IF_NAMESIZE + 1], rdma[512], list[600];
     if (cx_ucx_ip_ifname(listen_ip, ifn, sizeof ifn)) {
         cx_info("ucx: no interface holds %s; UCX picks its network devices itself", listen_ip);
         return CX_OK;
     }
-    if (prm->net_devices) snprintf(rdma, sizeof rdma, "%s", prm->net_devices);
-    else cx_ucx_rdma_ports(rdma, sizeof rdma);
+    if (prm->net_devices)
+        snprintf(rdma, sizeof rdma, "%s", prm->net_devices);
+    else
+        cx_ucx_rdma_ports(rdma, sizeof rdma);
     snprintf(list, sizeof list, "%s%s%s", ifn, rdma[0] ? "," : "", rdma);
     (void)cx_ucx_set(cfg, "NET_DEVICES", list);
+    cx_ucx_rails(cfg, rdma);
     return CX_OK;
 }
 
@@ -172,9 +194,11 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
      * UCT's tcp table (ucp_config_modify hands names it does not know to every transport's
      * table; tcp is the only one with PUT_ENABLE, and "TCP_PUT_ENABLE" matched none). */
     if (!getenv("UCX_TCP_PUT_ENABLE")) {
-        ucs_status_t st = ucp_config_modify(cfg, "PUT_ENABLE", "n");
-        if (st == UCS_OK) cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
-        else cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", ucs_status_string(st));
+        ucs_status_t st = cx_ucx_lib.ucp_config_modify(cfg, "PUT_ENABLE", "n");
+        if (st == UCS_OK)
+            cx_info("ucx: UCX_TCP_PUT_ENABLE=n (tcp PUT zero-copy off)");
+        else
+            cx_warn("ucx: cannot turn tcp PUT zero-copy off: %s", cx_ucx_lib.ucs_status_string(st));
     }
     /* UCX's tcp transport connects with a blocking connect() by default (UCX_TCP_CONN_NB=n),
      * inside ucp_ep_create on our progress thread: to an address cut off by a partition that
@@ -182,24 +206,24 @@ int cx_ucx_config(ucp_config_t *cfg, const cx_backend_params_t *prm, const char 
      * 12 s against a 600 ms op timeout. Non-blocking, the op times out on time. Same field
      * rule as above; a user's UCX_TCP_CONN_NB wins. */
     if (!getenv("UCX_TCP_CONN_NB")) {
-        ucs_status_t st = ucp_config_modify(cfg, "CONN_NB", "y");
-        if (st == UCS_OK) cx_info("ucx: UCX_TCP_CONN_NB=y (non-blocking tcp connect)");
-        else cx_warn("ucx: cannot make tcp connects non-blocking: %s", ucs_status_string(st));
+        ucs_status_t st = cx_ucx_lib.ucp_config_modify(cfg, "CONN_NB", "y");
+        if (st == UCS_OK)
+            cx_info("ucx: UCX_TCP_CONN_NB=y (non-blocking tcp connect)");
+        else
+            cx_warn("ucx: cannot make tcp connects non-blocking: %s", cx_ucx_lib.ucs_status_string(st));
     }
     /* UCX before 1.16 runs put/get on CUDA memory through the v1 protocols, which pick
      * short/bcopy (a CPU memcpy on device memory) instead of GPUDirect zero-copy; the v2
      * protocol selection (UCX_PROTO_ENABLE=y) picks rc/dc zcopy. Newer UCX enables v2 by
      * default, and an explicit UCX_PROTO_ENABLE is the user's choice either way. */
     unsigned maj = 0, min = 0, rel = 0;
-    ucp_get_version(&maj, &min, &rel);
+    cx_ucx_lib.ucp_get_version(&maj, &min, &rel);
     if (!getenv("UCX_PROTO_ENABLE") && (maj == 1 && min < 16) && cx_ucx_rdma_usable())
         (void)cx_ucx_set(cfg, "PROTO_ENABLE", "y");
     return CX_OK;
 }
 
-unsigned long long cx_ucx_opt(const char *name)
+unsigned long long cx_ucx_opt(const cx_ucx_t *b, const char *name)
 {
-    unsigned long long v;
-    (void)cx_opt_get_num(name, &v);   /* the table's default when unset; a bad value is logged */
-    return v;
+    return cx_opts_num(b->opts, name, NULL); /* the table's default when unset */
 }

@@ -16,7 +16,7 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     if (ue != ep->ue) {
         /* A retiring ucp_ep (rotation) failed: the peer is reached on the current one. UCX fails
          * its own requests; ops of it still waiting for an ack would wait forever. */
-        cx_warn("ucx: a retiring endpoint failed: %s", ucs_status_string(st));
+        cx_warn("ucx: a retiring endpoint failed: %s", cx_ucx_lib.ucs_status_string(st));
         for (cx_ucx_op_t *op = ep->ops.next, *nx; op != &ep->ops; op = nx) {
             nx = op->next;
             if (op->ue == ue) cx_ucx_op_finish(ep->b, op, CX_EPEER);
@@ -26,13 +26,14 @@ static void cx_ucx_err_cb(void *arg, ucp_ep_h uep, ucs_status_t st)
     }
     if (ep->failed) return;
     ep->failed = 1;
-    snprintf(ep->reason, sizeof ep->reason, "ucx: %s", ucs_status_string(st));
+    snprintf(ep->reason, sizeof ep->reason, "ucx: %s", cx_ucx_lib.ucs_status_string(st));
     /* A reset is the peer's kernel closing its connection: its process is gone. UCX 1.13's tcp
      * transport reports that as "Endpoint timeout" as often as "Connection reset", and an
      * unreachable peer the same way: all three mean the peer is gone. Anything else the core
      * probes. */
     ep->cause = st == UCS_ERR_CONNECTION_RESET || st == UCS_ERR_ENDPOINT_TIMEOUT || st == UCS_ERR_UNREACHABLE
-                    ? CX_CAUSE_PEER_GONE : CX_CAUSE_TRANSPORT;
+        ? CX_CAUSE_PEER_GONE
+        : CX_CAUSE_TRANSPORT;
     ep->err_queued = 1;
     ep->err_next = ep->b->errq;
     ep->b->errq = ep;
@@ -52,7 +53,7 @@ void cx_ucx_lanes_parse(const char *info, char *buf, size_t n)
         const char *q = strstr(l, "lane[");
         const char *eol = strchr(l, '\n');
         if (!q || (eol && q > eol)) continue;
-        q = strchr(q, ':');   /* "lane[0]:  1:tcp/lo.0 md[0] ..." */
+        q = strchr(q, ':'); /* "lane[0]:  1:tcp/lo.0 md[0] ..." */
         if (!q || (eol && q > eol)) continue;
         q++;
         while (*q == ' ') q++;
@@ -95,7 +96,7 @@ static void cx_ucx_ue_lanes(cx_ucx_ue_t *ue)
     FILE *f = open_memstream(&text, &tlen);
     ue->tl[0] = 0;
     if (!f) return;
-    ucp_ep_print_info(ue->ep, f);
+    cx_ucx_lib.ucp_ep_print_info(ue->ep, f);
     if (fclose(f) == 0 && text) {
         cx_ucx_lanes_parse(text, ue->tl, sizeof ue->tl);
         if (cx_log_level >= CX_LOG_DEBUG) fputs(text, stderr);
@@ -131,31 +132,32 @@ cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t l
     ue->bep = ep;
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = (const ucp_address_t *)copy;
     p.err_mode = UCP_ERR_HANDLING_MODE_PEER;
     p.err_handler.cb = cx_ucx_err_cb;
     p.err_handler.arg = ue;
-    ucs_status_t st = b->no_peer_mode ? UCS_ERR_UNREACHABLE : ucp_ep_create(ue->wk->w, &p, &ue->ep);
+    ucs_status_t st = b->no_peer_mode ? UCS_ERR_UNREACHABLE : cx_ucx_lib.ucp_ep_create(ue->wk->w, &p, &ue->ep);
     if (st == UCS_ERR_UNREACHABLE) {
         /* UCX 1.13's sysv and posix transports cannot handle peer failure, so with UCX_TLS
          * limited to them (UCX_TLS=sm) no PEER endpoint exists. Without UCX's error handling
          * the core's control channel and heartbeat still detect a failed peer, and disconnect
          * still completes every xfer. */
-        if (!b->no_peer_mode)   /* the probe at open said it could */
+        if (!b->no_peer_mode) /* the probe at open said it could */
             cx_info("ucx: no transport with peer error handling reaches this peer (UCX_TLS=%s); "
-                    "using endpoints without it", getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
+                    "using endpoints without it",
+                    getenv("UCX_TLS") ? getenv("UCX_TLS") : "");
         p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
         p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-        st = ucp_ep_create(ue->wk->w, &p, &ue->ep);
-        if (st == UCS_OK) b->no_peer_mode = 1;   /* say it (and let UCX say it) once */
+        st = cx_ucx_lib.ucp_ep_create(ue->wk->w, &p, &ue->ep);
+        if (st == UCS_OK) b->no_peer_mode = 1; /* say it (and let UCX say it) once */
     } else if (st == UCS_OK) {
         ue->peer_mode = 1;
     }
     free(copy);
     if (st != UCS_OK) {
-        cx_warn("ucx: ucp_ep_create failed: %s", ucs_status_string(st));
+        cx_warn("ucx: ucp_ep_create failed: %s", cx_ucx_lib.ucs_status_string(st));
         free(ue);
         *rc = st == UCS_ERR_UNREACHABLE ? CX_EUNSUPPORTED : CX_EPEER;
         return NULL;
@@ -172,16 +174,14 @@ void cx_ucx_ue_unref(cx_ucx_ue_t *ue)
     if (ue->closed && !ue->inflight) free(ue);
 }
 
-int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_len,
-                   cx_bep_t **out)
+int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !out) return CX_EINVAL;
     size_t n;
     const uint8_t *wa;
     if (cx_ucx_blob_get(addr, addr_len, CX_UCX_ADDR_MAGIC, &wa, &n)) {
-        cx_error("ucx: the peer's address blob (%zu bytes) is not a UCX worker address",
-                 addr_len);
+        cx_error("ucx: the peer's address blob (%zu bytes) is not a UCX worker address", addr_len);
         return CX_EINVAL;
     }
     cx_bep_t *ep = calloc(1, sizeof *ep);
@@ -219,7 +219,7 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
 
 cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer)
 {
-    cx_bep_t *ce = cx_core_peer_ep(b->core, (cx_backend_t *)b, peer);   /* every ack asks: O(1) */
+    cx_bep_t *ce = cx_core_peer_ep(b->core, (cx_backend_t *)b, peer); /* every ack asks: O(1) */
     if (ce && !ce->failed) return ce;
     for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
         if (ep->peer == peer && !ep->failed) return ep;
@@ -248,27 +248,27 @@ void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force)
      * with the worker), so does a flush-closed PEER one. */
     int forced = force && ue->peer_mode;
     p.flags = forced ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-    ucs_status_ptr_t r = ucp_ep_close_nbx(ue->ep, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_ep_close_nbx(ue->ep, &p);
     int zombie = !forced;
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: ucp_ep_close_nbx failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: ucp_ep_close_nbx failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         zombie = 1;
     } else if (r && !forced) {
-        ucp_request_free(r);
+        cx_ucx_lib.ucp_request_free(r);
     } else if (r) {
         uint64_t deadline = cx_ucx_now_ns() + (uint64_t)CX_UCX_CLOSE_MS * 1000000ull;
-        while (ucp_request_check_status(r) == UCS_INPROGRESS) {
+        while (cx_ucx_lib.ucp_request_check_status(r) == UCS_INPROGRESS) {
             if (cx_ucx_now_ns() > deadline) {
                 cx_error("ucx: forced endpoint close still pending after %d ms", CX_UCX_CLOSE_MS);
                 zombie = 1;
                 break;
             }
-            ucp_worker_progress(ue->wk->w);
+            cx_ucx_lib.ucp_worker_progress(ue->wk->w);
         }
-        ucp_request_free(r);
+        cx_ucx_lib.ucp_request_free(r);
     }
     if (zombie) cx_ucx_zombie(b, ue->wk, !force);
-    if (ue->wk != b->cur) cx_ucx_signal(b);   /* its retired worker may go now (ucx_rot.c) */
+    if (ue->wk != b->cur) cx_ucx_signal(b); /* its retired worker may go now (ucx_rot.c) */
     if (!ue->inflight) free(ue);
 }
 

@@ -13,9 +13,9 @@
 static int rdma_tls_allowed(void)
 {
     const char *tls = getenv("UCX_TLS");
-    if (!tls || !*tls || tls[0] == '^') return 1;   /* unset, or an exclusion list */
-    static const char *const rdma[] = { "all", "ib", "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "dc", "dc_x",
-                                        "dc_mlx5", "ud", "ud_v", "ud_x", "ud_verbs", "ud_mlx5", NULL };
+    if (!tls || !*tls || tls[0] == '^') return 1; /* unset, or an exclusion list */
+    static const char *const rdma[] = { "all",  "ib",      "rc", "rc_v", "rc_x", "rc_verbs", "rc_mlx5", "dc",
+                                        "dc_x", "dc_mlx5", "ud", "ud_v", "ud_x", "ud_verbs", "ud_mlx5", NULL };
     char buf[256];
     snprintf(buf, sizeof buf, "%s", tls);
     char *save = NULL;
@@ -30,8 +30,7 @@ static int rdma_device_present(void)
     DIR *d = opendir("/sys/class/infiniband");
     if (!d) return 0;
     int n = 0;
-    for (struct dirent *de; (de = readdir(d));)
-        n += de->d_name[0] != '.';
+    for (struct dirent *de; (de = readdir(d));) n += de->d_name[0] != '.';
     closedir(d);
     return n > 0;
 }
@@ -40,21 +39,21 @@ void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     memset(caps, 0, sizeof *caps);
-    if (!b->gpu_direct) {   /* the plan stages GPU memory (docs/selection.md says why) */
+    if (!b->gpu_direct) { /* the plan stages GPU memory (docs/selection.md says why) */
         cx_debug("ucx: GPU caps: GPUDirect off in the selection's plan");
         return;
     }
     ucp_context_attr_t a;
     memset(&a, 0, sizeof a);
     a.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-    if (ucp_context_query(b->ctx, &a) != UCS_OK) return;
+    if (cx_ucx_lib.ucp_context_query(b->ctx, &a) != UCS_OK) return;
     int cuda = (a.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
     int tls = rdma_tls_allowed(), dev = rdma_device_present();
     cx_debug("ucx: GPU caps: CUDA memory type %s, RDMA transports %s, RDMA device %s", cuda ? "yes" : "no",
              tls ? "allowed" : "excluded by UCX_TLS", dev ? "present" : "absent");
     if (!cuda || !tls || !dev) return;
     unsigned major, minor, release;
-    ucp_get_version(&major, &minor, &release);
+    cx_ucx_lib.ucp_get_version(&major, &minor, &release);
     caps->rdma = 1;
     caps->peermem = 1;
     caps->dmabuf = major > 1 || minor >= 14;

@@ -16,9 +16,8 @@
 #include <string.h>
 #include <ucs/debug/log_def.h>
 
-static ucs_log_func_rc_t to_connex(const char *file, unsigned line, const char *function,
-                                   ucs_log_level_t level, const ucs_log_component_config_t *comp,
-                                   const char *message, va_list ap)
+static ucs_log_func_rc_t to_connex(const char *file, unsigned line, const char *function, ucs_log_level_t level,
+                                   const ucs_log_component_config_t *comp, const char *message, va_list ap)
 {
     (void)function;
     (void)comp;
@@ -38,7 +37,7 @@ static void install(void)
 {
     const char *f = getenv("UCX_LOG_FILE");
     if (f && *f) return;
-    ucs_log_push_handler(to_connex);
+    cx_ucx_lib.ucs_log_push_handler(to_connex);
 }
 
 void cx_ucx_log_route(void)

@@ -5,8 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh,
-                   void *key, size_t *key_len)
+int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !addr || !len || !mh || !key || !key_len) return CX_EINVAL;
@@ -24,28 +23,27 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
         return CX_EINVAL;
     }
     ucp_mem_h memh;
-    ucs_status_t st = ucp_mem_map(b->ctx, &mp, &memh);
+    ucs_status_t st = cx_ucx_lib.ucp_mem_map(b->ctx, &mp, &memh);
     if (st != UCS_OK) {
         cx_error("ucx: ucp_mem_map(%p, %zu, kind %d) failed: %s", addr, len, mem_kind,
-                 ucs_status_string(st));
+                 cx_ucx_lib.ucs_status_string(st));
         return st == UCS_ERR_NO_MEMORY ? CX_ENOMEM : CX_ERR;
     }
     void *rk;
     size_t rk_len;
-    st = ucp_rkey_pack(b->ctx, memh, &rk, &rk_len);
+    st = cx_ucx_lib.ucp_rkey_pack(b->ctx, memh, &rk, &rk_len);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_rkey_pack failed: %s", ucs_status_string(st));
-        ucp_mem_unmap(b->ctx, memh);
+        cx_error("ucx: ucp_rkey_pack failed: %s", cx_ucx_lib.ucs_status_string(st));
+        cx_ucx_lib.ucp_mem_unmap(b->ctx, memh);
         return CX_ERR;
     }
     cx_wr_t w;
     cx_wr_init(&w, key, *key_len);
     cx_ucx_blob_put(&w, CX_UCX_KEY_MAGIC, rk, rk_len);
-    ucp_rkey_buffer_release(rk);
+    cx_ucx_lib.ucp_rkey_buffer_release(rk);
     if (!w.ok) {
-        cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len,
-                 *key_len);
-        ucp_mem_unmap(b->ctx, memh);
+        cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len, *key_len);
+        cx_ucx_lib.ucp_mem_unmap(b->ctx, memh);
         return CX_EINVAL;
     }
     *key_len = w.len;
@@ -57,8 +55,8 @@ void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !mh) return;
-    ucs_status_t st = ucp_mem_unmap(b->ctx, (ucp_mem_h)mh);
-    if (st != UCS_OK) cx_warn("ucx: ucp_mem_unmap failed: %s", ucs_status_string(st));
+    ucs_status_t st = cx_ucx_lib.ucp_mem_unmap(b->ctx, (ucp_mem_h)mh);
+    if (st != UCS_OK) cx_warn("ucx: ucp_mem_unmap failed: %s", cx_ucx_lib.ucs_status_string(st));
 }
 
 int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out)
@@ -80,10 +78,10 @@ int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out)
     }
     cx_ucx_rk_t *r = malloc(sizeof *r);
     if (!r) return CX_ENOMEM;
-    ucs_status_t st = ucp_ep_rkey_unpack(ue->ep, blob, &r->rk);
+    ucs_status_t st = cx_ucx_lib.ucp_ep_rkey_unpack(ue->ep, blob, &r->rk);
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_ep_rkey_unpack (region %llu) failed: %s",
-                 (unsigned long long)x->remote_region, ucs_status_string(st));
+        cx_error("ucx: ucp_ep_rkey_unpack (region %llu) failed: %s", (unsigned long long)x->remote_region,
+                 cx_ucx_lib.ucs_status_string(st));
         free(r);
         return st == UCS_ERR_UNREACHABLE ? CX_EPEER : CX_EINVAL;
     }
@@ -100,7 +98,7 @@ static void cx_ucx_forget_ue(cx_ucx_ue_t *ue, uint64_t region_id)
         if ((*p)->region_id == region_id) {
             cx_ucx_rk_t *r = *p;
             *p = r->next;
-            ucp_rkey_destroy(r->rk);
+            cx_ucx_lib.ucp_rkey_destroy(r->rk);
             free(r);
             return;
         }
@@ -122,7 +120,7 @@ void cx_ucx_rkeys_drop(cx_ucx_ue_t *ue)
         while (ue->rk[i]) {
             cx_ucx_rk_t *r = ue->rk[i];
             ue->rk[i] = r->next;
-            ucp_rkey_destroy(r->rk);
+            cx_ucx_lib.ucp_rkey_destroy(r->rk);
             free(r);
         }
     }

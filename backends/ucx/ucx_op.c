@@ -41,7 +41,7 @@ cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x)
     return op;
 }
 
-#define CX_UCX_BOUNCE_KEEP (64u << 20)   /* larger bounce buffers are freed, not kept */
+#define CX_UCX_BOUNCE_KEEP (64u << 20) /* larger bounce buffers are freed, not kept */
 
 void *cx_ucx_bounce_get(cx_ucx_t *b, cx_ucx_op_t *op, size_t len)
 {
@@ -69,7 +69,7 @@ static void bounce_put(cx_ucx_t *b, void *p, size_t cap)
     }
     int slot = !b->bounces[0].p ? 0 : !b->bounces[1].p ? 1 : b->bounces[0].cap <= b->bounces[1].cap ? 0 : 1;
     if (b->bounces[slot].p) {
-        if (b->bounces[slot].cap >= cap) {   /* both kept ones are at least as large */
+        if (b->bounces[slot].cap >= cap) { /* both kept ones are at least as large */
             free(p);
             return;
         }
@@ -131,7 +131,7 @@ void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status)
     if (op->finished) return;
     op->finished = 1;
     op->status = status;
-    if (op->counted_msg) {   /* messages held behind it may go (rotation: ucx_xfer.c) */
+    if (op->counted_msg) { /* messages held behind it may go (rotation: ucx_xfer.c) */
         op->counted_msg = 0;
         op->ue->msgs--;
     }
@@ -154,15 +154,17 @@ void cx_ucx_op_deliver(cx_ucx_t *b, cx_ucx_op_t *op)
     op->x = NULL;
     op->ep = NULL;
     int status = op->status;
-    if (!op->pending) cx_ucx_op_free(b, op);
-    else cx_ucx_list_add(&b->zombies, op);   /* freed by its last request, or at close */
+    if (!op->pending)
+        cx_ucx_op_free(b, op);
+    else
+        cx_ucx_list_add(&b->zombies, op); /* freed by its last request, or at close */
     if (x) cx_core_xfer_done(b->core, x, status);
 }
 
 cx_ucx_op_t *cx_ucx_req_done(void *req, void *user)
 {
     cx_ucx_op_t *op = user;
-    ucp_request_free(req);
+    cx_ucx_lib.ucp_request_free(req);
     if (op->finished || !op->x) {
         cx_ucx_op_release(op->b, op);
         return NULL;

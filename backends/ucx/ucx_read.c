@@ -51,16 +51,16 @@ static void cx_ucx_read_ask(cx_ucx_t *b, cx_ucx_op_t *op)
     const cx_xfer_t *x = op->x;
     size_t at, n = cx_rread_window(&op->rr, x->len, CX_UCX_READ_SEG, &at);
     cx_wr_t w;
-    cx_wr_init(&w, op->hdr, sizeof op->hdr);   /* the last request was answered: UCX is done with it */
-    cx_ucx_rreq_hdr_put(&w, &(cx_ucx_rreq_hdr_t){ .inc = b->inc, .req_id = op->req_id,
-                                                   .addr = x->remote + at, .len = n });
+    cx_wr_init(&w, op->hdr, sizeof op->hdr); /* the last request was answered: UCX is done with it */
+    cx_ucx_rreq_hdr_put(&w,
+                        &(cx_ucx_rreq_hdr_t){ .inc = b->inc, .req_id = op->req_id, .addr = x->remote + at, .len = n });
     ucp_request_param_t p;
     cx_ucx_param(&p, op, cx_ucx_rreq_sent_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_RREQ, op->hdr, w.len, NULL, 0, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_RREQ, op->hdr, w.len, NULL, 0, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending a read request failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending a read request failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_op_finish(b, op, cx_ucx_status(UCS_PTR_STATUS(r)));
     } else if (r) {
         op->pending++;
@@ -83,8 +83,8 @@ static void cx_ucx_read_end(cx_ucx_t *b, cx_ucx_op_t *op, int status)
     cx_ucx_op_finish(b, op, status);
 }
 
-static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, void *data,
-                                    size_t len, const ucp_am_recv_param_t *prm)
+static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
+                                    const ucp_am_recv_param_t *prm)
 {
     cx_ucx_t *b = ((cx_ucx_wk_t *)arg)->b;
     cx_ucx_rdata_hdr_t h;
@@ -93,17 +93,16 @@ static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, voi
         return UCS_OK;
     }
     cx_ucx_op_t *op = cx_ucx_ack_find(b, h.req_id);
-    if (!op) {   /* timed out, or its endpoint was closed: nothing may land any more */
+    if (!op) { /* timed out, or its endpoint was closed: nothing may land any more */
         cx_debug("ucx: answer for unknown read %llu dropped", (unsigned long long)h.req_id);
         return UCS_OK;
     }
     if (!op->x || op->x->kind != CX_XFER_READ) {
-        cx_error("ucx: a read answer names request %llu, which is no read: failing it",
-                 (unsigned long long)h.req_id);
+        cx_error("ucx: a read answer names request %llu, which is no read: failing it", (unsigned long long)h.req_id);
         cx_ucx_read_end(b, op, CX_EPEER);
         return UCS_OK;
     }
-    if (h.status != CX_OK) {   /* the target refused the range (logged there) */
+    if (h.status != CX_OK) { /* the target refused the range (logged there) */
         cx_ucx_read_end(b, op, h.status);
         return UCS_OK;
     }
@@ -111,13 +110,14 @@ static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, voi
     /* in order (one FIFO, one sender), never past what was asked for; offsets are the segment's */
     size_t seg = op->rr.win;
     int rndv = (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-    int r = rndv || h.offset > op->x->len - seg ? CX_RREAD_BAD
-                                                 : cx_rread_take(&op->rr, op->x->local, op->x->len,
-                                                                 seg + (size_t)h.offset, data, len);
+    int r = rndv || h.offset > op->x->len - seg
+        ? CX_RREAD_BAD
+        : cx_rread_take(&op->rr, op->x->local, op->x->len, seg + (size_t)h.offset, data, len);
     if (r == CX_RREAD_BAD) {
         cx_error("ucx: read %llu: a %zu-byte answer at offset %llu, expected one at %zu of %zu%s: "
-                 "failing it", (unsigned long long)h.req_id, len, (unsigned long long)h.offset,
-                 op->rr.got - seg, op->rr.win_end - seg, rndv ? " (by rendezvous)" : "");
+                 "failing it",
+                 (unsigned long long)h.req_id, len, (unsigned long long)h.offset, op->rr.got - seg,
+                 op->rr.win_end - seg, rndv ? " (by rendezvous)" : "");
         cx_ucx_read_end(b, op, CX_EPEER);
     } else if (r == CX_RREAD_DONE) {
         cx_ucx_read_end(b, op, CX_OK);
@@ -132,8 +132,8 @@ static ucs_status_t cx_ucx_am_rdata(void *arg, const void *hdr, size_t hlen, voi
 /* The answer to one read request, as parts from src (n bytes; none with a refusal), on ep. The
  * parts' headers live in one control buffer that carries the pin, freed once UCX completed every
  * part (or with the worker: a reader that died never takes them). */
-static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int st,
-                          const uint8_t *src, size_t n, int mem_kind, void *pin)
+static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int st, const uint8_t *src,
+                          size_t n, int mem_kind, void *pin)
 {
     size_t parts = cx_rread_parts(n, CX_UCX_READ_PART);
     cx_ucx_ctl_t *c = cx_ucx_ctl_new(b, wk, parts * CX_UCX_RDATA_HDR_LEN);
@@ -157,19 +157,20 @@ static void cx_ucx_answer(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t re
         cx_wr_t w;
         cx_wr_init(&w, hb, CX_UCX_RDATA_HDR_LEN);
         cx_ucx_rdata_hdr_put(&w, &(cx_ucx_rdata_hdr_t){ .req_id = req_id, .status = st, .offset = off });
-        ucs_status_ptr_t r = ucp_am_send_nbx(ep, CX_UCX_AM_RDATA, hb, w.len, len ? src + off : NULL, len, &p);
-        if (UCS_PTR_IS_ERR(r)) {   /* the reader's op times out */
+        ucs_status_ptr_t r =
+            cx_ucx_lib.ucp_am_send_nbx(ep, CX_UCX_AM_RDATA, hb, w.len, len ? src + off : NULL, len, &p);
+        if (UCS_PTR_IS_ERR(r)) { /* the reader's op times out */
             cx_warn("ucx: answering read request %llu failed: %s", (unsigned long long)req_id,
-                    ucs_status_string(UCS_PTR_STATUS(r)));
+                    cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
             break;
         }
         if (r) c->refs++;
     }
-    cx_ucx_ctl_unref(c);   /* ours: what is left pending holds it */
+    cx_ucx_ctl_unref(c); /* ours: what is left pending holds it */
 }
 
-static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void *data,
-                                   size_t len, const ucp_am_recv_param_t *prm)
+static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void *data, size_t len,
+                                   const ucp_am_recv_param_t *prm)
 {
     (void)data;
     cx_ucx_wk_t *wk = arg;
@@ -177,19 +178,17 @@ static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void
     cx_ucx_rreq_hdr_t h;
     ucp_ep_h reply_ep = (prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? prm->reply_ep : NULL;
     if (cx_ucx_rreq_hdr_get(hdr, hlen, &h) || len || h.len > CX_UCX_READ_SEG) {
-        cx_error("ucx: dropped a malformed read request (%zu-byte header, %zu bytes of data)",
-                 hlen, len);
+        cx_error("ucx: dropped a malformed read request (%zu-byte header, %zu bytes of data)", hlen, len);
         cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
         return UCS_OK;
     }
     if (!reply_ep) {
-        cx_error("ucx: read request %llu came without a reply endpoint: dropped",
-                 (unsigned long long)h.req_id);
+        cx_error("ucx: read request %llu came without a reply endpoint: dropped", (unsigned long long)h.req_id);
         cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
         return UCS_OK;
     }
     void *pin = NULL;
-    int st = cx_core_region_check(b->core, h.addr, (size_t)h.len, &pin);   /* logs a refusal */
+    int st = cx_core_region_check(b->core, h.addr, (size_t)h.len, &pin); /* logs a refusal */
     size_t n = st == CX_OK ? (size_t)h.len : 0;
     int kind = n ? cx_core_region_kind(b->core, h.addr, n) : CX_MEM_HOST;
     cx_ucx_answer(b, wk, reply_ep, h.req_id, st, (const uint8_t *)(uintptr_t)h.addr, n, kind, pin);
@@ -201,14 +200,14 @@ int cx_ucx_read_am_init(cx_ucx_wk_t *wk, ucp_am_handler_param_t *p)
 {
     p->id = CX_UCX_AM_RREQ;
     p->cb = cx_ucx_am_rreq;
-    ucs_status_t st = ucp_worker_set_am_recv_handler(wk->w, p);
+    ucs_status_t st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, p);
     if (st == UCS_OK) {
         p->id = CX_UCX_AM_RDATA;
         p->cb = cx_ucx_am_rdata;
-        st = ucp_worker_set_am_recv_handler(wk->w, p);
+        st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, p);
     }
     if (st != UCS_OK) {
-        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", ucs_status_string(st));
+        cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;
     }
     return CX_OK;

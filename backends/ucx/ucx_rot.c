@@ -43,12 +43,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CX_UCX_UPD_MAX 256   /* updates waiting for their endpoint, at most */
+#define CX_UCX_UPD_MAX 256 /* updates waiting for their endpoint, at most */
 
 void cx_ucx_rot_init(cx_ucx_t *b)
 {
-    b->rotate_zombies = (int)cx_ucx_opt("CONNEX_UCX_ROTATE_ZOMBIES");
-    b->grace_ns = (uint64_t)cx_ucx_opt("CONNEX_UCX_ROTATE_GRACE_MS") * 1000000ull;
+    b->rotate_zombies = (int)cx_ucx_opt(b, "CONNEX_UCX_ROTATE_ZOMBIES");
+    b->grace_ns = (uint64_t)cx_ucx_opt(b, "CONNEX_UCX_ROTATE_GRACE_MS") * 1000000ull;
 }
 
 /* Endpoints of dead peers count 1; ucp_eps retired because a live peer's worker rotated count
@@ -58,8 +58,8 @@ void cx_ucx_rot_init(cx_ucx_t *b)
 static int cx_ucx_want_rotation(const cx_ucx_t *b)
 {
     const cx_ucx_wk_t *wk = b->cur;
-    return wk->rx_doubt || (b->rotate_zombies &&
-           4 * (wk->zombies - wk->retired) + wk->retired >= 4 * b->rotate_zombies);
+    return wk->rx_doubt ||
+        (b->rotate_zombies && 4 * (wk->zombies - wk->retired) + wk->retired >= 4 * b->rotate_zombies);
 }
 
 /* How long a retired worker (and the ucp_eps retired on it) stays: the grace, shortened for a
@@ -92,7 +92,8 @@ static void cx_ucx_doubt_cur(cx_ucx_t *b, const char *why)
 {
     if (!b->cur->rx_doubt)
         cx_debug("ucx: a peer reached over shared memory %s: the worker rotates (a slot of its "
-                 "receive FIFO that peer claimed may not be filled)", why);
+                 "receive FIFO that peer claimed may not be filled)",
+                 why);
     b->cur->rx_doubt = CX_UCX_DOUBT_GONE;
     cx_ucx_signal(b);
 }
@@ -111,7 +112,7 @@ void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep, int why)
     if (why != CX_EPEER && why != CX_ETIMEDOUT) return;
     int shm_cur = 0, h = cx_ucx_hung_find(b, ep->peer);
     for (cx_ucx_ue_t *ue = ep->ue; ue; ue = ue == ep->ue ? ep->old : ue->next) {
-        if (ue->peer_mode) continue;   /* tcp / RDMA lanes: no shared FIFO */
+        if (ue->peer_mode) continue; /* tcp / RDMA lanes: no shared FIFO */
         if (why == CX_EPEER) ue->wk->rx_doubt = CX_UCX_DOUBT_GONE;
         shm_cur |= ue->wk == b->cur;
     }
@@ -122,9 +123,11 @@ void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep, int why)
         return;
     }
     if (!shm_cur) return;
-    if (h < 0 && b->n_hung == CX_UCX_HUNG_MAX) cx_ucx_hung_del(b, 0);   /* the oldest goes */
-    if (h < 0) h = b->n_hung++;
-    else free(b->hung[h].addr);
+    if (h < 0 && b->n_hung == CX_UCX_HUNG_MAX) cx_ucx_hung_del(b, 0); /* the oldest goes */
+    if (h < 0)
+        h = b->n_hung++;
+    else
+        free(b->hung[h].addr);
     cx_ucx_hung_t *r = &b->hung[h];
     r->peer = ep->peer;
     r->gen = b->cur->gen;
@@ -144,7 +147,7 @@ void cx_ucx_hung_connect(cx_ucx_t *b, void *peer, const void *addr, size_t len)
     if (h < 0) return;
     cx_ucx_hung_t *r = &b->hung[h];
     int same = r->len == len && !memcmp(r->addr, addr, len);
-    if (same && r->gen == b->cur->gen) return;   /* the same process, back: still in doubt */
+    if (same && r->gen == b->cur->gen) return; /* the same process, back: still in doubt */
     int cur = r->gen == b->cur->gen;
     cx_ucx_hung_del(b, h);
     if (!cur) return;
@@ -197,7 +200,7 @@ void cx_ucx_ctl_unref(cx_ucx_ctl_t *c)
 void cx_ucx_ctl_send_cb(void *req, ucs_status_t st, void *user)
 {
     (void)st;
-    ucp_request_free(req);
+    cx_ucx_lib.ucp_request_free(req);
     cx_ucx_ctl_unref(user);
 }
 
@@ -213,14 +216,12 @@ int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue)
     if (!c) return CX_ENOMEM;
     cx_wr_t w;
     cx_wr_init(&w, c->buf, cap);
-    cx_ucx_upd_put(&w, &(cx_ucx_upd_hdr_t){ .inc = b->inc, .gen = b->cur->gen, .addr = wa,
-                                             .addr_len = n });
+    cx_ucx_upd_put(&w, &(cx_ucx_upd_hdr_t){ .inc = b->inc, .gen = b->cur->gen, .addr = wa, .addr_len = n });
     ucp_request_param_t p;
     cx_ucx_param(&p, c, cx_ucx_ctl_send_cb, NULL);
-    ucs_status_ptr_t r = ucp_am_send_nbx(ue->ep, CX_UCX_AM_UPD, NULL, 0, c->buf, w.len, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(ue->ep, CX_UCX_AM_UPD, NULL, 0, c->buf, w.len, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending an address update failed: %s",
-                ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending an address update failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_ctl_free(c);
         return CX_EPEER;
     }
@@ -255,11 +256,11 @@ ucs_status_t cx_ucx_am_upd(void *arg, const void *hdr, size_t hlen, void *data, 
     }
     int n = 0;
     for (cx_ucx_upd_t **pp = &b->upd; *pp;) {
-        if ((*pp)->inc == h.inc && (*pp)->gen <= h.gen) {   /* superseded */
+        if ((*pp)->inc == h.inc && (*pp)->gen <= h.gen) { /* superseded */
             cx_ucx_upd_del(b, pp);
             continue;
         }
-        if ((*pp)->inc == h.inc) return UCS_OK;   /* a newer one is here already */
+        if ((*pp)->inc == h.inc) return UCS_OK; /* a newer one is here already */
         n++;
         pp = &(*pp)->next;
     }
@@ -311,16 +312,15 @@ void cx_ucx_upd_drain(cx_ucx_t *b)
         void *peer = cx_core_peer_by_incarnation(b->core, u->inc);
         cx_bep_t *ep = peer ? cx_ucx_ep_of_peer(b, peer) : NULL;
         if (ep) {
-            *pp = u->next;   /* unlinked first: the retarget may send (never re-enters here) */
+            *pp = u->next; /* unlinked first: the retarget may send (never re-enters here) */
             cx_ucx_upd_apply(b, ep, u);
             free(u->addr);
             free(u);
             continue;
         }
         if (!now) now = cx_ucx_now_ns();
-        if (now > u->deadline_ns) {   /* no endpoint came for it (the peer went away) */
-            cx_debug("ucx: dropped an address update of %016llx: no endpoint to it",
-                     (unsigned long long)u->inc);
+        if (now > u->deadline_ns) { /* no endpoint came for it (the peer went away) */
+            cx_debug("ucx: dropped an address update of %016llx: no endpoint to it", (unsigned long long)u->inc);
             cx_ucx_upd_del(b, pp);
             continue;
         }
@@ -336,7 +336,7 @@ void cx_ucx_upd_take(cx_ucx_t *b, void *peer, cx_bep_t *ep)
             pp = &u->next;
             continue;
         }
-        if (u->gen >= ep->peer_gen) {   /* newer than the HELLO's (or the same worker) */
+        if (u->gen >= ep->peer_gen) { /* newer than the HELLO's (or the same worker) */
             free(ep->paddr);
             ep->paddr = u->addr;
             ep->paddr_len = u->len;
@@ -360,8 +360,7 @@ int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep)
     int rc;
     cx_ucx_ue_t *ue = cx_ucx_ue_new(b, ep, ep->paddr, ep->paddr_len, &rc);
     if (!ue) {
-        cx_warn("ucx: could not move an endpoint to the current worker (status %d); it stays",
-                rc);
+        cx_warn("ucx: could not move an endpoint to the current worker (status %d); it stays", rc);
         return rc;
     }
     cx_ucx_ue_t *old = ep->ue;
@@ -440,7 +439,7 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
     uint64_t now = cx_ucx_now_ns();
     for (cx_ucx_wk_t **pp = &b->old; *pp;) {
         cx_ucx_wk_t *wk = *pp;
-        if (wk->open_ues) {   /* its endpoints' xfers still running: their completions call */
+        if (wk->open_ues) { /* its endpoints' xfers still running: their completions call */
             pp = &wk->next;
             continue;
         }
@@ -458,11 +457,12 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
         cx_ucx_wk_destroy(b, wk);
         b->zombies_freed += (uint64_t)z;
         cx_info("ucx: worker rotated: %d zombie endpoints freed (generation %u destroyed in %.2f ms; "
-                "%llu rotations, %llu freed in all)", z, gen, (double)(cx_ucx_now_ns() - t0) / 1e6,
-                (unsigned long long)b->rotations, (unsigned long long)b->zombies_freed);
+                "%llu rotations, %llu freed in all)",
+                z, gen, (double)(cx_ucx_now_ns() - t0) / 1e6, (unsigned long long)b->rotations,
+                (unsigned long long)b->zombies_freed);
     }
     if (cx_ucx_want_rotation(b)) {
-        if (b->n_old >= CX_UCX_MAX_OLD_WORKERS) return;   /* a destroy calls again */
+        if (b->n_old >= CX_UCX_MAX_OLD_WORKERS) return; /* a destroy calls again */
         /* zombies can wait; a dead writer's doubt cannot (every message to us may be stuck),
          * but still not more often than CX_UCX_DOUBT_GAP_MS (a failed attempt is not retried
          * in a loop, and peers dying one after another share a rotation) */

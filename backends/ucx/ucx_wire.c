@@ -20,8 +20,7 @@ int cx_ucx_msg_hdr_get(const void *buf, size_t len, cx_ucx_msg_hdr_t *h)
     h->kind = cx_rd_u8(&rd);
     h->inc = cx_rd_u64(&rd);
     h->req_id = cx_rd_u64(&rd);
-    if (!cx_rd_done(&rd) || magic != CX_UCX_AM_MAGIC ||
-        (h->kind != CX_XFER_MSG && h->kind != CX_XFER_PUT_SIGNAL))
+    if (!cx_rd_done(&rd) || magic != CX_UCX_AM_MAGIC || (h->kind != CX_XFER_MSG && h->kind != CX_XFER_PUT_SIGNAL))
         return CX_EINVAL;
     return CX_OK;
 }

@@ -15,32 +15,31 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CX_UCX_ADDR_MAGIC 0x31585543u /* "CUX1": a worker address blob */
-#define CX_UCX_KEY_MAGIC 0x314b5543u  /* "CUK1": a packed rkey blob */
-#define CX_UCX_AM_MAGIC 0x31415543u   /* "CUA1": an active-message header */
-#define CX_UCX_UPD_MAGIC 0x31555543u  /* "CUU1": an address update */
-#define CX_UCX_RREQ_MAGIC 0x31525543u /* "CUR1": a read request */
+#define CX_UCX_ADDR_MAGIC 0x31585543u  /* "CUX1": a worker address blob */
+#define CX_UCX_KEY_MAGIC 0x314b5543u   /* "CUK1": a packed rkey blob */
+#define CX_UCX_AM_MAGIC 0x31415543u    /* "CUA1": an active-message header */
+#define CX_UCX_UPD_MAGIC 0x31555543u   /* "CUU1": an address update */
+#define CX_UCX_RREQ_MAGIC 0x31525543u  /* "CUR1": a read request */
 #define CX_UCX_RDATA_MAGIC 0x31445543u /* "CUD1": a part of a read's answer */
 
 /* UCP active-message ids */
-enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12, CX_UCX_AM_UPD = 13, CX_UCX_AM_RREQ = 14,
-       CX_UCX_AM_RDATA = 15 };
-#define CX_UCX_MSG_HDR_LEN 21 /* magic u32, kind u8, sender incarnation u64, request id u64 */
-#define CX_UCX_ACK_HDR_LEN 16 /* magic u32, request id u64, status i32 */
-#define CX_UCX_RREQ_HDR_LEN 36 /* magic u32, reader incarnation u64, request id u64, addr u64, len u64 */
+enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12, CX_UCX_AM_UPD = 13, CX_UCX_AM_RREQ = 14, CX_UCX_AM_RDATA = 15 };
+#define CX_UCX_MSG_HDR_LEN 21   /* magic u32, kind u8, sender incarnation u64, request id u64 */
+#define CX_UCX_ACK_HDR_LEN 16   /* magic u32, request id u64, status i32 */
+#define CX_UCX_RREQ_HDR_LEN 36  /* magic u32, reader incarnation u64, request id u64, addr u64, len u64 */
 #define CX_UCX_RDATA_HDR_LEN 24 /* magic u32, request id u64, status i32, offset u64 */
 
 /* Header of a message (CX_XFER_MSG) or of put_signal's signal (CX_XFER_PUT_SIGNAL). */
 typedef struct cx_ucx_msg_hdr {
-    uint8_t kind;     /* CX_XFER_MSG or CX_XFER_PUT_SIGNAL */
-    uint64_t inc;     /* the sender's incarnation */
-    uint64_t req_id;  /* echoed in the ack */
+    uint8_t kind;    /* CX_XFER_MSG or CX_XFER_PUT_SIGNAL */
+    uint64_t inc;    /* the sender's incarnation */
+    uint64_t req_id; /* echoed in the ack */
 } cx_ucx_msg_hdr_t;
 
 /* The target's answer to one message. */
 typedef struct cx_ucx_ack_hdr {
     uint64_t req_id;
-    int32_t status;   /* decoded: a CX_* in [CX_EAGAIN, CX_OK]; anything else reads as CX_ERR */
+    int32_t status; /* decoded: a CX_* in [CX_EAGAIN, CX_OK]; anything else reads as CX_ERR */
 } cx_ucx_ack_hdr_t;
 
 /* A read served by the target's answer (AM id 14; endpoints without peer error handling, see
@@ -48,10 +47,10 @@ typedef struct cx_ucx_ack_hdr {
  * answer (AM id 15) comes in parts, each a header (request id, status, offset of its bytes in
  * the read) with the bytes as the AM's data; a refusal is one part, no bytes, status != CX_OK. */
 typedef struct cx_ucx_rreq_hdr {
-    uint64_t inc;     /* the reader's incarnation (logs) */
-    uint64_t req_id;  /* echoed in the answer */
+    uint64_t inc;    /* the reader's incarnation (logs) */
+    uint64_t req_id; /* echoed in the answer */
     uint64_t addr;
-    uint64_t len;     /* 1 .. CX_UCX_RREQ_MAX */
+    uint64_t len; /* 1 .. CX_UCX_RREQ_MAX */
 } cx_ucx_rreq_hdr_t;
 #define CX_UCX_RREQ_MAX (1ull << 40)
 
@@ -60,8 +59,8 @@ int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h);
 
 typedef struct cx_ucx_rdata_hdr {
     uint64_t req_id;
-    int32_t status;   /* decoded: a CX_* in [CX_EAGAIN, CX_OK]; anything else reads as CX_ERR */
-    uint64_t offset;  /* < CX_UCX_RREQ_MAX */
+    int32_t status;  /* decoded: a CX_* in [CX_EAGAIN, CX_OK]; anything else reads as CX_ERR */
+    uint64_t offset; /* < CX_UCX_RREQ_MAX */
 } cx_ucx_rdata_hdr_t;
 
 void cx_ucx_rdata_hdr_put(cx_wr_t *w, const cx_ucx_rdata_hdr_t *h);

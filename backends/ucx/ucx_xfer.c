@@ -91,21 +91,20 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
     cx_wr_t w;
     cx_wr_init(&w, op->hdr, sizeof op->hdr);
     op->req_id = ++b->next_req_id;
-    cx_ucx_msg_hdr_put(&w, &(cx_ucx_msg_hdr_t){ .kind = (uint8_t)x->kind, .inc = b->inc,
-                                                 .req_id = op->req_id });
+    cx_ucx_msg_hdr_put(&w, &(cx_ucx_msg_hdr_t){ .kind = (uint8_t)x->kind, .inc = b->inc, .req_id = op->req_id });
     op->stage = CX_UCX_OPS_AM;
     cx_ucx_ack_add(b, op);
-    cx_debug("ucx: message %llu (kind %d) on worker generation %u", (unsigned long long)op->req_id,
-             x->kind, op->ue->wk->gen);
+    cx_debug("ucx: message %llu (kind %d) on worker generation %u", (unsigned long long)op->req_id, x->kind,
+             op->ue->wk->gen);
 
     ucp_request_param_t p;
     cx_ucx_param(&p, op, cx_ucx_am_sent_cb, NULL);
     p.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     p.flags = UCP_AM_SEND_FLAG_REPLY;
-    ucs_status_ptr_t r = ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_MSG, op->hdr, w.len,
-                                         op->msg_copy ? op->msg_copy : x->msg, x->msg_len, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_am_send_nbx(op->ue->ep, CX_UCX_AM_MSG, op->hdr, w.len,
+                                                    op->msg_copy ? op->msg_copy : x->msg, x->msg_len, &p);
     if (UCS_PTR_IS_ERR(r)) {
-        cx_warn("ucx: sending a message failed: %s", ucs_status_string(UCS_PTR_STATUS(r)));
+        cx_warn("ucx: sending a message failed: %s", cx_ucx_lib.ucs_status_string(UCS_PTR_STATUS(r)));
         cx_ucx_op_finish(b, op, cx_ucx_status(UCS_PTR_STATUS(r)));
     } else if (r == NULL) {
         op->sent = 1;
@@ -115,17 +114,16 @@ static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
 }
 
 /* put (its request released at once: the flush behind it completes after it), then flush. */
-static ucs_status_ptr_t cx_ucx_put_flush(cx_ucx_ue_t *ue, cx_ucx_op_t *op, cx_xfer_t *x,
-                                         ucp_rkey_h rk)
+static ucs_status_ptr_t cx_ucx_put_flush(cx_ucx_ue_t *ue, cx_ucx_op_t *op, cx_xfer_t *x, ucp_rkey_h rk)
 {
     ucp_request_param_t p;
     cx_ucx_param(&p, NULL, NULL, x);
-    ucs_status_ptr_t r = ucp_put_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
+    ucs_status_ptr_t r = cx_ucx_lib.ucp_put_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
     if (UCS_PTR_IS_ERR(r)) return r;
-    if (r) ucp_request_free(r);
+    if (r) cx_ucx_lib.ucp_request_free(r);
     op->stage = CX_UCX_OPS_FLUSH;
     cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
-    return ucp_ep_flush_nbx(ue->ep, &p);
+    return cx_ucx_lib.ucp_ep_flush_nbx(ue->ep, &p);
 }
 
 /* The op could not start. sync (from submit): the xfer was not started, the op goes away and
@@ -212,7 +210,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         if (x->len && x->local_mem == CX_MEM_HOST && (b->bounce_all || (none && x->len < b->answer_min))) {
             if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
             cx_ucx_param(&p, op, cx_ucx_rma_cb, NULL);
-            r = ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
+            r = cx_ucx_lib.ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
             break;
         }
         if (x->len && x->local_mem == CX_MEM_HOST && none) {
@@ -220,21 +218,17 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
             return cx_ucx_refused_at_once(b, op, sync);
         }
         cx_ucx_param(&p, op, cx_ucx_rma_cb, x);
-        r = ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
+        r = cx_ucx_lib.ucp_get_nbx(ue->ep, x->local, x->len, x->remote, rk, &p);
         break;
     }
     case CX_XFER_WRITE:
-    case CX_XFER_PUT_SIGNAL:
-        r = cx_ucx_put_flush(ue, op, x, rk);
-        break;
-    case CX_XFER_MSG:
-        cx_ucx_send_am(b, op);
-        return cx_ucx_refused_at_once(b, op, sync);
+    case CX_XFER_PUT_SIGNAL: r = cx_ucx_put_flush(ue, op, x, rk); break;
+    case CX_XFER_MSG: cx_ucx_send_am(b, op); return cx_ucx_refused_at_once(b, op, sync);
     }
     if (UCS_PTR_IS_ERR(r)) {
         ucs_status_t st = UCS_PTR_STATUS(r);
         cx_warn("ucx: starting an xfer (kind %d, %zu bytes) failed: %s", x->kind, x->len,
-                ucs_status_string(st));
+                cx_ucx_lib.ucs_status_string(st));
         return cx_ucx_not_started(b, op, cx_ucx_status(st), sync);
     }
     if (r) {
@@ -242,7 +236,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         return CX_OK;
     }
     if (x->kind == CX_XFER_PUT_SIGNAL) {
-        cx_ucx_send_am(b, op);   /* the flush completed at once */
+        cx_ucx_send_am(b, op); /* the flush completed at once */
         if (op->finished) cx_ucx_complete_now(b, op, op->status, sync);
         return CX_OK;
     }
@@ -263,16 +257,13 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
             cx_error("ucx: xfer with a NULL local buffer");
             return CX_EINVAL;
         }
-        ucp_rkey_h rk;   /* checked now, so that a bad key fails the submit itself */
+        ucp_rkey_h rk; /* checked now, so that a bad key fails the submit itself */
         int rc = cx_ucx_rkey_get(ep->ue, x, &rk);
         if (rc != CX_OK) return rc;
         break;
     }
-    case CX_XFER_MSG:
-        break;
-    default:
-        cx_error("ucx: unknown xfer kind %d", x->kind);
-        return CX_EINVAL;
+    case CX_XFER_MSG: break;
+    default: cx_error("ucx: unknown xfer kind %d", x->kind); return CX_EINVAL;
     }
     if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) &&
         (x->msg_len > CX_MSG_MAX || (!x->msg && x->msg_len))) {
@@ -282,12 +273,11 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
 
     cx_ucx_op_t *op = cx_ucx_op_new(b, ep, x);
     if (!op) return CX_ENOMEM;
-    if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) &&
-        (ep->held || cx_ucx_old_msgs(ep))) {
-        op->stage = CX_UCX_OPS_HELD;   /* cx_ucx_start_held posts it */
+    if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) && (ep->held || cx_ucx_old_msgs(ep))) {
+        op->stage = CX_UCX_OPS_HELD; /* cx_ucx_start_held posts it */
         ep->held++;
         b->retiring = 1;
-        cx_ucx_signal(b);   /* look again at the next progress, whatever wakes it */
+        cx_ucx_signal(b); /* look again at the next progress, whatever wakes it */
         cx_debug("ucx: message held (%d held) behind a retiring endpoint's", ep->held);
         return CX_OK;
     }
@@ -302,7 +292,7 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep)
     while (ep->held && !ep->failed && !cx_ucx_old_msgs(ep)) {
         cx_ucx_op_t *op = ep->ops.next;
         while (op != &ep->ops && op->stage != CX_UCX_OPS_HELD) op = op->next;
-        if (op == &ep->ops) {   /* cannot happen: the count says one is there */
+        if (op == &ep->ops) { /* cannot happen: the count says one is there */
             ep->held = 0;
             break;
         }
@@ -311,4 +301,15 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep)
         cx_debug("ucx: held message started (%d still held)", ep->held);
         (void)cx_ucx_start(b, op, 0);
     }
+}
+
+/* A batch's xfers to one endpoint: every one posted, then one progress of the worker, which puts
+ * them on the wire together (a get's request, a put's bytes) instead of each waiting for the
+ * core's next poll. Completions it finds are delivered at the core's next turn (the signal wakes
+ * it): the core may disconnect endpoints from a delivery, not from inside its post. */
+void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
+{
+    cx_ucx_t *b = (cx_ucx_t *)bb;
+    for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit(bb, ep, xs[i]);
+    if (b && b->cur && cx_ucx_lib.ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
 }

@@ -1,6 +1,9 @@
 #include "acktab.h"
 
-static unsigned bucket(uint64_t id) { return (unsigned)(id & (CX_ACKTAB_BUCKETS - 1)); }
+static unsigned bucket(uint64_t id)
+{
+    return (unsigned)(id & (CX_ACKTAB_BUCKETS - 1));
+}
 
 void cx_acktab_add(cx_acktab_t *t, cx_ack_link_t *l, uint64_t id)
 {

@@ -14,15 +14,15 @@
 #include <stdint.h>
 
 typedef struct cx_rread {
-    size_t got;        /* bytes of the read in the caller's buffer so far */
-    size_t win, win_end;   /* the window asked for last: [win, win_end) */
+    size_t got;          /* bytes of the read in the caller's buffer so far */
+    size_t win, win_end; /* the window asked for last: [win, win_end) */
 } cx_rread_t;
 
 enum {
-    CX_RREAD_MORE = 1,   /* more parts of this window to come */
-    CX_RREAD_ASK = 2,    /* this window is in: ask for the next (cx_rread_window) */
-    CX_RREAD_DONE = 3,   /* the whole read is in */
-    CX_RREAD_BAD = -1    /* out of order, empty or past the window: the read fails */
+    CX_RREAD_MORE = 1, /* more parts of this window to come */
+    CX_RREAD_ASK = 2,  /* this window is in: ask for the next (cx_rread_window) */
+    CX_RREAD_DONE = 3, /* the whole read is in */
+    CX_RREAD_BAD = -1  /* out of order, empty or past the window: the read fails */
 };
 
 /* The next window of a read of `total` bytes, at most `max` long: its offset in *off; returns its
@@ -37,6 +37,6 @@ int cx_rread_take(cx_rread_t *r, void *dst, size_t total, size_t off, const void
 /* Target: an answer of n bytes in parts of at most `part` bytes (1 part when n is 0: a refusal
  * carries no bytes). */
 size_t cx_rread_parts(size_t n, size_t part);
-size_t cx_rread_part(size_t n, size_t part, size_t i, size_t *off);   /* its length; offset in *off */
+size_t cx_rread_part(size_t n, size_t part, size_t i, size_t *off); /* its length; offset in *off */
 
 #endif

@@ -28,11 +28,15 @@ int cx_zmq_recv_parts(void *sock, zmq_msg_t *parts, int max, int *truncated)
         if (zmq_msg_recv(&m, sock, n ? 0 : ZMQ_DONTWAIT) < 0) {
             zmq_msg_close(&m);
             if (n == 0) return -1;
-            break;   /* cannot happen for a complete multipart message */
+            break; /* cannot happen for a complete multipart message */
         }
         int more = zmq_msg_more(&m);
-        if (n < max) parts[n++] = m;
-        else { zmq_msg_close(&m); *truncated = 1; }
+        if (n < max)
+            parts[n++] = m;
+        else {
+            zmq_msg_close(&m);
+            *truncated = 1;
+        }
         if (!more) break;
     }
     return n;
@@ -49,7 +53,7 @@ static int sock_setup(void *s)
     /* No high-water mark: every op is bounded by its caller and its timeout, and a dropped or
      * blocked frame would turn into a hang. No linger: a closed endpoint must stop at once. */
     return zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero) | zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero) |
-           zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) | zmq_setsockopt(s, ZMQ_IPV6, &one, sizeof one);
+        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero) | zmq_setsockopt(s, ZMQ_IPV6, &one, sizeof one);
 }
 
 static int watch(struct cx_backend *b, void *s, int *fd_out)
@@ -74,14 +78,17 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
     b->next_id = 1;
     b->epfd = epoll_create1(EPOLL_CLOEXEC);
     b->ctx = zmq_ctx_new();
-    if (b->epfd < 0 || !b->ctx) { zmq_be_close(b); return CX_ERR; }
+    if (b->epfd < 0 || !b->ctx) {
+        zmq_be_close(b);
+        return CX_ERR;
+    }
     zmq_ctx_set(b->ctx, ZMQ_BLOCKY, 0);
     b->router = zmq_socket(b->ctx, ZMQ_ROUTER);
     int one = 1;
     char ep[128];
     snprintf(ep, sizeof ep, strchr(p->listen_ip, ':') ? "tcp://[%s]:*" : "tcp://%s:*", p->listen_ip);
-    if (!b->router || sock_setup(b->router) ||
-        zmq_setsockopt(b->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one) || zmq_bind(b->router, ep)) {
+    if (!b->router || sock_setup(b->router) || zmq_setsockopt(b->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one) ||
+        zmq_bind(b->router, ep)) {
         cx_error("zmq: cannot bind %s: %s", ep, zmq_strerror(zmq_errno()));
         zmq_be_close(b);
         return CX_ERR;
@@ -98,7 +105,10 @@ static int zmq_be_open(const cx_backend_params_t *p, cx_backend_t **out)
         return CX_ERR;
     }
     snprintf(b->endpoint, sizeof b->endpoint, strchr(adv, ':') ? "tcp://[%s]%s" : "tcp://%s%s", adv, port);
-    if (watch(b, b->router, &b->router_fd)) { zmq_be_close(b); return CX_ERR; }
+    if (watch(b, b->router, &b->router_fd)) {
+        zmq_be_close(b);
+        return CX_ERR;
+    }
     *out = b;
     return CX_OK;
 }
@@ -124,22 +134,30 @@ static int zmq_be_address(cx_backend_t *b, void *buf, size_t *len)
     return CX_OK;
 }
 
-static int zmq_be_wait_fd(cx_backend_t *b) { return b->epfd; }
+static int zmq_be_wait_fd(cx_backend_t *b)
+{
+    return b->epfd;
+}
 
 static int zmq_be_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len)
 {
-    (void)b; (void)len;
+    (void)b;
+    (void)len;
     if (mem_kind != CX_MEM_HOST) {
         /* Device memory reaches this backend through the core's host staging. */
         cx_debug("zmq: region %p of memory kind %d is served through staging", addr, mem_kind);
     }
-    *mh = addr;       /* nothing to register: the target copies in software */
+    *mh = addr; /* nothing to register: the target copies in software */
     *key_len = 0;
     (void)key;
     return CX_OK;
 }
 
-static void zmq_be_mem_dereg(cx_backend_t *b, void *mh) { (void)b; (void)mh; }
+static void zmq_be_mem_dereg(cx_backend_t *b, void *mh)
+{
+    (void)b;
+    (void)mh;
+}
 
 static int zmq_be_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **out)
 {
@@ -167,30 +185,40 @@ static int zmq_be_connect(cx_backend_t *b, void *peer, const void *addr, size_t 
     return CX_OK;
 }
 
-/* outstanding list: bp[0] next, bp[1] prev, bp[2] request id */
+/* outstanding list, oldest first: bp[0] next, bp[1] prev, bp[2] request id */
 static void out_add(struct cx_bep *e, cx_xfer_t *x)
 {
-    x->bp[1] = NULL;
-    x->bp[0] = e->head;
-    if (e->head) e->head->bp[1] = x;
-    e->head = x;
+    x->bp[0] = NULL;
+    x->bp[1] = e->tail;
+    if (e->tail)
+        e->tail->bp[0] = x;
+    else
+        e->head = x;
+    e->tail = x;
 }
 
 static void out_del(struct cx_bep *e, cx_xfer_t *x)
 {
     cx_xfer_t *n = x->bp[0], *p = x->bp[1];
-    if (p) p->bp[0] = n;
-    else e->head = n;
-    if (n) n->bp[1] = p;
+    if (p)
+        p->bp[0] = n;
+    else
+        e->head = n;
+    if (n)
+        n->bp[1] = p;
+    else
+        e->tail = p;
 }
 
 static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
 {
     (void)why;
     epoll_ctl(b->epfd, EPOLL_CTL_DEL, e->fd, NULL);
-    zmq_close(e->sock);   /* linger 0: queued requests are dropped, late replies go nowhere */
-    if (e->prev) e->prev->next = e->next;
-    else b->eps = e->next;
+    zmq_close(e->sock); /* linger 0: queued requests are dropped, late replies go nowhere */
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        b->eps = e->next;
     if (e->next) e->next->prev = e->prev;
     while (e->head) {
         cx_xfer_t *x = e->head;
@@ -210,8 +238,11 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
  * message anyway: one frame costs no more. */
 static int zmq_be_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
 {
-    cx_zmq_req_t r = { .kind = (uint8_t)x->kind, .id = b->next_id++, .sender = b->incarnation,
-                       .addr = x->remote, .len = x->kind == CX_XFER_MSG ? 0 : x->len };
+    cx_zmq_req_t r = { .kind = (uint8_t)x->kind,
+                       .id = b->next_id++,
+                       .sender = b->incarnation,
+                       .addr = x->remote,
+                       .len = x->kind == CX_XFER_MSG ? 0 : x->len };
     size_t dlen = x->kind == CX_XFER_WRITE || x->kind == CX_XFER_PUT_SIGNAL ? x->len : 0;
     size_t mlen = x->kind == CX_XFER_PUT_SIGNAL || x->kind == CX_XFER_MSG ? x->msg_len : 0;
     zmq_msg_t m;
@@ -256,14 +287,16 @@ static int take_replies(struct cx_backend *b, struct cx_bep *e)
         cx_xfer_t *x = e->head;
         while (x && (uint64_t)(uintptr_t)x->bp[2] != rep.id) x = x->bp[0];
         if (!x) {
-            cx_debug("zmq: reply for unknown request %llu (completed or timed out) dropped", (unsigned long long)rep.id);
+            cx_debug("zmq: reply for unknown request %llu (completed or timed out) dropped",
+                     (unsigned long long)rep.id);
             cx_zmq_close_parts(parts, n);
             continue;
         }
         int st = rep.status;
         if (st == CX_OK && x->kind == CX_XFER_READ) {
             if (n != 2 || zmq_msg_size(&parts[1]) != x->len) {
-                cx_warn("zmq: read reply carries %zu bytes, expected %zu", n == 2 ? zmq_msg_size(&parts[1]) : 0, x->len);
+                cx_warn("zmq: read reply carries %zu bytes, expected %zu", n == 2 ? zmq_msg_size(&parts[1]) : 0,
+                        x->len);
                 st = CX_ERR;
             } else {
                 memcpy(x->local, zmq_msg_data(&parts[1]), x->len);
@@ -310,7 +343,7 @@ const struct cx_backend_ops cx_zmq_ops = {
     .disconnect = zmq_be_disconnect,
     .submit = zmq_be_submit,
     .forget_region = NULL,
-    .software_target = 1,   /* the target copies every request itself (device memory included) */
+    .software_target = 1, /* the target copies every request itself (device memory included) */
     /* Callers sending on the DEALERs themselves (core/src/drive.h) made libzmq 4.3.4 abort in its
      * I/O thread ("Resource temporarily unavailable (src/session_base.cpp:260)", the assertion of
      * zeromq/libzmq#3442: a multipart message cut by a close as its connection fails) in 1 of 6

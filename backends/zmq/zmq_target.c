@@ -64,8 +64,8 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
     const uint8_t *data = has_data ? body : NULL;
     const uint8_t *msg = NULL;
     size_t msg_len = 0;
-    int bad = (has_data && blen < r.len) || (r.kind != CX_XFER_MSG && r.len == 0) ||
-              (r.kind == CX_XFER_MSG && r.len != 0);
+    int bad =
+        (has_data && blen < r.len) || (r.kind != CX_XFER_MSG && r.len == 0) || (r.kind == CX_XFER_MSG && r.len != 0);
     if (!bad) {
         size_t dlen = has_data ? (size_t)r.len : 0;
         msg = body + dlen;
@@ -101,8 +101,10 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
                 st = CX_ENOMEM;
             }
         } else {
-            if (zmq_msg_init_size(&out, r.len)) st = CX_ENOMEM;
-            else if ((st = cx_core_mem_copy(b->core, zmq_msg_data(&out), where, r.len))) zmq_msg_close(&out);
+            if (zmq_msg_init_size(&out, r.len))
+                st = CX_ENOMEM;
+            else if ((st = cx_core_mem_copy(b->core, zmq_msg_data(&out), where, r.len)))
+                zmq_msg_close(&out);
             cx_core_region_unpin(pin);
         }
         cx_core_count_served(b->core, r.kind, r.len, st == CX_OK);
@@ -115,9 +117,7 @@ static void serve_one(struct cx_backend *b, zmq_msg_t *parts, int n)
         /* put_signal: the data is in place (device copies included) before the message is queued. */
         if (st == CX_OK && r.kind == CX_XFER_PUT_SIGNAL) st = cx_core_deliver_msg(b->core, peer, msg, msg_len);
         break;
-    case CX_XFER_MSG:
-        st = cx_core_deliver_msg(b->core, peer, msg, msg_len);
-        break;
+    case CX_XFER_MSG: st = cx_core_deliver_msg(b->core, peer, msg, msg_len); break;
     }
     /* Served only when the copy and the delivery succeeded; otherwise a rejection. */
     cx_core_count_served(b->core, r.kind, r.kind == CX_XFER_MSG ? msg_len : r.len, st == CX_OK);

@@ -6,7 +6,7 @@ void cx_zmq_req_put(uint8_t *buf, const cx_zmq_req_t *r)
 {
     cx_wr_t w;
     cx_wr_init(&w, buf, CX_ZMQ_REQ_HDR);
-    cx_wr_u32(&w, 0x315a5843u);   /* "CXZ1" */
+    cx_wr_u32(&w, 0x315a5843u); /* "CXZ1" */
     cx_wr_u8(&w, r->kind);
     cx_wr_u8(&w, 0);
     cx_wr_u16(&w, 0);

@@ -10,9 +10,14 @@
  * providers such as tcp;ofi_rxm serve reads only while the target drives its CQ).
  *
  * usage: fi_raw [-p provider] [-a address] [-s size,size,...] [-t seconds per size] [-n ops per size] [-W]
+ *               [-b blocks per call]
  *   default provider: $CONNEX_FI_PROVIDER, else tcp;ofi_rxm; address (tcp only) 127.0.0.1;
  *   sizes 4096,16384,1048576,16777216; 2 s per size, at most -n ops (default and cap 100000)
- * Output: one line per op and size: p50 and mean latency, bandwidth = size / mean.
+ *   -b N: each timed op is N blocks of the size laid end to end, posted back to back (FI_MORE on
+ *   all but the last, as the backend posts a batch), then N completions waited for: the raw
+ *   counterpart of connex-bench transfer --batch N.
+ * Output: one line per op and size: p50 and mean latency per call, bandwidth = the call's bytes /
+ * mean.
  */
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -32,6 +37,9 @@
 #include <unistd.h>
 
 #define MAXSZ ((size_t)16 << 20)
+#define MAXBATCH 65536
+
+static size_t g_region = MAXSZ; /* both sides' buffer: MAXSZ, or the largest batch */
 #define MAXITER 100000
 
 struct fab {
@@ -68,43 +76,35 @@ static void die(const char *what, int r)
 static void fab_open(struct fab *f, const char *prov, const char *ip)
 {
     struct fi_info *h = fi_allocinfo();
-    if (!h)
-        die("fi_allocinfo", -FI_ENOMEM);
+    if (!h) die("fi_allocinfo", -FI_ENOMEM);
     h->caps = FI_MSG | FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE;
     h->mode = FI_CONTEXT | FI_CONTEXT2;
     h->ep_attr->type = FI_EP_RDM;
-    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY |
-                              FI_MR_ENDPOINT;
+    h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
     h->domain_attr->threading = FI_THREAD_DOMAIN;
     h->fabric_attr->prov_name = strdup(prov);
     /* tcp binds to the given address, as the backend binds to the engine's listen address */
     const char *node = !strncmp(prov, "tcp", 3) ? ip : NULL;
     int r = fi_getinfo(FI_VERSION(1, 17), node, NULL, node ? FI_SOURCE : 0, h, &f->info);
     fi_freeinfo(h);
-    if (r)
-        die("fi_getinfo", r);
+    if (r) die("fi_getinfo", r);
     struct fi_cq_attr ca = { .format = FI_CQ_FORMAT_CONTEXT, .size = 1024 };
     struct fi_av_attr aa = { .type = FI_AV_TABLE };
     if ((r = fi_fabric(f->info->fabric_attr, &f->fabric, NULL)) ||
-        (r = fi_domain(f->fabric, f->info, &f->domain, NULL)) ||
-        (r = fi_cq_open(f->domain, &ca, &f->cq, NULL)) ||
-        (r = fi_av_open(f->domain, &aa, &f->av, NULL)) ||
-        (r = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
-        (r = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) ||
-        (r = fi_ep_bind(f->ep, &f->av->fid, 0)) || (r = fi_enable(f->ep)))
+        (r = fi_domain(f->fabric, f->info, &f->domain, NULL)) || (r = fi_cq_open(f->domain, &ca, &f->cq, NULL)) ||
+        (r = fi_av_open(f->domain, &aa, &f->av, NULL)) || (r = fi_endpoint(f->domain, f->info, &f->ep, NULL)) ||
+        (r = fi_ep_bind(f->ep, &f->cq->fid, FI_TRANSMIT | FI_RECV)) || (r = fi_ep_bind(f->ep, &f->av->fid, 0)) ||
+        (r = fi_enable(f->ep)))
         die("endpoint setup", r);
-    f->buf = aligned_alloc(4096, MAXSZ);
-    if (!f->buf)
-        die("aligned_alloc", -FI_ENOMEM);
-    memset(f->buf, 0x5a, MAXSZ);
+    f->buf = aligned_alloc(4096, g_region);
+    if (!f->buf) die("aligned_alloc", -FI_ENOMEM);
+    memset(f->buf, 0x5a, g_region);
     /* requested_key 1: unique in this domain, which providers without FI_MR_PROV_KEY need */
-    if ((r = fi_mr_reg(f->domain, f->buf, MAXSZ,
-                       FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 1, 0, &f->mr,
-                       NULL)))
+    if ((r = fi_mr_reg(f->domain, f->buf, g_region, FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE, 0, 1, 0,
+                       &f->mr, NULL)))
         die("fi_mr_reg", r);
     if (f->info->domain_attr->mr_mode & FI_MR_ENDPOINT) {
-        if ((r = fi_mr_bind(f->mr, &f->ep->fid, 0)) || (r = fi_mr_enable(f->mr)))
-            die("fi_mr_bind", r);
+        if ((r = fi_mr_bind(f->mr, &f->ep->fid, 0)) || (r = fi_mr_enable(f->mr))) die("fi_mr_bind", r);
     }
 }
 
@@ -129,19 +129,16 @@ static int target(const char *prov, const char *ip, int sock)
     memset(&h, 0, sizeof h);
     h.name_len = sizeof h.name;
     int r = fi_getname(&f.ep->fid, h.name, &h.name_len);
-    if (r)
-        die("fi_getname", r);
+    if (r) die("fi_getname", r);
     h.addr = (f.info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? (uint64_t)(uintptr_t)f.buf : 0;
     h.key = fi_mr_key(f.mr);
-    if (write(sock, &h, sizeof h) != (ssize_t)sizeof h)
-        die("write hello", 0);
+    if (write(sock, &h, sizeof h) != (ssize_t)sizeof h) die("write hello", 0);
     struct fi_cq_entry e[16];
     char c;
     for (;;) {
         fi_cq_read(f.cq, e, 16);
         ssize_t n = recv(sock, &c, 1, MSG_DONTWAIT);
-        if (n == 1 || n == 0)
-            break;
+        if (n == 1 || n == 0) break;
     }
     fab_close(&f);
     return 0;
@@ -152,8 +149,7 @@ static int wait_one(struct fab *f)
     struct fi_cq_entry e;
     for (;;) {
         ssize_t n = fi_cq_read(f->cq, &e, 1);
-        if (n == 1)
-            return 0;
+        if (n == 1) return 0;
         if (n == -FI_EAVAIL) {
             struct fi_cq_err_entry ee;
             memset(&ee, 0, sizeof ee);
@@ -161,8 +157,7 @@ static int wait_one(struct fab *f)
             fprintf(stderr, "fi_raw: CQ error %s\n", fi_strerror(ee.err));
             return -1;
         }
-        if (n != -FI_EAGAIN)
-            return -1;
+        if (n != -FI_EAGAIN) return -1;
     }
 }
 
@@ -170,28 +165,53 @@ enum { OP_READ, OP_WRITE_DC, OP_WRITE };
 
 static int g_write_flags = FI_DELIVERY_COMPLETE | FI_COMPLETION;
 
-static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h,
-                struct fi_context2 *ctx)
+/* One op on block `off` of both buffers; more: FI_MORE (another post follows at once). */
+static int post_at(struct fab *f, int op, size_t len, size_t off, int more, fi_addr_t peer, const struct hello *h,
+                   struct fi_context2 *ctx)
 {
     void *desc = fi_mr_desc(f->mr);
+    char *lb = (char *)f->buf + off;
+    uint64_t ra = h->addr + off;
     ssize_t r;
+    struct iovec iov = { .iov_base = lb, .iov_len = len };
+    struct fi_rma_iov riov = { .addr = ra, .len = len, .key = h->key };
+    struct fi_msg_rma m = { .msg_iov = &iov,
+                            .desc = &desc,
+                            .iov_count = 1,
+                            .addr = peer,
+                            .rma_iov = &riov,
+                            .rma_iov_count = 1,
+                            .context = ctx };
     do {
-        if (op == OP_READ) {
-            r = fi_read(f->ep, f->buf, len, desc, peer, h->addr, h->key, ctx);
-        } else if (op == OP_WRITE) {
-            r = fi_write(f->ep, f->buf, len, desc, peer, h->addr, h->key, ctx);
-        } else {
-            struct iovec iov = { .iov_base = f->buf, .iov_len = len };
-            struct fi_rma_iov riov = { .addr = h->addr, .len = len, .key = h->key };
-            struct fi_msg_rma m = { .msg_iov = &iov, .desc = &desc, .iov_count = 1,
-                                    .addr = peer, .rma_iov = &riov, .rma_iov_count = 1,
-                                    .context = ctx };
-            r = fi_writemsg(f->ep, &m, (uint64_t)g_write_flags);
-        }
-        if (r == -FI_EAGAIN)
-            fi_cq_read(f->cq, NULL, 0);
+        if (op == OP_READ && more)
+            r = fi_readmsg(f->ep, &m, FI_COMPLETION | FI_MORE);
+        else if (op == OP_READ)
+            r = fi_read(f->ep, lb, len, desc, peer, ra, h->key, ctx);
+        else if (op == OP_WRITE && !more)
+            r = fi_write(f->ep, lb, len, desc, peer, ra, h->key, ctx);
+        else
+            r = fi_writemsg(f->ep, &m,
+                            (op == OP_WRITE ? FI_COMPLETION : (uint64_t)g_write_flags) | (more ? FI_MORE : 0));
+        if (r == -FI_EAGAIN) fi_cq_read(f->cq, NULL, 0);
     } while (r == -FI_EAGAIN);
     return (int)r;
+}
+
+static int post(struct fab *f, int op, size_t len, fi_addr_t peer, const struct hello *h, struct fi_context2 *ctx)
+{
+    return post_at(f, op, len, 0, 0, peer, h, ctx);
+}
+
+/* One call: nb blocks (1: a single op), each posted, then every completion waited for. */
+static int call(struct fab *f, int op, size_t len, int nb, fi_addr_t peer, const struct hello *h,
+                struct fi_context2 *ctx)
+{
+    if (nb <= 1) return post(f, op, len, peer, h, ctx) || wait_one(f);
+    for (int k = 0; k < nb; k++)
+        if (post_at(f, op, len, (size_t)k * len, k + 1 < nb, peer, h, &ctx[k])) return -1;
+    for (int k = 0; k < nb; k++)
+        if (wait_one(f)) return -1;
+    return 0;
 }
 
 static int cmp_d(const void *a, const void *b)
@@ -203,28 +223,35 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *prov = getenv("CONNEX_FI_PROVIDER");
-    if (!prov || !*prov)
-        prov = "tcp;ofi_rxm";
+    if (!prov || !*prov) prov = "tcp;ofi_rxm";
     char sizes_s[256] = "4096,16384,1048576,16777216";
     double per_size = 2.0;
     int plain_write = 0;
     int max_ops = MAXITER;
     const char *ip = "127.0.0.1";
     int o;
-    while ((o = getopt(argc, argv, "p:a:s:t:n:Wh")) != -1) {
+    int nb = 0;
+    while ((o = getopt(argc, argv, "p:a:s:t:n:b:Wh")) != -1) {
         switch (o) {
         case 'p': prov = optarg; break;
         case 'a': ip = optarg; break;
         case 's': snprintf(sizes_s, sizeof sizes_s, "%s", optarg); break;
         case 't': per_size = atof(optarg); break;
         case 'W': plain_write = 1; break;
+        case 'b':
+            nb = atoi(optarg);
+            if (nb < 0 || nb > MAXBATCH) {
+                fprintf(stderr, "fi_raw: -b %s: not in 0..%d\n", optarg, MAXBATCH);
+                return 1;
+            }
+            break;
         case 'n':
             max_ops = atoi(optarg);
-            if (max_ops < 5 || max_ops > MAXITER)
-                max_ops = MAXITER;
+            if (max_ops < 5 || max_ops > MAXITER) max_ops = MAXITER;
             break;
         default:
-            fprintf(stderr, "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-n ops] [-W]\n",
+            fprintf(stderr,
+                    "usage: %s [-p provider] [-a tcp address] [-s sizes] [-t seconds] [-n ops] [-W] [-b blocks]\n",
                     argv[0]);
             return 1;
         }
@@ -237,14 +264,15 @@ int main(int argc, char **argv)
             fprintf(stderr, "fi_raw: size %s out of range (1..%zu)\n", t, MAXSZ);
             return 1;
         }
+        if (nb > 1 && sizes[ns] * (size_t)nb > g_region) g_region = sizes[ns] * (size_t)nb;
         ns++;
     }
+    struct fi_context2 *ctxs = calloc(nb > 1 ? (size_t)nb : 1, sizeof *ctxs);
+    if (!ctxs) die("calloc", -FI_ENOMEM);
     int sv[2];
-    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv))
-        die("socketpair", 0);
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) die("socketpair", 0);
     pid_t pid = fork();
-    if (pid < 0)
-        die("fork", 0);
+    if (pid < 0) die("fork", 0);
     if (pid == 0) {
         close(sv[0]);
         _exit(target(prov, ip, sv[1]));
@@ -253,19 +281,18 @@ int main(int argc, char **argv)
     struct fab f;
     fab_open(&f, prov, ip);
     struct hello h;
-    if (read(sv[0], &h, sizeof h) != (ssize_t)sizeof h)
-        die("read hello", 0);
+    if (read(sv[0], &h, sizeof h) != (ssize_t)sizeof h) die("read hello", 0);
     fi_addr_t peer;
-    if (fi_av_insert(f.av, h.name, 1, &peer, 0, NULL) != 1)
-        die("fi_av_insert", -FI_EINVAL);
+    if (fi_av_insert(f.av, h.name, 1, &peer, 0, NULL) != 1) die("fi_av_insert", -FI_EINVAL);
     const char *direct = getenv("CONNEX_FI_SHM_DIRECT");
     if (!strcmp(f.info->fabric_attr->prov_name, "shm") && !(direct && !strcmp(direct, "0")))
         g_write_flags = FI_COMPLETION;
-    printf("# fi_raw provider=%s (%s), one op at a time, target busy-polls its CQ, write = %s\n",
-           f.info->fabric_attr->prov_name, f.info->domain_attr->name,
+    char shape[48] = "one op at a time";
+    if (nb > 1) snprintf(shape, sizeof shape, "%d blocks per call", nb);
+    printf("# fi_raw provider=%s (%s), %s, target busy-polls its CQ, write = %s\n", f.info->fabric_attr->prov_name,
+           f.info->domain_attr->name, shape,
            g_write_flags == FI_COMPLETION ? "plain fi_writemsg (shm direct)" : "delivery-complete");
     static double lat[MAXITER];
-    struct fi_context2 ctx;
     int ops[3] = { OP_READ, OP_WRITE_DC, OP_WRITE };
     const char *names[3] = { "read", "write", "write_plain" };
     int rc = 0;
@@ -273,22 +300,20 @@ int main(int argc, char **argv)
         for (int s = 0; s < ns && !rc; s++) {
             size_t len = sizes[s];
             /* warm-up: connection setup, caches */
-            for (int i = 0; i < 5 && !rc; i++)
-                rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
+            for (int i = 0; i < 5 && !rc; i++) rc = call(&f, ops[k], len, nb, peer, &h, ctxs);
             int n = 0;
             double t0 = now_s();
             while (n < max_ops && !rc && (n < 5 || now_s() - t0 < per_size)) {
                 double a = now_s();
-                rc = post(&f, ops[k], len, peer, &h, &ctx) || wait_one(&f);
+                rc = call(&f, ops[k], len, nb, peer, &h, ctxs);
                 lat[n++] = now_s() - a;
             }
             double total = now_s() - t0;
-            if (rc)
-                break;
+            if (rc) break;
             qsort(lat, (size_t)n, sizeof lat[0], cmp_d);
             double mean = total / n;
-            printf("%-11s %9zu B  iters %6d  p50 %9.2f us  mean %9.2f us  bw %8.1f MB/s\n",
-                   names[k], len, n, lat[n / 2] * 1e6, mean * 1e6, (double)len / mean / 1e6);
+            printf("%-11s %9zu B  iters %6d  p50 %9.2f us  mean %9.2f us  bw %8.1f MB/s\n", names[k], len, n,
+                   lat[n / 2] * 1e6, mean * 1e6, (double)len * (nb > 1 ? nb : 1) / mean / 1e6);
             fflush(stdout);
         }
     }
@@ -299,7 +324,7 @@ int main(int argc, char **argv)
     int st = 0;
     waitpid(pid, &st, 0);
     fab_close(&f);
-    if (rc)
-        fprintf(stderr, "fi_raw: an op failed\n");
+    free(ctxs);
+    if (rc) fprintf(stderr, "fi_raw: an op failed\n");
     return rc ? 2 : (WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 2);
 }

@@ -13,6 +13,9 @@
  *        wireup and page faults (20 timed ops of a 4 KiB shm get measured 5.8 us, 2000 0.56 us).
  *        Prints p50 latency and bandwidth.
  * env:   UCX_TLS as usual; UCX_RAW_ERR=none forces UCP_ERR_HANDLING_MODE_NONE.
+ *        UCX_RAW_BATCH=N: each timed op is N blocks of the size laid end to end (N gets then a
+ *        wait for all; N puts then one flush), the raw counterpart of connex-bench transfer
+ *        --batch N; p50 is per call, MB/s counts all N blocks.
  */
 #define _GNU_SOURCE
 #include <ucp/api/ucp.h>
@@ -28,8 +31,17 @@
 #include <unistd.h>
 
 #define MAXSZ (16u << 20)
-#define DIE(...) do { fprintf(stderr, "ucx_raw: " __VA_ARGS__); fputc('\n', stderr); exit(2); } while (0)
-#define CK(st, what) do { ucs_status_t s_ = (st); if (s_ != UCS_OK) DIE("%s: %s", what, ucs_status_string(s_)); } while (0)
+#define DIE(...)                                  \
+    do {                                          \
+        fprintf(stderr, "ucx_raw: " __VA_ARGS__); \
+        fputc('\n', stderr);                      \
+        exit(2);                                  \
+    } while (0)
+#define CK(st, what)                                                  \
+    do {                                                              \
+        ucs_status_t s_ = (st);                                       \
+        if (s_ != UCS_OK) DIE("%s: %s", what, ucs_status_string(s_)); \
+    } while (0)
 
 static ucp_context_h ctx;
 static ucp_worker_h wrk;
@@ -71,7 +83,8 @@ static ucs_status_t wait_req(ucs_status_ptr_t r)
 
 static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
-    (void)arg; (void)ep;
+    (void)arg;
+    (void)ep;
     fprintf(stderr, "ucx_raw: endpoint error %s\n", ucs_status_string(st));
 }
 
@@ -96,14 +109,14 @@ static ucp_ep_h connect_to(const void *addr)
 {
     ucp_ep_params_t p;
     memset(&p, 0, sizeof p);
-    p.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                   UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    p.field_mask =
+        UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
     p.address = addr;
     p.err_mode = err_peer ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = err_cb;
     ucp_ep_h ep;
     ucs_status_t st = ucp_ep_create(wrk, &p, &ep);
-    if (st == UCS_ERR_UNREACHABLE && err_peer) {   /* same fallback as the backend */
+    if (st == UCS_ERR_UNREACHABLE && err_peer) { /* same fallback as the backend */
         p.field_mask &= ~(uint64_t)UCP_EP_PARAM_FIELD_ERR_HANDLER;
         p.err_mode = UCP_ERR_HANDLING_MODE_NONE;
         st = ucp_ep_create(wrk, &p, &ep);
@@ -153,6 +166,14 @@ int main(int argc, char **argv)
     int warm = iters / 10 < 3 ? 3 : iters / 10 > 20 ? 20 : iters / 10;
     const char *e = getenv("UCX_RAW_ERR");
     if (e && strcmp(e, "none") == 0) err_peer = 0;
+    int nb = getenv("UCX_RAW_BATCH") ? atoi(getenv("UCX_RAW_BATCH")) : 0;
+    if (nb < 0 || nb > 65536) DIE("UCX_RAW_BATCH=%d: not in 0..65536", nb);
+    size_t maxsz = 0;
+    for (int s = 0; s < nsizes; s++)
+        if (sizes[s] > maxsz) maxsz = sizes[s];
+    size_t region = nb && maxsz * (size_t)nb > MAXSZ ? maxsz * (size_t)nb : MAXSZ;
+    ucs_status_ptr_t *reqs = calloc(nb ? (size_t)nb : 1, sizeof *reqs);
+    if (!reqs) DIE("out of memory");
     int to_child[2], to_parent[2];
     if (pipe(to_child) || pipe(to_parent)) DIE("pipe");
     fflush(NULL);
@@ -163,9 +184,9 @@ int main(int argc, char **argv)
     ucp_address_t *wa;
     size_t wal;
     CK(ucp_worker_get_address(wrk, &wa, &wal), "ucp_worker_get_address");
-    if (pid == 0) {   /* target */
+    if (pid == 0) { /* target */
         ucp_mem_h memh;
-        void *buf = map(MAXSZ, &memh);
+        void *buf = map(region, &memh);
         void *rk;
         size_t rkl;
         CK(ucp_rkey_pack(ctx, memh, &rk, &rkl), "ucp_rkey_pack");
@@ -207,11 +228,10 @@ int main(int argc, char **argv)
     ucp_rkey_h rkey;
     CK(ucp_ep_rkey_unpack(ep, rkb, &rkey), "ucp_ep_rkey_unpack");
     ucp_mem_h memh;
-    void *lbuf = map(MAXSZ, &memh);
+    void *lbuf = map(region, &memh);
 
-    printf("# ucx_raw: UCX %s, UCX_TLS=%s, err mode %s, %d iterations per point\n",
-           ucp_get_version_string(), getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)",
-           err_peer ? "peer" : "none", iters);
+    printf("# ucx_raw: UCX %s, UCX_TLS=%s, err mode %s, %d iterations per point\n", ucp_get_version_string(),
+           getenv("UCX_TLS") ? getenv("UCX_TLS") : "(default)", err_peer ? "peer" : "none", iters);
     printf("%-6s %10s %12s %12s %8s\n", "op", "bytes", "p50_us", "MB/s(p50)", "iters");
     double *t = malloc(sizeof(double) * (size_t)iters);
     for (int op = 0; op < 2; op++) {
@@ -220,7 +240,8 @@ int main(int argc, char **argv)
             int it = iters;
             double t_end = 0;
             for (int i = -warm; i < it; i++) {
-                if (i == 0) t_end = now_us() + budget_us;
+                if (i == 0)
+                    t_end = now_us() + budget_us;
                 else if (i >= 3 && now_us() > t_end) {
                     it = i;
                     break;
@@ -230,7 +251,21 @@ int main(int argc, char **argv)
                 p.op_attr_mask = UCP_OP_ATTR_FIELD_MEMH;
                 p.memh = memh;
                 double t0 = now_us();
-                if (op == 0) {
+                if (nb && op == 0) {
+                    for (int k = 0; k < nb; k++)
+                        reqs[k] =
+                            ucp_get_nbx(ep, (char *)lbuf + (size_t)k * sz, sz, raddr + (uint64_t)k * sz, rkey, &p);
+                    for (int k = 0; k < nb; k++) CK(wait_req(reqs[k]), "get");
+                } else if (nb) {
+                    for (int k = 0; k < nb; k++) {
+                        ucs_status_ptr_t r =
+                            ucp_put_nbx(ep, (char *)lbuf + (size_t)k * sz, sz, raddr + (uint64_t)k * sz, rkey, &p);
+                        if (UCS_PTR_IS_ERR(r)) CK(UCS_PTR_STATUS(r), "put");
+                        if (r) ucp_request_free(r);
+                    }
+                    memset(&p, 0, sizeof p);
+                    CK(wait_req(ucp_ep_flush_nbx(ep, &p)), "flush");
+                } else if (op == 0) {
                     CK(wait_req(ucp_get_nbx(ep, lbuf, sz, raddr, rkey, &p)), "get");
                 } else {
                     ucs_status_ptr_t r = ucp_put_nbx(ep, lbuf, sz, raddr, rkey, &p);
@@ -243,11 +278,13 @@ int main(int argc, char **argv)
             }
             qsort(t, (size_t)it, sizeof *t, cmp_d);
             double p50 = t[it / 2];
-            printf("%-6s %10zu %12.2f %12.1f %8d\n", op == 0 ? "read" : "write", sz, p50, sz / p50, it);
+            printf("%-6s %10zu %12.2f %12.1f %8d\n", op == 0 ? "read" : "write", sz, p50,
+                   (double)sz * (nb ? nb : 1) / p50, it);
         }
     }
     fflush(stdout);
     free(t);
+    free(reqs);
     ucp_rkey_destroy(rkey);
     if (write(to_child[1], "q", 1) != 1) kill(pid, SIGTERM);
     int st;

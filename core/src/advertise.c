@@ -64,7 +64,8 @@ static int has_default_route(const char *ifname, int family)
         char a[64], b[64], c[64], d[64], e[64], g[64], h[64], k[64], l[64], ifn[64];
         if (family == AF_INET) {
             if (sscanf(line, "%63s %63s", ifn, a) == 2 && !strcmp(a, "00000000") && !strcmp(ifn, ifname)) found = 1;
-        } else if (sscanf(line, "%63s %63s %63s %63s %63s %63s %63s %63s %63s %63s", a, b, c, d, e, g, h, k, l, ifn) == 10 &&
+        } else if (sscanf(line, "%63s %63s %63s %63s %63s %63s %63s %63s %63s %63s", a, b, c, d, e, g, h, k, l, ifn) ==
+                       10 &&
                    !strcmp(a, "00000000000000000000000000000000") && !strcmp(b, "00") && !strcmp(ifn, ifname)) {
             found = 1;
         }
@@ -96,26 +97,26 @@ static int host_ifaddrs(cx_ifaddr_t *out, int max)
     return n;
 }
 
-/* CONNEX_ADVERTISE_IP, through the options table (connex/options.h). */
-static const char *advertise_env(void)
-{
-    const char *v = NULL;
-    return cx_opt_get_str("CONNEX_ADVERTISE_IP", &v) >= 0 ? v : NULL;   /* connex/options.h */
-}
-
-int cx_advertise_resolve(const char *listen_ip, const char *want, char *out, size_t len)
+int cx_advertise_resolve(const cx_opts_t *o, const char *listen_ip, const char *want, char *out, size_t len)
 {
     const char *from = "config.advertise_ip";
-    if (!want || !*want) { want = advertise_env(); from = "CONNEX_ADVERTISE_IP"; }
+    if (!want || !*want) {
+        want = cx_opts_str(o, "CONNEX_ADVERTISE_IP");
+        from = "CONNEX_ADVERTISE_IP";
+    }
     if (want && *want) {
         struct in6_addr a;
         int v4 = inet_pton(AF_INET, want, &a) == 1, v6 = !v4 && inet_pton(AF_INET6, want, &a) == 1;
         int listen_v6 = listen_ip && strchr(listen_ip, ':') != NULL;
         const char *why = NULL;
-        if (!v4 && !v6) why = "not a numeric IPv4/IPv6 address";
-        else if (cx_ip_is_wildcard(want)) why = "a wildcard address, which no peer can connect to";
-        else if (v6 && !listen_v6) why = "an IPv6 address, and the engine listens on IPv4";
-        else if (v4 && listen_v6 && !cx_ip_is_wildcard(listen_ip)) why = "an IPv4 address, and the engine listens on one IPv6 address";
+        if (!v4 && !v6)
+            why = "not a numeric IPv4/IPv6 address";
+        else if (cx_ip_is_wildcard(want))
+            why = "a wildcard address, which no peer can connect to";
+        else if (v6 && !listen_v6)
+            why = "an IPv6 address, and the engine listens on IPv4";
+        else if (v4 && listen_v6 && !cx_ip_is_wildcard(listen_ip))
+            why = "an IPv4 address, and the engine listens on one IPv6 address";
         if (why || strlen(want) >= len) {
             cx_error("engine: %s='%s' is %s", from, want, why ? why : "too long");
             return CX_EINVAL;

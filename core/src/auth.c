@@ -66,18 +66,21 @@ static int read_token_file(const char *path, cx_auth_t *a)
     return CX_OK;
 }
 
-int cx_auth_load(const char *cfg_token, cx_auth_t **out)
+int cx_auth_load(const cx_opts_t *o, const char *cfg_token, cx_auth_t **out)
 {
     *out = NULL;
-    const char *env, *file;
-    (void)cx_opt_get_str("CONNEX_AUTH_TOKEN", &env);
-    (void)cx_opt_get_str("CONNEX_AUTH_TOKEN_FILE", &file);
+    const char *env = cx_opts_str(o, "CONNEX_AUTH_TOKEN"), *file = cx_opts_str(o, "CONNEX_AUTH_TOKEN_FILE");
     const char *tok = NULL, *src = NULL;
-    if (cfg_token) { tok = cfg_token; src = "config"; }
-    else if (env && *env) { tok = env; src = "CONNEX_AUTH_TOKEN"; }
-    else if (file && *file) src = "CONNEX_AUTH_TOKEN_FILE";
+    if (cfg_token) {
+        tok = cfg_token;
+        src = "config";
+    } else if (env && *env) {
+        tok = env;
+        src = "CONNEX_AUTH_TOKEN";
+    } else if (file && *file)
+        src = "CONNEX_AUTH_TOKEN_FILE";
     if (!src) return CX_OK;
-    if (cx_crypto_load()) return CX_EUNSUPPORTED;   /* logged: libcrypto is loaded only here */
+    if (cx_crypto_load()) return CX_EUNSUPPORTED; /* logged: libcrypto is loaded only here */
 
     cx_auth_t *a = calloc(1, sizeof *a);
     if (!a) return CX_ENOMEM;
@@ -103,7 +106,8 @@ int cx_auth_load(const char *cfg_token, cx_auth_t **out)
     }
     if (a->key_len < 16)
         cx_warn("auth: the token (%s) is only %zu bytes; use 32 random bytes (e.g. `openssl rand -hex 32`), "
-                "a short one can be guessed offline from one recorded handshake", src, a->key_len);
+                "a short one can be guessed offline from one recorded handshake",
+                src, a->key_len);
     cx_info("auth: control connections require the shared token (from %s)", src);
     *out = a;
     return CX_OK;
@@ -168,7 +172,7 @@ int cx_auth_proof_ok(const cx_auth_t *a, uint8_t role, const uint8_t *nonce_d, c
 {
     uint8_t want[CX_AUTH_MAC];
     if (cx_auth_proof(a, role, nonce_d, nonce_a, want)) return 0;
-    uint8_t diff = 0;   /* constant time: every byte is compared */
+    uint8_t diff = 0; /* constant time: every byte is compared */
     for (int i = 0; i < CX_AUTH_MAC; i++) diff |= (uint8_t)(want[i] ^ proof[i]);
     int ok = diff == 0;
     explicit_bzero(want, sizeof want);
@@ -243,7 +247,10 @@ int cx_auth_on_frame(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t l
                 return CX_EAUTH;
             }
             memcpy(au->nonce_d, f.data, CX_AUTH_NONCE);
-            if (fresh_nonce(au->nonce_a)) { snprintf(why, whylen, "no random nonce"); return CX_EAUTH; }
+            if (fresh_nonce(au->nonce_a)) {
+                snprintf(why, whylen, "no random nonce");
+                return CX_EAUTH;
+            }
             send_step(e, c, 2, au->nonce_a);
             return CX_AUTH_CONTINUE;
         }

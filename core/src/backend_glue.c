@@ -18,19 +18,18 @@ int cx_backend_check(const struct cx_backend_ops *ops)
     return CX_EUNSUPPORTED;
 }
 
-
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef CONNEX_HAVE_SELECT
 #include "cx_select.h"
-int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
+int cx_select_order(const struct cx_opts *opts, const char *want, const struct cx_backend_ops **out,
+                    char (*choice)[CX_CHOICE_MAX], cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
 {
     cx_decision_t *d = calloc(1, sizeof *d);
     if (!d) return CX_ENOMEM;
-    int n = cx_select_for_engine(want, out, max, d);
+    int n = cx_select_for_engine_opts(opts, want, out, max, d);
     /* out[] follows d->be[] but skips backends that are not compiled in: match by name. */
     for (int i = 0; i < n; i++) {
         choice[i][0] = 0;
@@ -45,11 +44,13 @@ int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*
                 snprintf(plan[i].domain, sizeof plan[i].domain, "%s", pl->domain);
                 snprintf(plan[i].net_devices, sizeof plan[i].net_devices, "%s", pl->devices);
                 plan[i].net_devices_exact = pl->devices_exact;
+                snprintf(plan[i].domains, sizeof plan[i].domains, "%s", pl->domains);
+                snprintf(plan[i].gpu_domains, sizeof plan[i].gpu_domains, "%s", pl->gpu_domains);
                 break;
             }
         if (!choice[i][0]) snprintf(choice[i], CX_CHOICE_MAX, "%s//0x0", out[i]->name);
     }
-    snprintf(host_id, host_len, "%s", cx_select_host_id());
+    snprintf(host_id, host_len, "%s", cx_select_host_id_opts(opts));
     free(d);
     return n;
 }
@@ -60,21 +61,24 @@ int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const ch
     cx_choice_t m[CX_SEL_MAX_BE], t[CX_SEL_MAX_BE];
     int nm = 0, nt = 0;
     for (int i = 0; i < n_mine && nm < CX_SEL_MAX_BE; i++)
-        if (cx_choice_parse(mine[i], &m[nm]) == CX_OK) nm++;
-        else return 0;   /* cannot happen: we formatted it */
+        if (cx_choice_parse(mine[i], &m[nm]) == CX_OK)
+            nm++;
+        else
+            return 0; /* cannot happen: we formatted it */
     for (int i = 0; i < n_theirs && nt < CX_SEL_MAX_BE; i++)
         if (cx_choice_parse(theirs[i], &t[nt]) == CX_OK) nt++;
     return cx_select_pair(m, nm, t, nt, same_host, order, why, why_len);
 }
 #else
-int cx_select_order(const char *want, const struct cx_backend_ops **out, char (*choice)[CX_CHOICE_MAX],
-                    cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
+int cx_select_order(const struct cx_opts *opts, const char *want, const struct cx_backend_ops **out,
+                    char (*choice)[CX_CHOICE_MAX], cx_open_plan_t *plan, int max, char *host_id, size_t host_len)
 {
+    (void)opts;
     (void)want;
     int n = 0;
     for (int i = 0; cx_backends_builtin[i] && n < max; i++) {
         out[n] = cx_backends_builtin[i];
-        memset(&plan[n], 0, sizeof plan[n]);   /* no plan: each backend's own defaults */
+        memset(&plan[n], 0, sizeof plan[n]); /* no plan: each backend's own defaults */
         snprintf(choice[n], CX_CHOICE_MAX, "%s//0x0", out[n]->name);
         n++;
     }
@@ -92,7 +96,10 @@ int cx_select_pair_order(const char (*mine)[CX_CHOICE_MAX], int n_mine, const ch
     for (int i = 0; i < n_mine; i++) {
         size_t l = strcspn(mine[i], "/");
         for (int j = 0; j < n_theirs; j++)
-            if (!strncmp(mine[i], theirs[j], l) && (theirs[j][l] == '/' || !theirs[j][l])) { order[n++] = i; break; }
+            if (!strncmp(mine[i], theirs[j], l) && (theirs[j][l] == '/' || !theirs[j][l])) {
+                order[n++] = i;
+                break;
+            }
     }
     if (why && why_len) snprintf(why, why_len, "%d backend(s) in common", n);
     return n;
@@ -105,8 +112,10 @@ void cx_open_plan_params(const cx_open_plan_t *plan, cx_backend_params_t *p)
     p->provider = plan->provider[0] ? plan->provider : NULL;
     p->domain = plan->domain[0] ? plan->domain : NULL;
     /* "" is a plan too (no RDMA device); NULL only without one */
-    p->net_devices = plan->planned ? plan->net_devices : NULL;   /* "": the plan has no RDMA device */
+    p->net_devices = plan->planned ? plan->net_devices : NULL; /* "": the plan has no RDMA device */
     p->net_devices_exact = plan->net_devices_exact;
+    p->domains = plan->domains[0] ? plan->domains : NULL;
+    p->gpu_domains = plan->gpu_domains[0] ? plan->gpu_domains : NULL;
 }
 
 /* ---- the public memory calls (connex.h): thin over gpu/ ---- */
@@ -125,7 +134,8 @@ int cx_mem_alloc(int kind, int device, size_t len, void **out)
     *out = NULL;
     if ((kind != CX_MEM_CUDA && kind != CX_MEM_SIM) || len == 0 || device < 0) {
         cx_error("cx_mem_alloc(kind %d, device %d, %zu bytes): want kind CX_MEM_CUDA or CX_MEM_SIM, "
-                 "device >= 0 and a length > 0", kind, device, len);
+                 "device >= 0 and a length > 0",
+                 kind, device, len);
         return CX_EINVAL;
     }
     if (kind == CX_MEM_SIM && !cx_gpu_sim_enabled()) {

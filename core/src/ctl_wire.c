@@ -93,10 +93,10 @@ int cx_wire_get_death(const uint8_t *body, size_t len, cx_lid_t *lid, uint64_t *
     return cx_rd_done(&r) && lid->model[0] && *inc ? CX_OK : CX_EINVAL;
 }
 
-void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url,
-                            const cx_lid_t *target, const char *host_id, uint32_t hb_ms, uint32_t hbt_ms,
-                            uint32_t live_pid, int32_t live_fd, int nb, const char *const *names, const char *const *choices,
-                            const uint8_t *const *addrs, const uint16_t *addr_lens, uint32_t nregions)
+void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url, const cx_lid_t *target,
+                            const char *host_id, uint32_t hb_ms, uint32_t hbt_ms, uint32_t live_pid, int32_t live_fd,
+                            int nb, const char *const *names, const char *const *choices, const uint8_t *const *addrs,
+                            const uint16_t *addr_lens, uint32_t nregions)
 {
     cx_wr_u32(w, CX_CTL_MAGIC);
     cx_wr_u64(w, inc);

@@ -26,7 +26,7 @@
 #include "engine.h"
 
 /* Engine create: defaults (0 = default), bounds, and env CONNEX_CLASSES=off. */
-void cx_sched_config(cx_config_t *cfg);
+void cx_sched_config(cx_config_t *cfg, const cx_opts_t *o);
 /* From cx_op_issue: 0 = the op holds its credit (or classes are off): issue it now; 1 = the
  * scheduler took it (queued for a credit, or a background transfer to be chunked). */
 int cx_sched_admit(cx_engine_t *e, cx_op_t *op);

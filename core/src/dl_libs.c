@@ -4,12 +4,15 @@
 #define CX_DL_CURL 1
 #include "dl_libs.h"
 
+#include "connex/backend.h"
 #include "connex/connex.h"
 #include "connex/log.h"
+#include "sigkeep.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #ifndef CX_CRYPTO_SONAME
 #define CX_CRYPTO_SONAME "libcrypto.so.3"
@@ -19,17 +22,34 @@
 #endif
 
 /* dlsym into a function pointer without an object -> function pointer cast */
-#define CX_DL_SYM(h, var, name, miss) \
-    do { if (!(*(void **)(&(var)) = dlsym((h), (name)))) (miss) = (name); } while (0)
+#define CX_DL_SYM(h, var, name, miss)                                    \
+    do {                                                                 \
+        if (!(*(void **)(&(var)) = dlsym((h), (name)))) (miss) = (name); \
+    } while (0)
+
+/* A constructor may install signal handlers (libucs's take SIGSEGV, SIGBUS, SIGILL, SIGFPE and
+ * SIGHUP): what the load changed is put back, so the process keeps its own dispositions whoever
+ * loads the library, an engine or not. The dispositions are saved and restored around the call
+ * only: a thread of the application that sets one at the same moment may see it undone. */
+void *cx_core_dlopen(const char *soname, char *why, size_t wn)
+{
+    cx_sigkeep_t *k = malloc(sizeof *k);
+    if (k) cx_sigkeep_save(k);
+    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    const char *e = h ? NULL : dlerror();
+    if (!h && why && wn) snprintf(why, wn, "%s", e ? e : "not found");
+    if (k) {
+        char who[96];
+        snprintf(who, sizeof who, "loading %s", soname);
+        cx_sigkeep_restore(k, who);
+    }
+    free(k);
+    return h;
+}
 
 static void *dl_open(const char *soname, char *why, size_t wn)
 {
-    void *h = dlopen(soname, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!h) {
-        const char *e = dlerror();
-        snprintf(why, wn, "%s", e ? e : "not found");
-    }
-    return h;
+    return cx_core_dlopen(soname, why, wn);
 }
 
 /* ---------------------------------------------------------------- libcrypto */
@@ -37,8 +57,8 @@ static void *dl_open(const char *soname, char *why, size_t wn)
 struct evp_md_st;
 static struct {
     const struct evp_md_st *(*sha256)(void);
-    unsigned char *(*hmac)(const struct evp_md_st *, const void *, int, const unsigned char *, size_t,
-                           unsigned char *, unsigned int *);
+    unsigned char *(*hmac)(const struct evp_md_st *, const void *, int, const unsigned char *, size_t, unsigned char *,
+                           unsigned int *);
     int ok;
 } crypto;
 static pthread_once_t crypto_once = PTHREAD_ONCE_INIT;
@@ -101,7 +121,8 @@ static void curl_load_once(void)
         CX_DL_SYM(h, f->multi_cleanup, "curl_multi_cleanup", miss);
         CX_DL_SYM(h, f->slist_append, "curl_slist_append", miss);
         CX_DL_SYM(h, f->slist_free_all, "curl_slist_free_all", miss);
-        if (miss) snprintf(why, sizeof why, "%s lacks %s (libcurl 7.68 or newer is needed)", CX_CURL_SONAME, miss);
+        if (miss)
+            snprintf(why, sizeof why, "%s lacks %s (libcurl 7.68 or newer is needed)", CX_CURL_SONAME, miss);
         else if (cx_curl.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
             snprintf(why, sizeof why, "curl_global_init failed");
             miss = "init";

@@ -18,7 +18,7 @@ void cx_drive_handoff(cx_engine_t *e, cx_op_t *op)
     op->stage = OPS_HANDOFF;
     op->hnext = NULL;
     cx_op_t **pp = &e->handoff;
-    while (*pp) pp = &(*pp)->hnext;   /* in order: a few ops at most */
+    while (*pp) pp = &(*pp)->hnext; /* in order: a few ops at most */
     *pp = op;
 }
 
@@ -47,7 +47,8 @@ static void wake_progress(cx_engine_t *e)
 static void backend_watches(cx_engine_t *e, uint32_t events)
 {
     for (int i = 0; i < e->nb; i++)
-        if (e->be[i].w.kind && !e->be[i].ops->thread_bound) cx_watch_mod(e, e->be[i].ops->wait_fd(e->be[i].b), events, &e->be[i].w);
+        if (e->be[i].w.kind && !e->be[i].ops->thread_bound)
+            cx_watch_mod(e, e->be[i].ops->wait_fd(e->be[i].b), events, &e->be[i].w);
 }
 
 void cx_drive_unwatch(cx_engine_t *e)
@@ -103,7 +104,7 @@ int cx_drive_sleep_ms(cx_engine_t *e, int timeout_ms)
         push_timer(e, e->drove_ns);
         return timeout_ms;
     }
-    return rearm(e) ? 0 : timeout_ms;   /* the callers stopped driving */
+    return rearm(e) ? 0 : timeout_ms; /* the callers stopped driving */
 }
 
 /* Under plock: whether an op other than `op` is in flight. Its completion must wake the
@@ -141,7 +142,7 @@ static int others_in_flight(cx_engine_t *e, const cx_op_t *op)
 static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, uint64_t spin)
 {
     int polled = 0;
-    uint64_t seen = 0;   /* the last clock read, a few polls ago at most */
+    uint64_t seen = 0; /* the last clock read, a few polls ago at most */
     if (!cx_op_is_done(op) && (spin || (end && cx_now_ns() < end))) {
         cx_drive_unwatch(e);
         polled = 1;
@@ -149,8 +150,10 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
             cx_progress_turn(e, 1);
             if (!(i % CX_DRIVE_CLOCK_EVERY)) {
                 seen = cx_now_ns();
-                if (!end) end = seen + spin;   /* the window starts a few polls late */
-                else if (seen >= end) break;
+                if (!end)
+                    end = seen + spin; /* the window starts a few polls late */
+                else if (seen >= end)
+                    break;
                 if (atomic_load(&e->pwant)) break;
                 /* other callers' ops: the progress thread waits for us */
                 if (!cx_progress_drain_commands(e)) left = 1;
@@ -185,6 +188,7 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
         if (!done && op->w.spin_ns) e->last_work_ns = cx_now_ns();
         wake = more || left || e->sched_wake_ns || (!done && op->w.spin_ns) || e->handoff;
     }
+    wake |= e->batch_ready != NULL; /* a batch's phase ended as this caller let go */
     e->driving = 0;
     pthread_mutex_unlock(&e->plock);
     if (wake) wake_progress(e);
@@ -200,7 +204,7 @@ static int take(cx_engine_t *e)
         e->driving = 1;
         return 1;
     }
-    pthread_mutex_unlock(&e->plock);   /* not started, or closing: cx_submit says which */
+    pthread_mutex_unlock(&e->plock); /* not started, or closing: cx_submit says which */
     return 0;
 }
 
@@ -213,7 +217,7 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     if (!cx_progress_drain_commands(e)) {
         e->driving = 0;
         pthread_mutex_unlock(&e->plock);
-        wake_progress(e);   /* the exec, and what the drain handed off */
+        wake_progress(e); /* the exec, and what the drain handed off */
         return 0;
     }
     e->st.ops_driven++;
@@ -257,7 +261,7 @@ int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
 static int pollable(const cx_op_t *op)
 {
     return op->stage == OPS_QUEUED || op->stage == OPS_IN_BACKEND || op->stage == OPS_WAIT_CREDIT ||
-           op->stage == OPS_CHUNKED || op->stage == OPS_DONE;
+        op->stage == OPS_CHUNKED || op->stage == OPS_DONE;
 }
 
 int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns)
@@ -270,7 +274,7 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns)
              * (ops_driven_done counted it once in a CI run of test_callers_drive, a ZeroMQ op
              * that only the progress thread runs). */
             int mine = !cx_op_is_done(op);
-            int left = !cx_progress_drain_commands(e);   /* this op, queued: start it now */
+            int left = !cx_progress_drain_commands(e); /* this op, queued: start it now */
             drive_locked(e, op, left || !pollable(op) ? 0 : end, left, mine, 0);
             break;
         }

@@ -50,7 +50,7 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op);
  * it lets go, or that leaves other ops in flight, arms at once instead: their completions must
  * wake the progress thread, not wait for the timer. */
 #define CX_DRIVE_TICK_US 200
-#define CX_DRIVE_FULL_MS 10   /* a full turn (backend progress(), which arms) at least this often */
+#define CX_DRIVE_FULL_MS 10 /* a full turn (backend progress(), which arms) at least this often */
 
 /* Under plock: callers drove within the last tick (the transports are theirs between ops). */
 static inline int cx_drive_recent(const cx_engine_t *e, uint64_t now_ns)

@@ -12,6 +12,7 @@
 #include "cx_sched.h"
 #include "staging.h"
 #include "tstage.h"
+#include "batch.h"
 #include "cx_gpu.h"
 #include "spin.h"
 #include "drive.h"
@@ -48,13 +49,13 @@ uint64_t cx_now_ns(void)
 
 static uint64_t coarse_tick_ns(void)
 {
-    static _Atomic uint64_t tick;   /* 0: not read yet */
+    static _Atomic uint64_t tick; /* 0: not read yet */
     uint64_t t = atomic_load_explicit(&tick, memory_order_relaxed);
     if (t) return t;
     struct timespec r;
     /* no coarse clock: the tick stays UINT64_MAX, and deadlines take the precise one */
     t = clock_getres(CLOCK_MONOTONIC_COARSE, &r) ? UINT64_MAX : cx_timespec_ns(&r);
-    if (!t || t > cx_ms_to_ns(100)) t = UINT64_MAX;   /* a tick over 100 ms is no use for op deadlines */
+    if (!t || t > cx_ms_to_ns(100)) t = UINT64_MAX; /* a tick over 100 ms is no use for op deadlines */
     atomic_store_explicit(&tick, t, memory_order_relaxed);
     return t;
 }
@@ -74,7 +75,7 @@ void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind)
     op->kind = kind;
     op->w.spin_ns = e ? e->spin_ns : 0;
     op->status = CX_ERR;
-    if (kind < CX_OPK_COUNT && cx_hist_sample()) op->t0_ns = cx_now_ns();   /* timed (metrics.h) */
+    if (kind < CX_OPK_COUNT && cx_hist_sample()) op->t0_ns = cx_now_ns(); /* timed (metrics.h) */
     pthread_mutex_init(&op->mu, NULL);
     cx_cond_init_mono(&op->cv);
 }
@@ -83,12 +84,23 @@ static void op_destroy(cx_op_t *op)
 {
     pthread_mutex_destroy(&op->mu);
     pthread_cond_destroy(&op->cv);
-    free(op->msg_copy);
+    if (op->kind == CX_OPK_BATCH)
+        cx_batch_free(op->msg_copy);
+    else
+        free(op->msg_copy);
+}
+
+void cx_op_destroy(cx_op_t *op)
+{
+    op_destroy(op);
 }
 
 void cx_op_complete(cx_op_t *op, int status)
 {
-    if (op->on_done) { op->on_done(op, status); return; }   /* a group step's child */
+    if (op->on_done) {
+        op->on_done(op, status);
+        return;
+    } /* a group step's child */
     /* Completed by the caller that waits for it, while it drives (drive.c): nobody sleeps on the
      * condition variable, and its wait_done reads this without the mutex. Another thread must
      * take the mutex, so that the caller cannot destroy the op under its signal. */
@@ -114,8 +126,10 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
     }
     int was_empty = e->qhead == NULL;
     op->next = NULL;
-    if (e->qtail) e->qtail->next = op;
-    else e->qhead = op;
+    if (e->qtail)
+        e->qtail->next = op;
+    else
+        e->qhead = op;
     e->qtail = op;
     pthread_mutex_unlock(&e->qmu);
     if (was_empty) {
@@ -129,7 +143,7 @@ int cx_submit(cx_engine_t *e, cx_op_t *op)
 
 static int wait_done(cx_op_t *op)
 {
-    if (op->w.done_by_owner) return op->status;   /* this thread completed it: see cx_op_complete */
+    if (op->w.done_by_owner) return op->status; /* this thread completed it: see cx_op_complete */
     cx_op_spin(op, op->w.spin_ns);
     pthread_mutex_lock(&op->mu);
     while (!cx_op_is_done(op)) pthread_cond_wait(&op->cv, &op->mu);
@@ -150,16 +164,22 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
     op->w.owned = 1;
     op->w.owner = pthread_self();
     if (driving) atomic_fetch_add(&e->drivers, 1);
-    if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1)) op->w.spin_ns = 0;   /* it polled for its window already */
+    if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1))
+        op->w.spin_ns = 0; /* it polled for its window already */
     else if ((rc = cx_submit(e, op)) == CX_OK && driving) {
         cx_drive_wait(e, op, op->w.spin_ns);
         op->w.spin_ns = 0;
     }
-    if (driving) atomic_fetch_sub(&e->drivers, 1);   /* the progress thread may poll for it now */
+    if (driving) atomic_fetch_sub(&e->drivers, 1); /* the progress thread may poll for it now */
     if (rc == CX_OK) rc = wait_done(op);
     remember_peer(e, op);
     op_destroy(op);
     return rc;
+}
+
+int cx_op_run_sync(cx_engine_t *e, cx_op_t *op)
+{
+    return run_sync(e, op);
 }
 
 int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg)
@@ -175,7 +195,10 @@ int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg)
 
 static int config_check(const cx_config_t *cfg, cx_engine_t *e)
 {
-    if (!cfg || !cfg->model) { cx_error("engine: config.model is required"); return CX_EINVAL; }
+    if (!cfg || !cfg->model) {
+        cx_error("engine: config.model is required");
+        return CX_EINVAL;
+    }
     char lid[CX_MODEL_MAX + 40], err[200];
     snprintf(lid, sizeof lid, "%.*s|%u|%u|%u", CX_MODEL_MAX, cfg->model, cfg->stage, cfg->shard, cfg->replica);
     if (strlen(cfg->model) >= CX_MODEL_MAX || cx_lid_parse(lid, &e->lid, err, sizeof err)) {
@@ -190,16 +213,16 @@ static int config_check(const cx_config_t *cfg, cx_engine_t *e)
     if (!e->cfg.connect_timeout_ms) e->cfg.connect_timeout_ms = 5000;
     if (!e->cfg.recv_queue_max) e->cfg.recv_queue_max = 4096;
     if (!e->cfg.recv_queue_bytes) e->cfg.recv_queue_bytes = 256ull << 20;
-    cx_sched_config(&e->cfg);
+    cx_sched_config(&e->cfg, &e->opts);
     if (e->cfg.heartbeat_timeout_ms <= e->cfg.heartbeat_ms) {
-        cx_error("engine: heartbeat_timeout_ms (%u) must exceed heartbeat_ms (%u)",
-                 e->cfg.heartbeat_timeout_ms, e->cfg.heartbeat_ms);
+        cx_error("engine: heartbeat_timeout_ms (%u) must exceed heartbeat_ms (%u)", e->cfg.heartbeat_timeout_ms,
+                 e->cfg.heartbeat_ms);
         return CX_EINVAL;
     }
     e->cfg.model = e->model;
     snprintf(e->model, sizeof e->model, "%s", cfg->model);
     e->cfg.listen_ip = e->listen_ip;
-    if (cx_advertise_resolve(e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
+    if (cx_advertise_resolve(&e->opts, e->listen_ip, cfg->advertise_ip, e->adv_ip, sizeof e->adv_ip)) return CX_EINVAL;
     e->cfg.advertise_ip = e->adv_ip;
     const char *m = cx_opts_str(&e->opts, "CONNEX_METRICS");
     char mip[48];
@@ -223,25 +246,33 @@ static int open_backends(cx_engine_t *e)
     const struct cx_backend_ops *order[CX_MAX_BACKENDS];
     char choice[CX_MAX_BACKENDS][CX_CHOICE_MAX];
     cx_open_plan_t plan[CX_MAX_BACKENDS];
-    int n = cx_select_order(want, order, choice, plan, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
+    int n = cx_select_order(&e->opts, want, order, choice, plan, CX_MAX_BACKENDS, e->host_id, sizeof e->host_id);
     if (n < 0) return n;
     for (int i = 0; i < n; i++) {
         const struct cx_backend_ops *ops = order[i];
         if (!is_auto && strcmp(ops->name, want)) continue;
         known = 1;
-        if (cx_backend_check(ops)) {   /* built against another backend interface: logged */
+        if (cx_backend_check(ops)) { /* built against another backend interface: logged */
             if (is_auto) continue;
             return CX_EUNSUPPORTED;
         }
         /* The backend opens what the selection planned (provider, NICs, GPUDirect): what HELLO
          * advertises for it (choice[i]) is then what runs. */
-        cx_backend_params_t p = { .core = cx_core_of(e), .listen_ip = e->listen_ip, .advertise_ip = e->adv_ip,
-                                  .incarnation = e->incarnation };
+        cx_backend_params_t p = {
+            .core = cx_core_of(e),
+            .listen_ip = e->listen_ip,
+            .advertise_ip = e->adv_ip,
+            .incarnation = e->incarnation,
+            .opts = &e->opts,
+        };
         cx_open_plan_params(&plan[i], &p);
         cx_bslot_t *s = &e->be[e->nb];
         int rc = ops->open(&p, &s->b);
         if (rc) {
-            if (is_auto) { cx_info("backend %s not usable here (%s): skipped", ops->name, cx_strerror(rc)); continue; }
+            if (is_auto) {
+                cx_info("backend %s not usable here (%s): skipped", ops->name, cx_strerror(rc));
+                continue;
+            }
             cx_error("CONNEX_BACKEND=%s: the backend cannot run here (%s); see the log above", want, cx_strerror(rc));
             return rc;
         }
@@ -260,21 +291,25 @@ static int open_backends(cx_engine_t *e)
     if (!known) {
         char built[64] = "";
         for (int i = 0; cx_backends_builtin[i]; i++)
-            snprintf(built + strlen(built), sizeof built - strlen(built), "%s%s", i ? "," : "", cx_backends_builtin[i]->name);
+            snprintf(built + strlen(built), sizeof built - strlen(built), "%s%s", i ? "," : "",
+                     cx_backends_builtin[i]->name);
         cx_error("backend '%s' is not built into this library (built: %s)", want, built[0] ? built : "none");
         return CX_EUNSUPPORTED;
     }
-    if (e->nb == 0) { cx_error("no usable backend (wanted '%s')", want); return CX_EUNSUPPORTED; }
+    if (e->nb == 0) {
+        cx_error("no usable backend (wanted '%s')", want);
+        return CX_EUNSUPPORTED;
+    }
     e->backends_str[0] = 0;
     for (int i = 0; i < e->nb; i++)
-        snprintf(e->backends_str + strlen(e->backends_str), sizeof e->backends_str - strlen(e->backends_str),
-                 "%s%s", i ? "," : "", e->bnames[i]);
+        snprintf(e->backends_str + strlen(e->backends_str), sizeof e->backends_str - strlen(e->backends_str), "%s%s",
+                 i ? "," : "", e->bnames[i]);
     return CX_OK;
 }
 
 static void engine_free(cx_engine_t *e)
 {
-    cx_dir_stop(e);   /* after the progress thread: a clean close deletes our entry */
+    cx_dir_stop(e); /* after the progress thread: a clean close deletes our entry */
     for (int i = 0; i < e->nb; i++) {
         if (e->be[i].w.kind) cx_watch_del(e, e->be[i].ops->wait_fd(e->be[i].b));
         e->be[i].ops->close(e->be[i].b);
@@ -292,13 +327,17 @@ static void engine_free(cx_engine_t *e)
     pthread_mutex_destroy(&e->qmu);
     pthread_mutex_destroy(&e->plock);
     cx_auth_free(e->auth);
+    explicit_bzero(&e->opts, sizeof e->opts); /* it holds CONNEX_AUTH_TOKEN's copy */
     free(e);
 }
 
 static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
 {
     cx_log_init();
-    if (!out) { cx_error("engine: NULL out pointer"); return CX_EINVAL; }
+    if (!out) {
+        cx_error("engine: NULL out pointer");
+        return CX_EINVAL;
+    }
     *out = NULL;
     cx_engine_t *e = calloc(1, sizeof *e);
     if (!e) return CX_ENOMEM;
@@ -315,17 +354,22 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->drive = cx_opts_num(&e->opts, "CONNEX_DRIVE", NULL) != 0;
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
-    if (!rc) rc = cx_auth_load(cfg->auth_token, &e->auth);
-    if (!rc) rc = cx_msgq_init(&e->msgq, e->cfg.recv_queue_max, e->cfg.recv_queue_bytes);
-    else cx_msgq_init(&e->msgq, 1, 1);
-    cx_msgq_defer_wake(&e->msgq);   /* woken at the end of each progress turn (progress.c) */
+    if (!rc) rc = cx_auth_load(&e->opts, cfg->auth_token, &e->auth);
+    if (!rc)
+        rc = cx_msgq_init(&e->msgq, e->cfg.recv_queue_max, e->cfg.recv_queue_bytes);
+    else
+        cx_msgq_init(&e->msgq, 1, 1);
+    cx_msgq_defer_wake(&e->msgq); /* woken at the end of each progress turn (progress.c) */
     if (cx_evq_init(&e->evq) && !rc) rc = CX_ENOMEM;
-    if (rc) { engine_free(e); return rc; }
+    if (rc) {
+        engine_free(e);
+        return rc;
+    }
     while (!e->incarnation)
         if (getrandom(&e->incarnation, sizeof e->incarnation, 0) != sizeof e->incarnation)
             e->incarnation = cx_now_ns() ^ ((uint64_t)getpid() << 32);
     e->next_query_id = 1;
-    e->spin_ns = e->pwin_ns = cx_spin_window_ns();
+    e->spin_ns = e->pwin_ns = cx_spin_window_ns(&e->opts);
 
     e->epfd = epoll_create1(EPOLL_CLOEXEC);
     e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -338,19 +382,25 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
     }
     uint16_t port = 0;
     int fd = cx_sock_listen(e->listen_ip, e->cfg.port, &port);
-    if (fd < 0) { engine_free(e); return fd; }
+    if (fd < 0) {
+        engine_free(e);
+        return fd;
+    }
     e->lfd = fd;
     cx_url_t u;
     memset(&u, 0, sizeof u);
-    snprintf(u.host, sizeof u.host, "%s", e->adv_ip);   /* what peers connect to */
+    snprintf(u.host, sizeof u.host, "%s", e->adv_ip); /* what peers connect to */
     u.is_ipv6 = strchr(e->adv_ip, ':') != NULL;
     u.port = port;
     u.lid = e->lid;
     cx_url_format(&u, e->url, sizeof e->url);
 
     rc = open_backends(e);
-    if (!rc) rc = cx_dir_start(e);   /* registers e->url: the control port is bound */
-    if (rc) { engine_free(e); return rc; }
+    if (!rc) rc = cx_dir_start(e); /* registers e->url: the control port is bound */
+    if (rc) {
+        engine_free(e);
+        return rc;
+    }
 
     /* Timers: a tick a quarter of the heartbeat, so SUSPECT/FAILED land within 25% of their
      * thresholds; bounded so that op timeouts and reconnects stay responsive. */
@@ -366,17 +416,20 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->tw = (cx_watch_t){ CX_W_TIMER, e, 0 };
     e->dw = (cx_watch_t){ CX_W_DRIVE, e, 0 };
     rc = cx_watch_add(e, e->lfd, EPOLLIN, &e->lw) | cx_watch_add(e, e->cmdfd, EPOLLIN, &e->cw) |
-         cx_watch_add(e, e->timerfd, EPOLLIN, &e->tw) | cx_watch_add(e, e->dtimerfd, EPOLLIN, &e->dw);
+        cx_watch_add(e, e->timerfd, EPOLLIN, &e->tw) | cx_watch_add(e, e->dtimerfd, EPOLLIN, &e->dw);
     int drivable = 0;
     for (int i = 0; i < e->nb; i++) drivable |= !e->be[i].ops->thread_bound;
-    if (!drivable) e->drive = 0;   /* nothing a caller could drive (drive.h) */
+    if (!drivable) e->drive = 0; /* nothing a caller could drive (drive.h) */
     for (int i = 0; i < e->nb && !rc; i++) {
         int bfd = e->be[i].ops->wait_fd(e->be[i].b);
         if (bfd < 0) continue;
         e->be[i].w = (cx_watch_t){ CX_W_BACKEND, e, i };
         rc = cx_watch_add(e, bfd, EPOLLIN, &e->be[i].w);
     }
-    if (rc) { engine_free(e); return CX_ERR; }
+    if (rc) {
+        engine_free(e);
+        return CX_ERR;
+    }
     cx_live_open(e);
     cx_metrics_open(e);
     if (pthread_create(&e->thread, NULL, cx_progress_main, e)) {
@@ -427,16 +480,17 @@ void cx_engine_destroy(cx_engine_t *e)
         op = n;
     }
     while (e->conns) cx_conn_close(e, e->conns);
-    cx_live_stop_all(e);      /* before the peers its watchers point at go */
+    cx_live_stop_all(e); /* before the peers its watchers point at go */
     /* The staging ring completes the ops it still holds: while their peers (op lists, credits)
      * still exist. */
     cx_tstage_fini(e);
     cx_staging_fini(e);
     cx_tstage_free(e);
     cx_peer_free_all(e);
+    cx_batches_close(e); /* their children all came back: batches complete */
     cx_msgq_close(&e->msgq);
     cx_evq_close(&e->evq);
-    cx_groups_free_all(e);    /* after everything that could still complete a step's child */
+    cx_groups_free_all(e); /* after everything that could still complete a step's child */
     /* Regions still registered: deregister from the backends before closing them. */
     for (size_t i = 0; i < e->reg.n; i++)
         for (int b = 0; b < e->nb; b++)
@@ -444,9 +498,18 @@ void cx_engine_destroy(cx_engine_t *e)
     engine_free(e);
 }
 
-const char *cx_engine_local_url(const cx_engine_t *e) { return e ? e->url : NULL; }
-const char *cx_engine_backends(const cx_engine_t *e) { return e ? e->backends_str : NULL; }
-uint64_t cx_engine_incarnation(const cx_engine_t *e) { return e ? e->incarnation : 0; }
+const char *cx_engine_local_url(const cx_engine_t *e)
+{
+    return e ? e->url : NULL;
+}
+const char *cx_engine_backends(const cx_engine_t *e)
+{
+    return e ? e->backends_str : NULL;
+}
+uint64_t cx_engine_incarnation(const cx_engine_t *e)
+{
+    return e ? e->incarnation : 0;
+}
 
 /* ---------------------------------------------------------------- peers named by callers */
 
@@ -462,7 +525,7 @@ static _Thread_local struct {
     int by_url;
     cx_url_t url;
     cx_lid_t lid;
-    uint64_t gen, inc;   /* gen: which parse filled it */
+    uint64_t gen, inc; /* gen: which parse filled it */
     cx_peer_t *peer;
 } last_peer;
 
@@ -470,7 +533,10 @@ static int parse_peer(cx_engine_t *e, const char *peer, cx_op_t *op)
 {
     char err[256];
     op->hint = NULL;
-    if (!peer) { cx_warn("peer is NULL"); return CX_EINVAL; }
+    if (!peer) {
+        cx_warn("peer is NULL");
+        return CX_EINVAL;
+    }
     size_t n = strnlen(peer, CX_URL_MAX);
     /* Callers may pass an op they did not clear (cx_peer_state): by_url and url are set here. */
     if (n < CX_URL_MAX && last_peer.s[0] && !strcmp(peer, last_peer.s)) {
@@ -483,7 +549,10 @@ static int parse_peer(cx_engine_t *e, const char *peer, cx_op_t *op)
     }
     op->by_url = 0;
     if (strchr(peer, '#')) {
-        if (cx_url_parse(peer, &op->url, err, sizeof err)) { cx_warn("%s", err); return CX_EINVAL; }
+        if (cx_url_parse(peer, &op->url, err, sizeof err)) {
+            cx_warn("%s", err);
+            return CX_EINVAL;
+        }
         op->by_url = 1;
         op->lid = op->url.lid;
     } else if (cx_lid_parse(peer, &op->lid, err, sizeof err)) {
@@ -500,6 +569,11 @@ static int parse_peer(cx_engine_t *e, const char *peer, cx_op_t *op)
         op->name_gen = last_peer.gen = last_peer.gen + 1;
     }
     return CX_OK;
+}
+
+int cx_op_name_peer(cx_engine_t *e, const char *peer, cx_op_t *op)
+{
+    return parse_peer(e, peer, op);
 }
 
 /* After an op completed on its caller's thread: its peer becomes the hint for the next op that
@@ -520,7 +594,10 @@ int cx_connect(cx_engine_t *e, const char *peer_url, int timeout_ms)
         cx_op_t op;
         cx_op_init(&op, e, CX_OPK_CONNECT);
         int rc = parse_peer(e, peer_url, &op);
-        if (rc) { op_destroy(&op); return rc; }
+        if (rc) {
+            op_destroy(&op);
+            return rc;
+        }
         /* A bare LID can be "connected" only if known: the op resolves it. */
         op.deadline_ns = deadline;
         rc = run_sync(e, &op);
@@ -531,7 +608,11 @@ int cx_connect(cx_engine_t *e, const char *peer_url, int timeout_ms)
     }
 }
 
-struct peer_q { cx_lid_t lid; const char *backend; cx_peer_state_t state; };
+struct peer_q {
+    cx_lid_t lid;
+    const char *backend;
+    cx_peer_state_t state;
+};
 static void peer_q_fn(cx_engine_t *e, void *arg)
 {
     struct peer_q *q = arg;
@@ -562,7 +643,11 @@ cx_peer_state_t cx_peer_state(cx_engine_t *e, const char *peer)
     return peer_query(e, peer, &q) ? CX_PEER_UNKNOWN : q.state;
 }
 
-struct first_q { cx_lid_t lid; int rc; uint64_t addr, len; };
+struct first_q {
+    cx_lid_t lid;
+    int rc;
+    uint64_t addr, len;
+};
 static void first_region_fn(cx_engine_t *e, void *arg)
 {
     struct first_q *q = arg;
@@ -572,7 +657,7 @@ static void first_region_fn(cx_engine_t *e, void *arg)
         return;
     }
     const cx_rregion_t *best = NULL;
-    for (const cx_rregion_t *r = p->rregions; r; r = r->next)   /* ids grow with registration */
+    for (const cx_rregion_t *r = p->rregions; r; r = r->next) /* ids grow with registration */
         if (!best || r->id < best->id) best = r;
     if (best) {
         q->addr = best->addr;
@@ -599,7 +684,10 @@ int cx_peer_first_region(cx_engine_t *e, const char *peer, uint64_t *addr, uint6
     return CX_OK;
 }
 
-struct peer_list { cx_peer_info_t *out; int max, n; };
+struct peer_list {
+    cx_peer_info_t *out;
+    int max, n;
+};
 static void peer_list_fn(cx_engine_t *e, void *arg)
 {
     struct peer_list *l = arg;
@@ -617,7 +705,7 @@ static void peer_list_fn(cx_engine_t *e, void *arg)
         }
         i->incarnation = p->incarnation;
         for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
-            i->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;   /* as cx_stats */
+            i->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK; /* as cx_stats */
         i->same_host = p->same_host;
         i->death_watch = cx_live_watching(e, p);
     }
@@ -636,13 +724,21 @@ int cx_peer_list(cx_engine_t *e, cx_peer_info_t *out, int max)
 
 /* ---------------------------------------------------------------- memory */
 
-struct reg_arg { void *addr; size_t len; int rc; cx_region_t *reg; };
+struct reg_arg {
+    void *addr;
+    size_t len;
+    int rc;
+    cx_region_t *reg;
+};
 
 static void reg_fn(cx_engine_t *e, void *arg)
 {
     struct reg_arg *a = arg;
     int kind = cx_gpu_hook_mem_kind(a->addr, a->len);
-    if (kind < 0) { a->rc = kind; return; }
+    if (kind < 0) {
+        a->rc = kind;
+        return;
+    }
     cx_region_t *r;
     a->rc = cx_registry_add(&e->reg, a->addr, a->len, kind, &r);
     if (a->rc) return;
@@ -652,13 +748,20 @@ static void reg_fn(cx_engine_t *e, void *arg)
         size_t klen = sizeof key;
         /* Device memory a backend cannot reach itself is staged by this side (tstage.h): no
          * registration, so no key for that backend goes to peers. */
-        if (!cx_tstage_register_with(e, i, kind)) { staged = 1; continue; }
+        if (!cx_tstage_register_with(e, i, kind)) {
+            staged = 1;
+            continue;
+        }
         int rc = e->be[i].ops->mem_reg(e->be[i].b, a->addr, a->len, kind, &r->mh[i], key, &klen);
         if (rc == CX_OK && klen > CX_KEY_MAX) rc = CX_ERR;
         if (rc == CX_OK) {
             r->key[i] = malloc(klen ? klen : 1);
-            if (!r->key[i]) rc = CX_ENOMEM;
-            else { memcpy(r->key[i], key, klen); r->key_len[i] = (uint16_t)klen; }
+            if (!r->key[i])
+                rc = CX_ENOMEM;
+            else {
+                memcpy(r->key[i], key, klen);
+                r->key_len[i] = (uint16_t)klen;
+            }
         }
         if (rc) {
             cx_error("register %p+%zu: backend %s refused it (%s)", a->addr, a->len, e->bnames[i], cx_strerror(rc));
@@ -704,7 +807,7 @@ static void unreg_fn(cx_engine_t *e, void *arg)
     if (a->rc) return;
     for (int i = 0; i < e->nb; i++)
         if (r->mh[i]) e->be[i].ops->mem_dereg(e->be[i].b, r->mh[i]);
-    cx_peer_region_gone(e, r);   /* REG_DEL; a pin per peer until it acks or goes */
+    cx_peer_region_gone(e, r); /* REG_DEL; a pin per peer until it acks or goes */
     a->reg = r;
 }
 
@@ -727,7 +830,8 @@ int cx_unregister_memory(cx_engine_t *e, void *addr)
     }
     if (atomic_load(&a.reg->pins) > 0) {
         cx_error("unregister %p: sends from the region still in flight, or a peer that has not "
-                 "dropped it, after %u ms; leaking its record", addr, e->cfg.op_timeout_ms);
+                 "dropped it, after %u ms; leaking its record",
+                 addr, e->cfg.op_timeout_ms);
         return CX_ETIMEDOUT;
     }
     cx_region_free(a.reg);
@@ -738,8 +842,14 @@ int cx_unregister_memory(cx_engine_t *e, void *addr)
 
 static int local_check(cx_engine_t *e, const void *buf, size_t len, const char *what, int *mem_kind)
 {
-    if (!buf) { cx_warn("%s: NULL local buffer", what); return CX_EINVAL; }
-    if (len == 0) { cx_warn("%s: zero length", what); return CX_EINVAL; }
+    if (!buf) {
+        cx_warn("%s: NULL local buffer", what);
+        return CX_EINVAL;
+    }
+    if (len == 0) {
+        cx_warn("%s: zero length", what);
+        return CX_EINVAL;
+    }
     if (!cx_registry_contains(&e->reg, (uint64_t)(uintptr_t)buf, len, mem_kind)) {
         cx_warn("%s: local buffer [%p, +%zu) is not inside one registered region", what, buf, len);
         return CX_EINVAL;
@@ -747,8 +857,8 @@ static int local_check(cx_engine_t *e, const void *buf, size_t len, const char *
     return CX_OK;
 }
 
-static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *peer, void *local,
-                uint64_t remote, size_t len, const char *what)
+static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *peer, void *local, uint64_t remote,
+                size_t len, const char *what)
 {
     cx_op_init(op, e, kind);
     op->x.kind = xkind;
@@ -758,7 +868,10 @@ static int prep(cx_engine_t *e, cx_op_t *op, int kind, int xkind, const char *pe
     op->w.spin_ns = cx_spin_for_len(op->w.spin_ns, len);
     int rc = parse_peer(e, peer, op);
     if (!rc && xkind != CX_XFER_MSG) rc = local_check(e, local, len, what, &op->x.local_mem);
-    if (!rc && remote + len < remote) { cx_warn("%s: remote range wraps around", what); rc = CX_EINVAL; }
+    if (!rc && remote + len < remote) {
+        cx_warn("%s: remote range wraps around", what);
+        rc = CX_EINVAL;
+    }
     op->deadline_ns = cx_deadline_ns(e->cfg.op_timeout_ms);
     return rc;
 }
@@ -768,7 +881,10 @@ int cx_read(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_src, si
     if (!e) return CX_EINVAL;
     cx_op_t op;
     int rc = prep(e, &op, CX_OPK_READ, CX_XFER_READ, peer, dst, remote_src, len, "read");
-    if (rc) { op_destroy(&op); return rc; }
+    if (rc) {
+        op_destroy(&op);
+        return rc;
+    }
     return run_sync(e, &op);
 }
 
@@ -777,47 +893,72 @@ int cx_write(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_
     if (!e) return CX_EINVAL;
     cx_op_t op;
     int rc = prep(e, &op, CX_OPK_WRITE, CX_XFER_WRITE, peer, (void *)src, remote_dst, len, "write");
-    if (rc) { op_destroy(&op); return rc; }
+    if (rc) {
+        op_destroy(&op);
+        return rc;
+    }
     return run_sync(e, &op);
 }
 
-int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len,
-                  const void *msg, size_t msg_len, cx_op_t **out)
+int cx_put_signal(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len, const void *msg,
+                  size_t msg_len, cx_op_t **out)
 {
     if (out) *out = NULL;
-    if (!e || !out) { cx_warn("put_signal: NULL engine or op pointer"); return CX_EINVAL; }
-    if (msg_len > CX_MSG_MAX || (msg_len && !msg)) { cx_warn("put_signal: bad message (%zu bytes)", msg_len); return CX_EINVAL; }
+    if (!e || !out) {
+        cx_warn("put_signal: NULL engine or op pointer");
+        return CX_EINVAL;
+    }
+    if (msg_len > CX_MSG_MAX || (msg_len && !msg)) {
+        cx_warn("put_signal: bad message (%zu bytes)", msg_len);
+        return CX_EINVAL;
+    }
     cx_op_t *op = malloc(sizeof *op);
     if (!op) return CX_ENOMEM;
     int rc = prep(e, op, CX_OPK_PUT_SIGNAL, CX_XFER_PUT_SIGNAL, peer, (void *)src, remote_dst, len, "put_signal");
     if (!rc && msg_len) {
         op->msg_copy = malloc(msg_len);
-        if (!op->msg_copy) rc = CX_ENOMEM;
-        else memcpy(op->msg_copy, msg, msg_len);
+        if (!op->msg_copy)
+            rc = CX_ENOMEM;
+        else
+            memcpy(op->msg_copy, msg, msg_len);
     }
     op->x.msg = op->msg_copy;
     op->x.msg_len = msg_len;
     op->async = 1;
     if (!rc) rc = cx_drive(e, op, 0) ? CX_OK : cx_submit(e, op);
-    if (rc) { op_destroy(op); free(op); return rc; }
+    if (rc) {
+        op_destroy(op);
+        free(op);
+        return rc;
+    }
     *out = op;
     return CX_OK;
 }
 
 /* cx_read_async / cx_write_async: like put_signal's op, freed by cx_op_wait. */
-static int class_op(cx_engine_t *e, int kind, int xkind, const char *peer, void *local, uint64_t remote,
-                    size_t len, cx_class_t cls, cx_op_t **out, const char *what)
+static int class_op(cx_engine_t *e, int kind, int xkind, const char *peer, void *local, uint64_t remote, size_t len,
+                    cx_class_t cls, cx_op_t **out, const char *what)
 {
     if (out) *out = NULL;
-    if (!e || !out) { cx_warn("%s: NULL engine or op pointer", what); return CX_EINVAL; }
-    if ((unsigned)cls > CX_CLASS_BACKGROUND) { cx_warn("%s: class %d is neither critical (0) nor background (1)", what, (int)cls); return CX_EINVAL; }
+    if (!e || !out) {
+        cx_warn("%s: NULL engine or op pointer", what);
+        return CX_EINVAL;
+    }
+    if ((unsigned)cls > CX_CLASS_BACKGROUND) {
+        cx_warn("%s: class %d is neither critical (0) nor background (1)", what, (int)cls);
+        return CX_EINVAL;
+    }
     cx_op_t *op = malloc(sizeof *op);
     if (!op) return CX_ENOMEM;
     int rc = prep(e, op, kind, xkind, peer, local, remote, len, what);
     op->sc.cls = (int)cls;
     op->async = 1;
     if (!rc) rc = cx_drive(e, op, 0) ? CX_OK : cx_submit(e, op);
-    if (rc) { op_destroy(op); free(op); return rc; }
+    if (rc) {
+        op_destroy(op);
+        free(op);
+        return rc;
+    }
     *out = op;
     return CX_OK;
 }
@@ -828,8 +969,8 @@ int cx_read_async(cx_engine_t *e, const char *peer, void *dst, uint64_t remote_s
     return class_op(e, CX_OPK_READ, CX_XFER_READ, peer, dst, remote_src, len, cls, op, "read_async");
 }
 
-int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len,
-                   cx_class_t cls, cx_op_t **op)
+int cx_write_async(cx_engine_t *e, const char *peer, const void *src, uint64_t remote_dst, size_t len, cx_class_t cls,
+                   cx_op_t **op)
 {
     return class_op(e, CX_OPK_WRITE, CX_XFER_WRITE, peer, (void *)src, remote_dst, len, cls, op, "write_async");
 }
@@ -869,13 +1010,22 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
 int cx_send_msg(cx_engine_t *e, const char *peer, const void *buf, size_t len)
 {
     if (!e) return CX_EINVAL;
-    if (len > CX_MSG_MAX) { cx_warn("send_msg: %zu bytes exceeds CX_MSG_MAX", len); return CX_EINVAL; }
-    if (len && !buf) { cx_warn("send_msg: NULL buffer"); return CX_EINVAL; }
+    if (len > CX_MSG_MAX) {
+        cx_warn("send_msg: %zu bytes exceeds CX_MSG_MAX", len);
+        return CX_EINVAL;
+    }
+    if (len && !buf) {
+        cx_warn("send_msg: NULL buffer");
+        return CX_EINVAL;
+    }
     cx_op_t op;
     int rc = prep(e, &op, CX_OPK_MSG, CX_XFER_MSG, peer, NULL, 0, 0, "send_msg");
     op.x.msg = buf;
     op.x.msg_len = len;
-    if (rc) { op_destroy(&op); return rc; }
+    if (rc) {
+        op_destroy(&op);
+        return rc;
+    }
     return run_sync(e, &op);
 }
 
@@ -917,7 +1067,8 @@ void cx_stats_collect(cx_engine_t *e, cx_stats_t *st)
         case CX_PEER_LEFT: st->peers_left++; break;
         default: break;
         }
-        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
+            st->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;
     }
     pthread_rwlock_rdlock(&e->reg.lock);
     st->regions = e->reg.n;

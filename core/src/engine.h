@@ -10,6 +10,7 @@
 #include "connex/connex.h"
 #include "ctl_wire.h"
 #include "metrics.h"
+#include "proc.h"
 #include "queue.h"
 #include "region.h"
 #include "units.h"
@@ -21,97 +22,124 @@
 typedef struct cx_peer cx_peer_t;
 typedef struct cx_conn cx_conn_t;
 
-enum { CX_W_LISTEN = 1, CX_W_CONN, CX_W_CMD, CX_W_TIMER, CX_W_BACKEND, CX_W_STAGE, CX_W_LIVE, CX_W_DRIVE,
-       CX_W_METRICS };
-typedef struct cx_watch { int kind; void *obj; int idx; } cx_watch_t;
+enum {
+    CX_W_LISTEN = 1,
+    CX_W_CONN,
+    CX_W_CMD,
+    CX_W_TIMER,
+    CX_W_BACKEND,
+    CX_W_STAGE,
+    CX_W_LIVE,
+    CX_W_DRIVE,
+    CX_W_METRICS
+};
+typedef struct cx_watch {
+    int kind;
+    void *obj;
+    int idx;
+} cx_watch_t;
 
 struct cx_conn {
     cx_watch_t w;
     int fd;
-    int outgoing;             /* we initiated it */
-    int tcp_up;               /* non-blocking connect finished */
-    int want_out;             /* EPOLLOUT registered */
-    cx_peer_t *peer;          /* outgoing: the peer dialled; inbound: set once HELLO is accepted */
-    int bound;                /* the peer's active connection */
-    uint8_t *rx; size_t rx_len, rx_cap;
-    uint8_t *tx; size_t tx_off, tx_len, tx_cap;
-    uint64_t t_start_ns;      /* for the HELLO timeout */
-    cx_auth_conn_t au;        /* the AUTH exchange (auth.h), when a token is set */
-    int watch;                /* an operator's tool following the events (peer/status.c) */
+    int outgoing;    /* we initiated it */
+    int tcp_up;      /* non-blocking connect finished */
+    int want_out;    /* EPOLLOUT registered */
+    cx_peer_t *peer; /* outgoing: the peer dialled; inbound: set once HELLO is accepted */
+    int bound;       /* the peer's active connection */
+    uint8_t *rx;
+    size_t rx_len, rx_cap;
+    uint8_t *tx;
+    size_t tx_off, tx_len, tx_cap;
+    uint64_t t_start_ns; /* for the HELLO timeout */
+    cx_auth_conn_t au;   /* the AUTH exchange (auth.h), when a token is set */
+    int watch;           /* an operator's tool following the events (peer/status.c) */
     cx_conn_t *next;
 };
 
-typedef struct cx_rregion {   /* a region registered at a peer, as its HELLO/REG_ADD said */
+typedef struct cx_rregion { /* a region registered at a peer, as its HELLO/REG_ADD said */
     uint64_t id, addr, len;
     int mem_kind;
-    uint16_t key_len[CX_MAX_BACKENDS];  /* indexed by *local* backend index */
+    uint16_t key_len[CX_MAX_BACKENDS]; /* indexed by *local* backend index */
     uint8_t *key[CX_MAX_BACKENDS];
     struct cx_rregion *next;
 } cx_rregion_t;
 
 struct cx_op {
-    cx_xfer_t x;              /* what the backend sees; first member */
+    cx_xfer_t x; /* what the backend sees; first member */
     cx_engine_t *e;
-    int kind;                 /* CX_OPK_* or CX_OPK_EXEC */
-    int by_url;               /* peer named by URL (connects if needed) */
+    int kind;   /* CX_OPK_* or CX_OPK_EXEC */
+    int by_url; /* peer named by URL (connects if needed) */
     cx_url_t url;
     cx_lid_t lid;
-    cx_peer_t *hint;          /* the peer an earlier op of this thread named so resolved to in this
+    cx_peer_t *hint;     /* the peer an earlier op of this thread named so resolved to in this
                                  engine (parse_peer): peers live as long as their engine */
-    cx_peer_t *resolved;      /* the peer cx_op_start resolved, for the next op's hint */
-    uint64_t name_gen;        /* which of this thread's parses named the peer */
+    cx_peer_t *resolved; /* the peer cx_op_start resolved, for the next op's hint */
+    uint64_t name_gen;   /* which of this thread's parses named the peer */
     cx_peer_t *peer;
-    int stage;                /* OPS_* */
+    int stage; /* OPS_* */
     uint64_t deadline_ns;
     uint64_t query_id;
     int status;
-    int forced_status;        /* set before a disconnect: the status the xfer completes with */
-    void (*fn)(cx_engine_t *, void *);   /* CX_OPK_EXEC */
+    int forced_status;                 /* set before a disconnect: the status the xfer completes with */
+    uint64_t settle_ns;                /* OPS_WAIT_VERDICT after a local error: ends CX_ERR at this time (ops.c) */
+    void (*fn)(cx_engine_t *, void *); /* CX_OPK_EXEC */
     void *arg;
-    void *msg_copy;           /* put_signal's message, copied so the caller may reuse its buffer */
-    int async;                /* put_signal: freed by cx_op_wait */
-    int done;                 /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
+    void *msg_copy; /* put_signal's message, copied so the caller may reuse its buffer */
+    int async;      /* put_signal: freed by cx_op_wait */
+    int done;       /* atomic: cx_op_is_done / cx_op_set_done (spin.h) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     cx_op_t *next, *prev;
     /* Set: cx_op_complete calls it instead of waking a caller (a group step's child, group.c). */
     void (*on_done)(cx_op_t *op, int status);
-    cx_op_t *hnext;           /* OPS_HANDOFF: the engine's handoff list (drive.h) */
-    struct cx_op_wait {       /* the caller that waits for it (engine.c run_sync, cx_op_wait) */
-        uint64_t spin_ns;     /* the engine's poll window, copied: an async op outlives its engine */
-        int waiters_gone;     /* async op whose caller waits no more (engine destroyed) */
-        int owned;            /* a synchronous call's op: `owner` waits for it (run_sync) */
-        int done_by_owner;    /* completed on `owner`'s own thread, which drove it: no wake-up */
+    cx_op_t *hnext;        /* OPS_HANDOFF: the engine's handoff list (drive.h) */
+    struct cx_op_wait {    /* the caller that waits for it (engine.c run_sync, cx_op_wait) */
+        uint64_t spin_ns;  /* the engine's poll window, copied: an async op outlives its engine */
+        int waiters_gone;  /* async op whose caller waits no more (engine destroyed) */
+        int owned;         /* a synchronous call's op: `owner` waits for it (run_sync) */
+        int done_by_owner; /* completed on `owner`'s own thread, which drove it: no wake-up */
         pthread_t owner;
     } w;
-    struct cx_op_sched {      /* traffic classes (cx_sched.h) */
-        int cls;              /* CX_CLASS_* the caller asked for */
-        int credit;           /* 1 + the class whose credit the op holds; 0 none */
-        cx_op_t *cnext, *cprev;   /* the peer's wait-for-credit FIFO, or (a background transfer)
+    struct cx_op_sched {         /* traffic classes (cx_sched.h) */
+        int cls;                 /* CX_CLASS_* the caller asked for */
+        int credit;              /* 1 + the class whose credit the op holds; 0 none */
+        cx_op_t *cnext, *cprev;  /* the peer's wait-for-credit FIFO, or (a background transfer)
                                      the peer's list of background transfers */
-        cx_op_t *parent;      /* CX_OPK_CHUNK: the background transfer it is a piece of */
-        size_t bg_off;        /* background transfer: bytes handed to chunks so far */
-        uint32_t bg_out;      /* background transfer: chunks not yet completed */
-        int bg_status;        /* background transfer: first error of a chunk */
-        uint64_t bg_deadline_ns;  /* background transfer: fails if no chunk starts before it */
+        cx_op_t *parent;         /* CX_OPK_CHUNK: the background transfer it is a piece of */
+        size_t bg_off;           /* background transfer: bytes handed to chunks so far */
+        uint32_t bg_out;         /* background transfer: chunks not yet completed */
+        int bg_status;           /* background transfer: first error of a chunk */
+        uint64_t bg_deadline_ns; /* background transfer: fails if no chunk starts before it */
     } sc;
-    void *ts;                 /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
-    uint64_t t0_ns;           /* a timed op (metrics.h): when the caller started it; 0: not timed */
+    void *ts;       /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
+    uint64_t t0_ns; /* a timed op (metrics.h): when the caller started it; 0: not timed */
 };
 #define CX_OPK_EXEC 100
 #define CX_OPK_CONNECT 101
-#define CX_OPK_SUB 102     /* one chunk of a staged op (staging.h); op->arg -> the chunk */
-#define CX_OPK_GROUP 110   /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
-#define CX_OPK_CHUNK 103   /* one chunk of a background-class transfer (cx_sched.h); op->sc.parent */
-#define CX_OPK_TSUB 104    /* one chunk of a range staged by the target (tstage.h); op->ts */
+#define CX_OPK_SUB 102    /* one chunk of a staged op (staging.h); op->arg -> the chunk */
+#define CX_OPK_GROUP 110  /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
+#define CX_OPK_CHUNK 103  /* one chunk of a background-class transfer (cx_sched.h); op->sc.parent */
+#define CX_OPK_TSUB 104   /* one chunk of a range staged by the target (tstage.h); op->ts */
+#define CX_OPK_BATCH 111  /* a batch of transfers (batch.h); op->msg_copy -> its state */
+#define CX_OPK_BQUERY 112 /* a batch's region query for one entry (batch.h) */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
-enum { OPS_QUEUED = 0, OPS_WAIT_PEER, OPS_WAIT_REGION, OPS_IN_BACKEND, OPS_DONE, OPS_STAGING,
-       OPS_WAIT_CREDIT,   /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
-       OPS_CHUNKED,       /* a background transfer moving in chunks, not linked to the peer */
-       OPS_HANDOFF,       /* started by a driving caller, left for the progress thread (drive.h) */
-       OPS_WAIT_VERDICT,  /* its connection failed under it while the peer is probed: ends CX_EPEER
-                           * if the peer fails, CX_ERR if the probe is answered (cause.h) */
-       OPS_TSTAGE };      /* the target stages its device memory through its ring (tstage.h) */
+enum {
+    OPS_QUEUED = 0,
+    OPS_WAIT_PEER,
+    OPS_WAIT_REGION,
+    OPS_IN_BACKEND,
+    OPS_DONE,
+    OPS_STAGING,
+    OPS_WAIT_CREDIT,  /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
+    OPS_CHUNKED,      /* a background transfer moving in chunks, not linked to the peer */
+    OPS_HANDOFF,      /* started by a driving caller, left for the progress thread (drive.h) */
+    OPS_WAIT_VERDICT, /* its connection failed under it while the peer is probed, or it ended with
+                       * a local error (settle_ns): ends CX_EPEER if the peer fails, CX_ERR if the
+                       * probe is answered or the settle time passes with the peer still up
+                       * (cause.h, ops.c) */
+    OPS_TSTAGE        /* the target stages its device memory through its ring (tstage.h) */
+};                    /* the target stages its device memory through its ring (tstage.h) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -120,19 +148,23 @@ struct cx_peer {
     char url[CX_URL_MAX];
     cx_peer_state_t state;
     int ever_up;
-    int bye;                  /* BYE received on the active connection */
-    uint64_t incarnation;     /* of the current (or last) HELLO; 0 before any */
-    int ts_logged;            /* tstage.h: said once that it stages its device memory for us */
-    cx_conn_t *conn;          /* active control connection */
-    cx_conn_t *pending;       /* outgoing connection before HELLO_ACK */
+    int bye;              /* BYE received on the active connection */
+    uint64_t incarnation; /* of the current (or last) HELLO; 0 before any */
+    int ts_logged;        /* tstage.h: said once that it stages its device memory for us */
+    cx_conn_t *conn;      /* active control connection */
+    cx_conn_t *pending;   /* outgoing connection before HELLO_ACK */
     /* what the peer advertised, indexed by our backend index */
     uint16_t adv_len[CX_MAX_BACKENDS];
     uint8_t *adv[CX_MAX_BACKENDS];
-    char their_choice[CX_MAX_BACKENDS][64];   /* their backends, in their order */
+    char their_choice[CX_MAX_BACKENDS][64]; /* their backends, in their order */
     int n_their;
     int same_host;
-    char why[192];            /* why this pair uses its backend */
-    int bidx;                 /* backend in use, -1 none */
+    /* Its process, when same_host and its HELLO named a pid (proc.h): what backends ask of it
+     * (cx_core_peer_process, cx_core_peer_exit_fd). Follows the pid of the latest HELLO until the
+     * peer fails or leaves. */
+    cx_proc_t proc;
+    char why[192]; /* why this pair uses its backend */
+    int bidx;      /* backend in use, -1 none */
     cx_bep_t *ep;
     cx_rregion_t *rregions;
     /* The same regions by start address: every op looks its remote range up, and a serving
@@ -150,41 +182,41 @@ struct cx_peer {
      * otherwise went on reading it after the unregister returned. */
     uint64_t *delack;
     size_t n_delack, cap_delack;
-    cx_op_t ops;              /* sentinel: every op bound to this peer */
+    cx_op_t ops; /* sentinel: every op bound to this peer */
     uint64_t last_rx_ns, last_tx_ns;
-    uint64_t connect_deadline_ns;  /* first connect: waiting ops fail after it */
+    uint64_t connect_deadline_ns; /* first connect: waiting ops fail after it */
     uint64_t next_reconnect_ns;
     uint32_t backoff_ms;
-    int reconnect;            /* reconnect in the background (after FAILED) */
+    int reconnect; /* reconnect in the background (after FAILED) */
     int suspect_reported;
     /* A backend reported a transport error (CX_CAUSE_TRANSPORT): a probe went out over the
      * control connection; its answer ends it, silence for the heartbeat timeout fails the peer. */
     int probing;
     uint64_t probe_id, probe_sent_ns;
     cx_peer_t *next;
-    cx_peer_t *lid_hnext;     /* the engine's by-LID bucket (peer/table.c) */
-    cx_peer_t *inc_hnext;     /* the engine's by-incarnation bucket, once a HELLO gave one */
+    cx_peer_t *lid_hnext; /* the engine's by-LID bucket (peer/table.c) */
+    cx_peer_t *inc_hnext; /* the engine's by-incarnation bucket, once a HELLO gave one */
     int inc_hashed;
-    cx_peer_t *active_next;   /* the engine's peers that may hold ops (cx_peer_activate) */
+    cx_peer_t *active_next; /* the engine's peers that may hold ops (cx_peer_activate) */
     int active;
-    cx_peer_t *dirty_next;    /* the engine's peers with sched_dirty set (cx_sched.h) */
+    cx_peer_t *dirty_next; /* the engine's peers with sched_dirty set (cx_sched.h) */
     /* traffic classes (cx_sched.h): per class, ops holding a credit and the FIFO of ops waiting */
     uint32_t cls_inflight[2];
     cx_op_t *cls_wait[2], *cls_wait_tail[2];
-    cx_op_t *bg_head, *bg_tail;   /* background transfers not yet completed, oldest first */
-    int sched_dirty;              /* a credit came free or work arrived: cx_sched_pump looks */
-    int bg_deferred;              /* a chunk is being held back for critical ops (counted once) */
-    uint64_t crit_last_ns;        /* a critical op completed then (background keeps waiting) */
-    uint64_t bg_last_ns;          /* the last background chunk started then */
+    cx_op_t *bg_head, *bg_tail; /* background transfers not yet completed, oldest first */
+    int sched_dirty;            /* a credit came free or work arrived: cx_sched_pump looks */
+    int bg_deferred;            /* a chunk is being held back for critical ops (counted once) */
+    uint64_t crit_last_ns;      /* a critical op completed then (background keeps waiting) */
+    uint64_t bg_last_ns;        /* the last background chunk started then */
     /* Under evq.mu (cx_event_gate): the same-host watcher thread reports a death itself. Tags are
      * incarnation + 1 (0: none). */
-    uint64_t ev_inc;              /* the incarnation of the last UP/JOINED that went out */
-    int ev_ended;                 /* its FAILED or LEFT went out */
-    uint64_t ev_dead;             /* the incarnation the watcher reported dead */
-    cx_peer_metrics_t m;          /* its counters (metrics.h) */
+    uint64_t ev_inc;     /* the incarnation of the last UP/JOINED that went out */
+    int ev_ended;        /* its FAILED or LEFT went out */
+    uint64_t ev_dead;    /* the incarnation the watcher reported dead */
+    cx_peer_metrics_t m; /* its counters (metrics.h) */
 };
 
-typedef struct cx_bslot {     /* an opened backend */
+typedef struct cx_bslot { /* an opened backend */
     const struct cx_backend_ops *ops;
     cx_backend_t *b;
     uint8_t addr[CX_BADDR_MAX];
@@ -194,17 +226,17 @@ typedef struct cx_bslot {     /* an opened backend */
 
 struct cx_engine {
     cx_config_t cfg;
-    cx_opts_t opts;              /* the CONNEX_* variables, parsed at create (connex/options.h) */
+    cx_opts_t opts; /* the CONNEX_* variables, parsed at create (connex/options.h) */
     char model[CX_MODEL_MAX];
     char listen_ip[48];
-    char adv_ip[48];          /* the address advertised (advertise.h): the URL's host */
+    char adv_ip[48]; /* the address advertised (advertise.h): the URL's host */
     cx_lid_t lid;
     char url[CX_URL_MAX];
     uint64_t incarnation;
-    cx_auth_t *auth;          /* NULL: no token, connections are not authenticated */
+    cx_auth_t *auth; /* NULL: no token, connections are not authenticated */
 
     int epfd, lfd, cmdfd, timerfd;
-    int dtimerfd;             /* the drive timer (drive.h): callers that drive push it forward */
+    int dtimerfd; /* the drive timer (drive.h): callers that drive push it forward */
     cx_watch_t lw, cw, tw, dw;
     pthread_t thread;
     int thread_started;
@@ -212,32 +244,32 @@ struct cx_engine {
     /* The transports' owner: the progress thread, except while it sleeps, when a caller may
      * drive them (drive.h). Everything under "progress-thread state" is guarded by it. */
     pthread_mutex_t plock;
-    int ready;                /* under plock: the progress thread has started */
-    int drive;                /* CONNEX_DRIVE (drive.h), read once */
-    atomic_int drivers;       /* callers in a synchronous op that drive the transports themselves */
-    atomic_int pwant;         /* the progress thread waits for plock: a driving caller lets go */
-    atomic_int cmd_kicked;    /* cmdfd was written and not read since (a driving caller reads
+    int ready;              /* under plock: the progress thread has started */
+    int drive;              /* CONNEX_DRIVE (drive.h), read once */
+    atomic_int drivers;     /* callers in a synchronous op that drive the transports themselves */
+    atomic_int pwant;       /* the progress thread waits for plock: a driving caller lets go */
+    atomic_int cmd_kicked;  /* cmdfd was written and not read since (a driving caller reads
                                  it when it drains the queue itself: drive.c) */
-    int driving;              /* under plock: its holder is a caller, not the progress thread */
-    cx_op_t *handoff;         /* under plock: ops a driving caller left for the progress thread */
-    int unarmed;              /* under plock: callers drive; the backends' wait fds are out of the
+    int driving;            /* under plock: its holder is a caller, not the progress thread */
+    cx_op_t *handoff;       /* under plock: ops a driving caller left for the progress thread */
+    int unarmed;            /* under plock: callers drive; the backends' wait fds are out of the
                                  progress thread's epoll set and not armed (drive.h) */
-    uint64_t drove_ns;        /* under plock: when a driving caller last let go */
-    uint64_t full_turn_ns;    /* progress thread: its last turn that gave every backend progress() */
-    uint64_t dtimer_due_ns;   /* under plock: when the drive timer fires (drive.h) */
+    uint64_t drove_ns;      /* under plock: when a driving caller last let go */
+    uint64_t full_turn_ns;  /* progress thread: its last turn that gave every backend progress() */
+    uint64_t dtimer_due_ns; /* under plock: when the drive timer fires (drive.h) */
 
     cx_bslot_t be[CX_MAX_BACKENDS];
     int nb;
     char backends_str[64];
     const char *bnames[CX_MAX_BACKENDS];
-    char bchoice[CX_MAX_BACKENDS][64];      /* what HELLO says about each (select/'s format) */
+    char bchoice[CX_MAX_BACKENDS][64]; /* what HELLO says about each (select/'s format) */
     const char *bchoice_p[CX_MAX_BACKENDS];
     char host_id[128];
 
     /* command queue: caller threads -> progress thread */
     pthread_mutex_t qmu;
     cx_op_t *qhead, *qtail;
-    int closing;              /* no more commands accepted */
+    int closing; /* no more commands accepted */
 
     cx_registry_t reg;
     cx_msgq_t msgq;
@@ -253,8 +285,8 @@ struct cx_engine {
     /* Peers an op was linked to or a background transfer queued on since a driving caller last
      * found them idle: what it looks through for ops of others after each op (drive.c). */
     cx_peer_t *active_peers;
-    cx_peer_t *sched_dirty_head;   /* peers cx_sched_pump must look at */
-    cx_conn_t *conns;         /* every control connection */
+    cx_peer_t *sched_dirty_head; /* peers cx_sched_pump must look at */
+    cx_conn_t *conns;            /* every control connection */
     uint64_t next_query_id;
     uint64_t tick_ns;
 
@@ -263,31 +295,44 @@ struct cx_engine {
     /* Latency of ok ops initiated here (one in 8 timed), per backend index (the last: ops that reached none) and
      * op kind (metrics.h); progress-thread state, like st. */
     cx_hist_t hist[CX_MAX_BACKENDS + 1][CX_OPK_COUNT];
-    struct cx_metrics_srv *msrv;   /* the GET /metrics listener (CONNEX_METRICS), NULL: none */
+    struct cx_metrics_srv *msrv; /* the GET /metrics listener (CONNEX_METRICS), NULL: none */
 
-    struct cx_staging *stg;   /* staging.c: GPU staging rings and jobs, NULL until first use */
-    struct cx_tstage *ts;     /* tstage.c: ranges staged by a target, both roles; NULL until used */
+    struct cx_staging *stg; /* staging.c: GPU staging rings and jobs, NULL until first use */
+    struct cx_tstage *ts;   /* tstage.c: ranges staged by a target, both roles; NULL until used */
 
     /* mobility (mobility/mobility.h) */
-    struct cx_dir *dir;       /* the identity directory (dir.c) */
-    struct cx_group *groups;  /* open groups (group.c), progress-thread list */
-    struct cx_step_rx *steps_rx;  /* receiver-side duplicate filter per sender (step.c) */
-    uint64_t last_step;       /* the last group step id this engine issued (group.c) */
+    struct cx_dir *dir;          /* the identity directory (dir.c) */
+    struct cx_group *groups;     /* open groups (group.c), progress-thread list */
+    struct cx_step_rx *steps_rx; /* receiver-side duplicate filter per sender (step.c) */
+    uint64_t last_step;          /* the last group step id this engine issued (group.c) */
 
-    uint64_t sched_wake_ns;   /* traffic classes: background held back is due then (0: never) */
+    uint64_t sched_wake_ns; /* traffic classes: background held back is due then (0: never) */
 
-    struct cx_live *live;     /* same-host death watch (live.h), NULL when unavailable */
+    /* batches (batch.h): those whose children of a phase all came back, for cx_batches_progress;
+     * and, while a batch starts its transfers, the batch collecting them for one bulk post */
+    struct cx_batch *batch_ready;
+    struct cx_batch *bpost;
 
-    uint64_t spin_ns;         /* poll window after work (spin.h, CONNEX_POLL_US); 0: never poll */
-    uint64_t pwin_ns;         /* progress thread: its own window, spin_ns grown while a backend
+    struct cx_live *live; /* same-host death watch (live.h), NULL when unavailable */
+
+    uint64_t spin_ns;      /* poll window after work (spin.h, CONNEX_POLL_US); 0: never poll */
+    uint64_t pwin_ns;      /* progress thread: its own window, spin_ns grown while a backend
                                  wakes it soon after it stopped polling (spin.h) */
-    uint64_t pslept_ns;       /* progress thread: when it stopped polling to sleep (0: it did not) */
-    uint64_t last_work_ns;    /* progress thread: when an iteration last found something to do */
+    uint64_t pslept_ns;    /* progress thread: when it stopped polling to sleep (0: it did not) */
+    uint64_t last_work_ns; /* progress thread: when an iteration last found something to do */
 };
 
-struct cx_core { cx_engine_t e; };   /* backends see the engine as cx_core_t */
-static inline cx_core_t *cx_core_of(cx_engine_t *e) { return (cx_core_t *)(void *)e; }
-static inline cx_engine_t *cx_engine_of(cx_core_t *c) { return (cx_engine_t *)(void *)c; }
+struct cx_core {
+    cx_engine_t e;
+}; /* backends see the engine as cx_core_t */
+static inline cx_core_t *cx_core_of(cx_engine_t *e)
+{
+    return (cx_core_t *)(void *)e;
+}
+static inline cx_engine_t *cx_engine_of(cx_core_t *c)
+{
+    return (cx_engine_t *)(void *)c;
+}
 
 uint64_t cx_now_ns(void);
 /* now + ms as a deadline, from the coarse clock plus one of its ticks: never earlier than
@@ -297,10 +342,15 @@ uint64_t cx_now_ns(void);
 uint64_t cx_deadline_ns(uint32_t ms);
 
 /* engine.c */
-int cx_submit(cx_engine_t *e, cx_op_t *op);          /* queue an op for the progress thread */
+int cx_submit(cx_engine_t *e, cx_op_t *op); /* queue an op for the progress thread */
 void cx_op_init(cx_op_t *op, cx_engine_t *e, int kind);
-void cx_op_complete(cx_op_t *op, int status);        /* progress thread: wake the caller */
+void cx_op_complete(cx_op_t *op, int status); /* progress thread: wake the caller */
 int cx_exec(cx_engine_t *e, void (*fn)(cx_engine_t *, void *), void *arg);
+/* For other entry points (batch.c): a peer's name parsed into op (by_url, url, lid, the
+ * thread's hint), a synchronous op run to its end, an op's resources freed. */
+int cx_op_name_peer(cx_engine_t *e, const char *peer, cx_op_t *op);
+int cx_op_run_sync(cx_engine_t *e, cx_op_t *op);
+void cx_op_destroy(cx_op_t *op);
 
 /* engine.c: the counters of cx_stats, on the progress thread */
 void cx_stats_collect(cx_engine_t *e, cx_stats_t *st);
@@ -333,20 +383,20 @@ void cx_conn_send(cx_engine_t *e, cx_conn_t *c, uint8_t type, const void *body, 
  * nothing queued), then commit it. Nothing may be queued on `c` in between. */
 uint8_t *cx_conn_reserve(cx_conn_t *c, uint8_t type, size_t len);
 void cx_conn_commit(cx_engine_t *e, cx_conn_t *c, size_t len);
-int cx_conn_flush(cx_engine_t *e, cx_conn_t *c);     /* CX_EPEER when the socket failed */
+int cx_conn_flush(cx_engine_t *e, cx_conn_t *c); /* CX_EPEER when the socket failed */
 cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up);
-void cx_conn_close(cx_engine_t *e, cx_conn_t *c);    /* unlinks from the engine and frees */
+void cx_conn_close(cx_engine_t *e, cx_conn_t *c); /* unlinks from the engine and frees */
 
 /* peer/: the table, the handshake, control connections, liveness, events, remote regions */
 cx_peer_t *cx_peer_find(cx_engine_t *e, const cx_lid_t *lid);
-cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc);   /* UP or SUSPECT only */
-cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u);  /* find or create */
+cx_peer_t *cx_peer_by_inc(cx_engine_t *e, uint64_t inc);       /* UP or SUSPECT only */
+cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u); /* find or create */
 void cx_peer_follow_url(cx_peer_t *p, const cx_url_t *u);      /* p named at u: follow a move */
 void cx_peer_dial(cx_engine_t *e, cx_peer_t *p);
 void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
 /* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
 void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n);
-int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p);   /* (re)creates the data endpoint */
+int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p); /* (re)creates the data endpoint */
 /* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer/rregion.c). */
 void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */
@@ -391,12 +441,21 @@ static inline void cx_peer_activate(cx_engine_t *e, cx_peer_t *p)
     p->active_next = e->active_peers;
     e->active_peers = p;
 }
-void cx_op_issue(cx_engine_t *e, cx_op_t *op);       /* peer is up: go to the backend */
-void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status);  /* unlink from peer, count, wake */
+/* The peer an op names (hint, URL, LID or the directory); NULL with *rc (CX_EINVAL: unknown or
+ * this engine itself, logged; CX_ENOMEM). */
+cx_peer_t *cx_op_resolve(cx_engine_t *e, cx_op_t *op, int *rc);
+/* Asks op->peer whether it registered op's remote range (REG_QUERY); op waits in
+ * OPS_WAIT_REGION for cx_region_reply. */
+void cx_op_query_region(cx_engine_t *e, cx_op_t *op);
+void cx_op_issue(cx_engine_t *e, cx_op_t *op);              /* peer is up: go to the backend */
+void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status); /* unlink from peer, count, wake */
 void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status);
-void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p);      /* peer came up: issue waiting ops */
+void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p); /* peer came up: issue waiting ops */
 void cx_ops_tick(cx_engine_t *e, uint64_t now);
-void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p);   /* probe answered: parked ops CX_ERR */
+/* An op a backend refused or completed with `status` (not a core verdict): ended now, or held
+ * for the peer's verdict (cx_core_xfer_done). */
+void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status);
+void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p); /* probe answered: parked ops CX_ERR */
 void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found);
 
 #endif

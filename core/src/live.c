@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define LIVE_MAGIC 0x564c5843u   /* "CXLV" */
+#define LIVE_MAGIC 0x564c5843u /* "CXLV" */
 #define LIVE_VERSION 1
 #define LIVE_PAGE 4096
 
@@ -37,26 +37,26 @@ typedef struct live_page {
 } live_page_t;
 
 struct cx_live_watch {
-    cx_peer_t *peer;              /* only its event gate fields are touched here (cx_event_gate) */
+    cx_peer_t *peer; /* only its event gate fields are touched here (cx_event_gate) */
     cx_engine_t *e;
-    cx_lid_t lid;                 /* the peer's, copied: the progress thread owns the peer */
+    cx_lid_t lid; /* the peer's, copied: the progress thread owns the peer */
     char url[CX_URL_MAX];
     uint64_t incarnation;
     uint32_t pid;
-    live_page_t *page;            /* the peer's page, mapped here */
-    uint32_t owner;               /* the futex word's owner TID when the watch began */
+    live_page_t *page; /* the peer's page, mapped here */
+    uint32_t owner;    /* the futex word's owner TID when the watch began */
     pthread_t th;
-    atomic_int stop;              /* set by the progress thread: end now */
-    atomic_int done;              /* set by the watcher as it ends */
-    atomic_int died;              /* it ended because the owner died */
+    atomic_int stop; /* set by the progress thread: end now */
+    atomic_int done; /* set by the watcher as it ends */
+    atomic_int died; /* it ended because the owner died */
     int efd;
     cx_live_watch_t *next;
 };
 
 struct cx_live {
-    atomic_int dead;              /* watchers that saw their process die, not yet reaped */
+    atomic_int dead; /* watchers that saw their process die, not yet reaped */
     int memfd, efd;
-    live_page_t *page;            /* ours */
+    live_page_t *page; /* ours */
     int held;
     cx_watch_t w;
     cx_live_watch_t *watches;
@@ -65,10 +65,17 @@ struct cx_live {
 #if defined(__GLIBC__) && defined(__linux__)
 /* glibc's pthread_mutex_t starts with the futex word the kernel's robust-list protocol works on
  * (owner TID | FUTEX_WAITERS | FUTEX_OWNER_DIED): part of glibc's ABI, in <bits/struct_mutex.h>. */
-static uint32_t *futex_word(live_page_t *pg) { return (uint32_t *)(void *)&pg->mu.__data.__lock; }
+static uint32_t *futex_word(live_page_t *pg)
+{
+    return (uint32_t *)(void *)&pg->mu.__data.__lock;
+}
 #define LIVE_SUPPORTED 1
 #else
-static uint32_t *futex_word(live_page_t *pg) { (void)pg; return NULL; }
+static uint32_t *futex_word(live_page_t *pg)
+{
+    (void)pg;
+    return NULL;
+}
 #define LIVE_SUPPORTED 0
 #endif
 
@@ -80,7 +87,7 @@ static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
 
 static int enabled(const cx_engine_t *e)
 {
-    return LIVE_SUPPORTED && cx_opts_num(&e->opts, "CONNEX_SAME_HOST_WATCH", NULL);   /* default 1 */
+    return LIVE_SUPPORTED && cx_opts_num(&e->opts, "CONNEX_SAME_HOST_WATCH", NULL); /* default 1 */
 }
 
 void cx_live_open(cx_engine_t *e)
@@ -94,7 +101,10 @@ void cx_live_open(cx_engine_t *e)
     l->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (l->memfd < 0 || l->efd < 0 || ftruncate(l->memfd, LIVE_PAGE)) goto fail;
     l->page = mmap(NULL, LIVE_PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, l->memfd, 0);
-    if (l->page == MAP_FAILED) { l->page = NULL; goto fail; }
+    if (l->page == MAP_FAILED) {
+        l->page = NULL;
+        goto fail;
+    }
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
@@ -120,7 +130,9 @@ fail:
 
 void cx_live_advert(const cx_engine_t *e, uint32_t *pid, int32_t *fd)
 {
-    *pid = e->live && e->live->held ? (uint32_t)getpid() : 0;
+    /* The pid goes out even without a page: a same-host peer follows the process through it
+     * (proc.h) whether or not the death watch runs. */
+    *pid = (uint32_t)getpid();
     *fd = e->live && e->live->held ? e->live->memfd : -1;
 }
 
@@ -168,7 +180,7 @@ static void report_death(cx_live_watch_t *w)
  * kernels ignore the field. Nice level kept. Measured (ucx_shm, a read in flight, 2 CPUs, 150
  * kills each): kill -> FAILED over 2 ms in 19 kills without it (p90 4.2 ms), 2 with it (p99
  * 3.8 ms, max 4.8). */
-struct cx_sched_attr {   /* the kernel's struct sched_attr, first version (48 bytes) */
+struct cx_sched_attr { /* the kernel's struct sched_attr, first version (48 bytes) */
     uint32_t size, sched_policy;
     uint64_t sched_flags;
     int32_t sched_nice;
@@ -186,7 +198,7 @@ static void cx_thread_short_slice(void)
     int nice = getpriority(PRIO_PROCESS, 0);
     if (nice == -1 && errno) return;
     a.sched_nice = nice;
-    a.sched_runtime = 100000;   /* ns */
+    a.sched_runtime = 100000; /* ns */
 #ifdef SYS_sched_setattr
     if (syscall(SYS_sched_setattr, 0, &a, 0))
         cx_debug("live: no short time slice for the watcher: %s", strerror(errno));
@@ -203,8 +215,11 @@ static void *watch_main(void *arg)
     uint32_t *word = futex_word(w->page);
     while (!atomic_load(&w->stop)) {
         uint32_t v = __atomic_load_n(word, __ATOMIC_ACQUIRE);
-        if (v & FUTEX_OWNER_DIED) { atomic_store(&w->died, 1); break; }
-        if ((v & FUTEX_TID_MASK) != w->owner) break;   /* released: a clean close */
+        if (v & FUTEX_OWNER_DIED) {
+            atomic_store(&w->died, 1);
+            break;
+        }
+        if ((v & FUTEX_TID_MASK) != w->owner) break; /* released: a clean close */
         if (!(v & FUTEX_WAITERS)) {
             /* The owner wakes waiters (and the kernel, at its death, wakes one) only when this
              * bit says someone sleeps. */
@@ -220,7 +235,8 @@ static void *watch_main(void *arg)
     if (atomic_load(&w->died)) report_death(w);
     atomic_store(&w->done, 1);
     uint64_t one = 1;
-    if (write(w->efd, &one, sizeof one) < 0) { /* the progress thread reaps at stop_all anyway */ }
+    if (write(w->efd, &one, sizeof one) < 0) { /* the progress thread reaps at stop_all anyway */
+    }
     return NULL;
 }
 
@@ -274,9 +290,12 @@ void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint6
     if (!l || !pid || fd < 0) return;
     for (cx_live_watch_t **pp = &l->watches; *pp;) {
         cx_live_watch_t *w = *pp;
-        if (w->peer != p) { pp = &w->next; continue; }
-        if (w->incarnation == inc && !atomic_load(&w->done)) return;   /* already followed */
-        *pp = w->next;   /* an older incarnation, or a finished watch: replaced */
+        if (w->peer != p) {
+            pp = &w->next;
+            continue;
+        }
+        if (w->incarnation == inc && !atomic_load(&w->done)) return; /* already followed */
+        *pp = w->next; /* an older incarnation, or a finished watch: replaced */
         watch_stop(l, w);
         watch_free(w);
     }
@@ -289,7 +308,10 @@ void cx_live_watch(cx_engine_t *e, cx_peer_t *p, uint32_t pid, int32_t fd, uint6
         return;
     }
     cx_live_watch_t *w = calloc(1, sizeof *w);
-    if (!w) { munmap(pg, LIVE_PAGE); return; }
+    if (!w) {
+        munmap(pg, LIVE_PAGE);
+        return;
+    }
     w->peer = p;
     w->e = e;
     w->lid = p->lid;
@@ -329,7 +351,10 @@ void cx_live_reap(cx_engine_t *e)
         cx_live_watch_t *w = *pp;
         /* One that saw its process die is at most a queue push from its end: joined now, so a
          * command that follows its FAILED finds the peer failed. */
-        if (!atomic_load(&w->done) && !atomic_load(&w->died)) { pp = &w->next; continue; }
+        if (!atomic_load(&w->done) && !atomic_load(&w->died)) {
+            pp = &w->next;
+            continue;
+        }
         *pp = w->next;
         pthread_join(w->th, NULL);
         cx_peer_t *p = w->peer;

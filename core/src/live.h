@@ -26,7 +26,7 @@ typedef struct cx_live_watch cx_live_watch_t;
 /* Engine create: the memfd page and the eventfd watchers wake the progress thread with.
  * Never fails the engine: without it, *pid and *fd advertise nothing (0, -1). */
 void cx_live_open(cx_engine_t *e);
-/* What HELLO advertises: this process and the page's fd (-1: no page). */
+/* What HELLO advertises: this process (always) and the page's fd (-1: no page). */
 void cx_live_advert(const cx_engine_t *e, uint32_t *pid, int32_t *fd);
 /* Progress thread, first and last thing it does: take and release the mutex. */
 void cx_live_hold(cx_engine_t *e);

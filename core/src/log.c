@@ -36,6 +36,6 @@ void cx_log_write(int level, const char *file, int line, const char *fmt, ...)
     clock_gettime(CLOCK_REALTIME, &ts);
     const char *base = strrchr(file, '/');
     /* One fprintf per line so that lines from several threads do not interleave. */
-    fprintf(stderr, "[connex %ld.%06ld %d %s %s:%d] %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000L,
-            (int)getpid(), tag[level & 3], base ? base + 1 : file, line, msg);
+    fprintf(stderr, "[connex %ld.%06ld %d %s %s:%d] %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000L, (int)getpid(),
+            tag[level & 3], base ? base + 1 : file, line, msg);
 }

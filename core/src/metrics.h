@@ -17,7 +17,7 @@ typedef struct cx_watch cx_watch_t;
 extern const uint64_t cx_hist_bounds_ns[CX_HIST_BUCKETS];
 
 typedef struct cx_hist {
-    uint64_t n[CX_HIST_BUCKETS];   /* per bucket, not cumulative (cumulated when written) */
+    uint64_t n[CX_HIST_BUCKETS]; /* per bucket, not cumulative (cumulated when written) */
     uint64_t count, sum_ns;
 } cx_hist_t;
 
@@ -48,9 +48,9 @@ static inline int cx_hist_sample(void)
 /* Per peer, counted by the progress thread (ops initiated here, bound to that peer). */
 typedef struct cx_peer_metrics {
     uint64_t ops[CX_OPK_COUNT], bytes[CX_OPK_COUNT];
-    uint64_t errors, timeouts;      /* ops that ended with an error; of those, timeouts */
-    uint64_t failures, joins;       /* FAILED and JOINED events about it */
-    uint64_t since_ns;              /* CLOCK_MONOTONIC of its last event: its state since then */
+    uint64_t errors, timeouts; /* ops that ended with an error; of those, timeouts */
+    uint64_t failures, joins;  /* FAILED and JOINED events about it */
+    uint64_t since_ns;         /* CLOCK_MONOTONIC of its last event: its state since then */
 } cx_peer_metrics_t;
 
 /* Progress thread: the Prometheus text of the engine into a malloc'ed, NUL-terminated buffer;

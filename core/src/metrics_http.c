@@ -50,7 +50,8 @@ int cx_metrics_check(const char *spec, char *ip, size_t iplen, uint16_t *port)
     return CX_OK;
 bad:
     cx_error("CONNEX_METRICS='%s': expected ip:port or [ipv6]:port with a numeric address and a port "
-             "0..65535", spec);
+             "0..65535",
+             spec);
     return CX_EINVAL;
 }
 
@@ -66,7 +67,8 @@ void cx_metrics_open(cx_engine_t *e)
     m->lfd = cx_sock_listen(ip, port, &bound);
     if (m->lfd < 0) {
         cx_error("CONNEX_METRICS=%s: cannot listen there; this engine serves no /metrics "
-                 "(cx_stats_format still works)", spec);
+                 "(cx_stats_format still works)",
+                 spec);
         free(m);
         return;
     }
@@ -91,7 +93,7 @@ static void client_close(cx_engine_t *e, struct cx_metrics_srv *m)
     free(m->resp);
     m->resp = NULL;
     m->req_len = m->resp_len = m->resp_off = 0;
-    cx_watch_mod(e, m->lfd, EPOLLIN, &m->lw);   /* the next client */
+    cx_watch_mod(e, m->lfd, EPOLLIN, &m->lw); /* the next client */
 }
 
 void cx_metrics_close(cx_engine_t *e)
@@ -116,13 +118,16 @@ static void send_some(cx_engine_t *e, struct cx_metrics_srv *m)
 {
     while (m->resp_off < m->resp_len) {
         ssize_t n = send(m->cfd, m->resp + m->resp_off, m->resp_len - m->resp_off, MSG_NOSIGNAL);
-        if (n > 0) { m->resp_off += (size_t)n; continue; }
+        if (n > 0) {
+            m->resp_off += (size_t)n;
+            continue;
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             cx_watch_mod(e, m->cfd, EPOLLOUT, &m->cw);
             return;
         }
-        break;   /* the client went away */
+        break; /* the client went away */
     }
     client_close(e, m);
 }
@@ -132,10 +137,13 @@ static void respond(cx_engine_t *e, struct cx_metrics_srv *m, int code, const ch
 {
     char head[256];
     int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
-                      code, reason, ctype, blen, code == 405 ? "Allow: GET\r\n" : "");
+                      "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", code,
+                      reason, ctype, blen, code == 405 ? "Allow: GET\r\n" : "");
     m->resp = malloc((size_t)hl + blen);
-    if (!m->resp) { client_close(e, m); return; }
+    if (!m->resp) {
+        client_close(e, m);
+        return;
+    }
     memcpy(m->resp, head, (size_t)hl);
     memcpy(m->resp + hl, body, blen);
     m->resp_len = (size_t)hl + blen;
@@ -190,7 +198,10 @@ static void readable(cx_engine_t *e, struct cx_metrics_srv *m)
             return;
         }
         ssize_t n = recv(m->cfd, m->req + m->req_len, sizeof m->req - m->req_len, 0);
-        if (n == 0) { client_close(e, m); return; }
+        if (n == 0) {
+            client_close(e, m);
+            return;
+        }
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno != EAGAIN && errno != EWOULDBLOCK) client_close(e, m);
@@ -199,9 +210,9 @@ static void readable(cx_engine_t *e, struct cx_metrics_srv *m)
         size_t from = m->req_len >= 3 ? m->req_len - 3 : 0;
         m->req_len += (size_t)n;
         for (size_t i = from; i + 1 < m->req_len; i++) {
-            if (m->req[i] == '\n' && (m->req[i + 1] == '\n' ||
-                                      (m->req[i + 1] == '\r' && i + 2 < m->req_len && m->req[i + 2] == '\n'))) {
-                cx_watch_mod(e, m->cfd, 0, &m->cw);   /* the rest of what it sends is not read */
+            if (m->req[i] == '\n' &&
+                (m->req[i + 1] == '\n' || (m->req[i + 1] == '\r' && i + 2 < m->req_len && m->req[i + 2] == '\n'))) {
+                cx_watch_mod(e, m->cfd, 0, &m->cw); /* the rest of what it sends is not read */
                 handle(e, m);
                 return;
             }
@@ -212,7 +223,7 @@ static void readable(cx_engine_t *e, struct cx_metrics_srv *m)
 static void accept_one(cx_engine_t *e, struct cx_metrics_srv *m)
 {
     int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;   /* gone before we took it, or out of fds: the listener stays */
+    if (fd < 0) return; /* gone before we took it, or out of fds: the listener stays */
     m->cfd = fd;
     m->req_len = 0;
     m->deadline_ns = cx_now_ns() + cx_ms_to_ns(CX_HTTP_TIMEOUT_MS);
@@ -221,7 +232,7 @@ static void accept_one(cx_engine_t *e, struct cx_metrics_srv *m)
         m->cfd = -1;
         return;
     }
-    cx_watch_mod(e, m->lfd, 0, &m->lw);   /* one client at a time */
+    cx_watch_mod(e, m->lfd, 0, &m->lw); /* one client at a time */
 }
 
 void cx_metrics_event(cx_engine_t *e, cx_watch_t *w, uint32_t events)

@@ -7,12 +7,12 @@
 #include "cause.h"
 #include "staging.h"
 #include "tstage.h"
+#include "batch.h"
 #include "drive.h"
 #include "mobility/mobility.h"
 
 #include <stdio.h>
 #include <string.h>
-
 
 void cx_op_link(cx_engine_t *e, cx_peer_t *p, cx_op_t *op)
 {
@@ -40,7 +40,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     if (op->peer && op->peer->n_delack) cx_peer_delack_check(e, op->peer);
     if (op->ts && cx_tstage_op_finish(e, op, status)) return;
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
-    if (cx_sched_op_finish(e, op, status)) return;   /* credit back; a chunk goes to its parent */
+    if (cx_sched_op_finish(e, op, status)) return; /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
     if (op->kind < CX_OPK_COUNT) {
         cx_peer_t *p = op->peer;
@@ -79,6 +79,47 @@ static int proves_alive(const cx_engine_t *e, const cx_op_t *op)
     return p->bidx >= 0 && p->bidx < e->nb && e->be[p->bidx].ops->software_target;
 }
 
+/* How long an op a backend ended with a local error (CX_ERR) waits for the peer's verdict. A
+ * killed peer's connections all close at once, but the backend's (its provider cancels the ops
+ * posted on it: libfabric rxm, FI_ECANCELED) may be read before the control connection's or the
+ * same-host watch's news of the death, in the same progress turn or the next. Told CX_ERR, a
+ * caller would not hand the work to another replica (connex-bench soak, 1,000 kills on
+ * libfabric tcp: 2 of 7.9 million ops). A local error that is one reaches the caller this much
+ * later, give or take a tick. */
+#define CX_SETTLE_NS (20 * CX_NS_PER_MS)
+
+/* Ops of a caller linked to their peer (the ones cx_peer_ops_fail ends): not a staging chunk's,
+ * a group step's or a background transfer's piece, which their owners end. */
+static int may_wait_verdict(const cx_op_t *op)
+{
+    return op->next && !op->arg && op->kind < CX_OPK_COUNT;
+}
+
+void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status)
+{
+    cx_peer_t *p = op->peer;
+    if (p && may_wait_verdict(op)) {
+        /* The connection failed under it. While the peer is probed the op waits for the
+         * verdict (CX_EPEER if the peer fails, CX_ERR if it answers). Otherwise it stays
+         * CX_EPEER: a backend that saw its connection fail before the core judged the peer (a
+         * process killed, its reset or the same-host watch not read yet) reports a dead peer
+         * more often than not, and a caller told CX_ERR would not hand the work elsewhere
+         * (connex-bench soak, 1000 kills: a few hundred ops ended CX_ERR that way). */
+        if (status == CX_EPEER && p->probing) {
+            op->stage = OPS_WAIT_VERDICT;
+            op->settle_ns = 0;
+            return;
+        }
+        /* A local error to a peer still up: the verdict may be on its way (CX_SETTLE_NS). */
+        if (status == CX_ERR && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) {
+            op->stage = OPS_WAIT_VERDICT;
+            op->settle_ns = cx_now_ns() + CX_SETTLE_NS;
+            return;
+        }
+    }
+    cx_op_finish(e, op, status);
+}
+
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
 {
     cx_op_t *op = (cx_op_t *)x;
@@ -88,23 +129,11 @@ void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
         return;
     }
     if (op->forced_status) {
-        status = op->forced_status;   /* the core's own verdict (failure, timeout, close) */
-    } else if (status == CX_OK && op->peer && proves_alive(e, op)) {
-        cx_peer_heard(e, op->peer);
-    } else if (status == CX_EPEER && op->peer) {
-        /* The connection failed under it. While the peer is probed the op waits for the
-         * verdict (CX_EPEER if the peer fails, CX_ERR if it answers). Otherwise it stays
-         * CX_EPEER: a backend that saw its connection fail before the core judged the peer (a
-         * process killed, its reset or the same-host watch not read yet) reports a dead peer
-         * more often than not, and a caller told CX_ERR would not hand the work elsewhere
-         * (connex-bench soak, 1000 kills: a few hundred ops ended CX_ERR that way). */
-        cx_peer_t *p = op->peer;
-        if (p->probing && op->next && !op->arg && op->kind < CX_OPK_COUNT) {
-            op->stage = OPS_WAIT_VERDICT;
-            return;
-        }
+        cx_op_finish(e, op, op->forced_status); /* the core's own verdict (failure, timeout, close) */
+        return;
     }
-    cx_op_finish(e, op, status);
+    if (status == CX_OK && op->peer && proves_alive(e, op)) cx_peer_heard(e, op->peer);
+    cx_op_backend_status(e, op, status);
 }
 
 /* The probe of a peer ended with an answer: ops whose connection failed under them meanwhile
@@ -167,16 +196,16 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     }
     op->stage = OPS_IN_BACKEND;
     op->forced_status = 0;
+    if (e->bpost && cx_bpost_take(e, op)) return; /* a batch posts its entries in bulk (batch.h) */
     int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     /* A backend that refuses with CX_EPEER has seen the connection fail (its report may not be
      * read yet): the caller is told so, as for a completion (cx_core_xfer_done). */
-    if (rc != CX_OK && op->stage == OPS_IN_BACKEND)
-        cx_op_finish(e, op, rc);
+    if (rc != CX_OK && op->stage == OPS_IN_BACKEND) cx_op_backend_status(e, op, rc);
 }
 
 void cx_op_issue(cx_engine_t *e, cx_op_t *op)
 {
-    if (cx_sched_admit(e, op)) return;   /* waits for a credit, or goes in chunks (cx_sched.h) */
+    if (cx_sched_admit(e, op)) return; /* waits for a credit, or goes in chunks (cx_sched.h) */
     cx_op_go(e, op);
 }
 
@@ -194,6 +223,12 @@ void cx_op_go(cx_engine_t *e, cx_op_t *op)
     }
     /* Not in what the peer told us: it may have registered it just now (its REG_ADD can be
      * behind a message on the data path), so ask before calling it an error. */
+    cx_op_query_region(e, op);
+}
+
+void cx_op_query_region(cx_engine_t *e, cx_op_t *op)
+{
+    cx_peer_t *p = op->peer;
     uint8_t body[24];
     cx_wr_t w;
     cx_wr_init(&w, body, sizeof body);
@@ -210,7 +245,9 @@ void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
     for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) {
         if (op->stage != OPS_WAIT_REGION || op->query_id != qid) continue;
         cx_rregion_t *rr = found ? cx_rregion_find(p, op->x.remote, op->x.len) : NULL;
-        if (!rr) {
+        if (op->kind == CX_OPK_BQUERY) { /* a batch's check: the batch logs a miss */
+            cx_op_finish(e, op, rr ? CX_OK : CX_EINVAL);
+        } else if (!rr) {
             cx_warn("peer %s: remote range [0x%llx, +%zu) is not inside any region it registered", p->url,
                     (unsigned long long)op->x.remote, op->x.len);
             cx_op_finish(e, op, CX_EINVAL);
@@ -221,14 +258,8 @@ void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
     }
 }
 
-void cx_op_start(cx_engine_t *e, cx_op_t *op)
+cx_peer_t *cx_op_resolve(cx_engine_t *e, cx_op_t *op, int *rc)
 {
-    if (op->kind == CX_OPK_EXEC) {
-        op->fn(e, op->arg);
-        cx_op_complete(op, CX_OK);
-        return;
-    }
-    if (op->kind == CX_OPK_GROUP) { cx_group_op_start(e, op); return; }
     cx_peer_t *p;
     if (op->hint) {
         /* This thread named the peer so before, and it resolved (so it is not this engine). */
@@ -237,11 +268,14 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
     } else if (op->by_url) {
         if (!cx_lid_cmp(&op->url.lid, &e->lid)) {
             cx_warn("op to %s: that is this engine's own identity", e->url);
-            cx_op_complete(op, CX_EINVAL);
-            return;
+            *rc = CX_EINVAL;
+            return NULL;
         }
         p = cx_peer_get_url(e, &op->url);
-        if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
+        if (!p) {
+            *rc = CX_ENOMEM;
+            return NULL;
+        }
     } else {
         p = cx_peer_find(e, &op->lid);
         cx_dir_entry_t de;
@@ -252,30 +286,59 @@ void cx_op_start(cx_engine_t *e, cx_op_t *op)
             op->url = du;
             op->by_url = 1;
             p = cx_peer_get_url(e, &du);
-            if (!p) { cx_op_complete(op, CX_ENOMEM); return; }
+            if (!p) {
+                *rc = CX_ENOMEM;
+                return NULL;
+            }
         }
         if (!p) {
             char lid[96];
             cx_lid_format(&op->lid, lid, sizeof lid);
             cx_warn("unknown peer %s: name it by URL (ip:port#%s) the first time", lid, lid);
-            cx_op_complete(op, CX_EINVAL);
-            return;
+            *rc = CX_EINVAL;
+            return NULL;
         }
+    }
+    return p;
+}
+
+void cx_op_start(cx_engine_t *e, cx_op_t *op)
+{
+    if (op->kind == CX_OPK_EXEC) {
+        op->fn(e, op->arg);
+        cx_op_complete(op, CX_OK);
+        return;
+    }
+    if (op->kind == CX_OPK_GROUP) {
+        cx_group_op_start(e, op);
+        return;
+    }
+    if (op->kind == CX_OPK_BATCH) {
+        cx_batch_start(e, op);
+        return;
+    }
+    int rc;
+    cx_peer_t *p = cx_op_resolve(e, op, &rc);
+    if (!p) {
+        cx_op_complete(op, rc);
+        return;
     }
     op->resolved = p;
     cx_op_link(e, p, op);
     switch (p->state) {
     case CX_PEER_UP:
     case CX_PEER_SUSPECT:
-        if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
-        else cx_op_issue(e, op);
+        if (op->kind == CX_OPK_CONNECT)
+            cx_op_finish(e, op, CX_OK);
+        else
+            cx_op_issue(e, op);
         return;
     case CX_PEER_FAILED:
         if (op->kind != CX_OPK_CONNECT) {
             cx_op_finish(e, op, CX_EPEER);
             return;
         }
-        op->stage = OPS_WAIT_PEER;   /* cx_connect waits for the rejoin */
+        op->stage = OPS_WAIT_PEER; /* cx_connect waits for the rejoin */
         if (!p->conn && !p->pending) cx_peer_dial(e, p);
         return;
     case CX_PEER_LEFT:
@@ -307,7 +370,7 @@ void cx_peer_ops_fail(cx_engine_t *e, cx_peer_t *p, int status)
         op->stage = OPS_DONE;
         cx_op_finish(e, op, status);
     }
-    cx_sched_peer_fail(e, p, status);   /* background transfers: their chunks are all back now */
+    cx_sched_peer_fail(e, p, status); /* background transfers: their chunks are all back now */
 }
 
 void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
@@ -329,8 +392,10 @@ void cx_peer_ops_ready(cx_engine_t *e, cx_peer_t *p)
         unlink_op(op);
         cx_op_link(e, p, op);
         op->stage = OPS_QUEUED;
-        if (op->kind == CX_OPK_CONNECT) cx_op_finish(e, op, CX_OK);
-        else cx_op_issue(e, op);
+        if (op->kind == CX_OPK_CONNECT)
+            cx_op_finish(e, op, CX_OK);
+        else
+            cx_op_issue(e, op);
     }
 }
 
@@ -341,8 +406,8 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
         for (cx_op_t *op = p->ops.next, *n; op != &p->ops; op = n) {
             n = op->next;
             if (op->stage == OPS_WAIT_PEER) {
-                int conn_expired = op->kind != CX_OPK_CONNECT && p->state == CX_PEER_CONNECTING &&
-                                   now >= p->connect_deadline_ns;
+                int conn_expired =
+                    op->kind != CX_OPK_CONNECT && p->state == CX_PEER_CONNECTING && now >= p->connect_deadline_ns;
                 if (now >= op->deadline_ns || conn_expired) {
                     cx_warn("peer %s: not reachable within the %s timeout", p->url, conn_expired ? "connect" : "op");
                     cx_op_finish(e, op, op->kind == CX_OPK_CONNECT ? CX_ETIMEDOUT : CX_EPEER);
@@ -353,6 +418,9 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_VERDICT) {
                 cx_warn("peer %s: op timed out while the peer was probed", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
+            } else if (op->stage == OPS_WAIT_VERDICT && op->settle_ns && now >= op->settle_ns && !p->probing) {
+                cx_info("peer %s: still up after an op's local error: the op ends with it", p->url);
+                cx_op_finish(e, op, CX_ERR);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
                 cx_warn("peer %s: region query unanswered within the op timeout", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
@@ -386,18 +454,13 @@ void cx_core_peer_error(cx_core_t *c, void *peer, cx_cause_t cause, const char *
     char why[160];
     snprintf(why, sizeof why, "%s: %s", p->bidx >= 0 ? e->bnames[p->bidx] : "backend", reason ? reason : "error");
     switch (v) {
-    case CX_VERDICT_IGNORE:
-        return;
+    case CX_VERDICT_IGNORE: return;
     case CX_VERDICT_LOCAL:
         cx_info("peer %s: %s (%s): the op ends with a local error, the peer stays %s", p->url, why,
                 cx_cause_name((int)cause), p->state == CX_PEER_UP ? "UP" : "SUSPECT");
         return;
-    case CX_VERDICT_PROBE:
-        cx_peer_probe(e, p, why);
-        return;
-    case CX_VERDICT_FAIL:
-        cx_peer_fail(e, p, why);
-        return;
+    case CX_VERDICT_PROBE: cx_peer_probe(e, p, why); return;
+    case CX_VERDICT_FAIL: cx_peer_fail(e, p, why); return;
     }
 }
 
@@ -409,11 +472,26 @@ cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
     return p->ep;
 }
 
+/* The same-host watch answers (proc.h); only a same-host peer's HELLO set a process to follow. */
+int cx_core_peer_process(cx_core_t *c, void *peer)
+{
+    (void)c;
+    cx_peer_t *p = peer;
+    return p && p->same_host ? cx_proc_state(&p->proc) : CX_PROC_UNKNOWN;
+}
+
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer)
+{
+    (void)c;
+    cx_peer_t *p = peer;
+    return p && p->same_host ? cx_proc_exit_fd(&p->proc) : -1;
+}
+
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     cx_engine_t *e = cx_engine_of(c);
     cx_peer_t *p = cx_peer_by_inc(e, inc);
-    if (p) cx_peer_heard(e, p);   /* a request from it: it is alive */
+    if (p) cx_peer_heard(e, p); /* a request from it: it is alive */
     return p;
 }
 
@@ -428,12 +506,12 @@ int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
     }
     pthread_rwlock_unlock(&e->reg.lock);
     if (!r && cx_staging_ring_holds(e, addr, len)) {
-        if (pin) *pin = NULL;   /* a staging slot lent to a peer (tstage.h): lives with the engine */
+        if (pin) *pin = NULL; /* a staging slot lent to a peer (tstage.h): lives with the engine */
         return CX_OK;
     }
     if (!r) {
-        cx_warn("refused a request for [0x%llx, +%zu): not inside one region registered here",
-                (unsigned long long)addr, len);
+        cx_warn("refused a request for [0x%llx, +%zu): not inside one region registered here", (unsigned long long)addr,
+                len);
         return CX_EINVAL;
     }
     return CX_OK;

@@ -10,6 +10,7 @@
 #include "live.h"
 #include "spin.h"
 #include "mobility/mobility.h"
+#include "batch.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -56,15 +57,21 @@ int cx_progress_drain(cx_engine_t *e)
     if (!e->driving) run_handoff(e);
     for (;;) {
         /* A FAILED its caller saw is a failed peer here too: the progress thread reaps first. */
-        if (!e->driving) cx_live_reap_pending(e);
-        else if (cx_live_death_pending(e)) return 0;
+        if (!e->driving)
+            cx_live_reap_pending(e);
+        else if (cx_live_death_pending(e))
+            return 0;
         pthread_mutex_lock(&e->qmu);
         cx_op_t *op = e->qhead;
         if (e->driving) {
             /* Up to the first exec: its function may need the progress thread (drive.c). */
             cx_op_t *last = NULL, *o = op;
-            while (o && o->kind != CX_OPK_EXEC) { last = o; o = o->next; }
-            if (!last) op = NULL;
+            while (o && o->kind != CX_OPK_EXEC) {
+                last = o;
+                o = o->next;
+            }
+            if (!last)
+                op = NULL;
             else {
                 last->next = NULL;
                 e->qhead = o;
@@ -73,7 +80,7 @@ int cx_progress_drain(cx_engine_t *e)
         } else {
             e->qhead = e->qtail = NULL;
         }
-        int rest = e->qhead != NULL;   /* driving: an exec and what follows it */
+        int rest = e->qhead != NULL; /* driving: an exec and what follows it */
         pthread_mutex_unlock(&e->qmu);
         if (!op) return !rest;
         while (op) {
@@ -122,16 +129,21 @@ int cx_progress_turn(cx_engine_t *e, int poll)
     /* Before the backends' turn: an op submitted after it would wait for the next wake-up (the
      * turn arms the wait fds). */
     if (!e->driving) run_handoff(e);
-    if (!poll) more = progress_backends(e);
+    if (!poll)
+        more = progress_backends(e);
     else
         for (int i = 0; i < e->nb; i++) {
             const struct cx_backend_ops *o = e->be[i].ops;
             if (e->driving && o->thread_bound) continue;
             more |= (o->poll ? o->poll(e->be[i].b) : o->progress(e->be[i].b)) > 0;
         }
-    if (!e->driving) cx_staging_progress(e);   /* after the backends: their completions free staging slots */
-    more |= cx_groups_progress(e);   /* after the backends: their completions end steps' children */
-    more |= cx_sched_pump(e) > 0;   /* after the backends: their completions free credits */
+    if (!e->driving) cx_staging_progress(e); /* after the backends: their completions free staging slots */
+    more |= cx_groups_progress(e);           /* after the backends: their completions end steps' children */
+    more |= cx_sched_pump(e) > 0;            /* after the backends: their completions free credits */
+    /* After both: their completions end a batch's phase. One ended by what the batches started
+     * (an entry refused at once) is taken at the next turn, without sleeping. */
+    cx_batches_progress(e);
+    more |= e->batch_ready != NULL;
     /* Messages delivered this turn, and by the control connections' events before it, wake their
      * receiver only now, after the backends sent their acks (queue.h). */
     cx_msgq_wake(&e->msgq);
@@ -153,7 +165,7 @@ static void tick(cx_engine_t *e)
 static int is_backend_watch(const cx_engine_t *e, const cx_watch_t *w)
 {
     for (int i = 0; i < e->nb; i++)
-        if (w == &e->be[i].w) return 1;   /* progressed below, every iteration */
+        if (w == &e->be[i].w) return 1; /* progressed below, every iteration */
     return 0;
 }
 
@@ -164,7 +176,7 @@ static int is_backend_watch(const cx_engine_t *e, const cx_watch_t *w)
  * itself, took the lock from it op after op. */
 static int wants_lock(cx_engine_t *e, const cx_watch_t *w)
 {
-    if (is_backend_watch(e, w) || w == &e->dw) return 0;   /* the drive timer: only_drive_events */
+    if (is_backend_watch(e, w) || w == &e->dw) return 0; /* the drive timer: only_drive_events */
     if (w != &e->cw) return 1;
     pthread_mutex_lock(&e->qmu);
     int exec = 0;
@@ -185,11 +197,13 @@ static int only_drive_events(cx_engine_t *e, const struct epoll_event *evs, int 
         const cx_watch_t *w = evs[i].data.ptr;
         int b = 0;
         for (int k = 0; k < e->nb && !b; k++) b = w == &e->be[k].w && !e->be[k].ops->thread_bound;
-        if (b) backend = 1;
-        else if (w != &e->cw && w != &e->dw) return 0;
+        if (b)
+            backend = 1;
+        else if (w != &e->cw && w != &e->dw)
+            return 0;
     }
     for (int i = 0; i < n; i++)
-        if (evs[i].data.ptr == &e->dw) cx_drive_timer_fired(e);   /* else it stays readable */
+        if (evs[i].data.ptr == &e->dw) cx_drive_timer_fired(e); /* else it stays readable */
     return 1 + backend;
 }
 
@@ -220,8 +234,10 @@ static void window_fit(cx_engine_t *e, const struct epoll_event *evs, int n, uin
     if (!backend) return;
     uint64_t gap = now - e->pslept_ns;
     e->pslept_ns = 0;
-    if (gap < e->pwin_ns) e->pwin_ns = e->pwin_ns * 2 > 16 * e->spin_ns ? 16 * e->spin_ns : e->pwin_ns * 2;
-    else if (gap > 4 * e->pwin_ns) e->pwin_ns = e->pwin_ns / 2 < e->spin_ns ? e->spin_ns : e->pwin_ns / 2;
+    if (gap < e->pwin_ns)
+        e->pwin_ns = e->pwin_ns * 2 > 16 * e->spin_ns ? 16 * e->spin_ns : e->pwin_ns * 2;
+    else if (gap > 4 * e->pwin_ns)
+        e->pwin_ns = e->pwin_ns / 2 < e->spin_ns ? e->spin_ns : e->pwin_ns / 2;
 }
 
 static cx_conn_t *conn_of(cx_engine_t *e, const cx_watch_t *w)
@@ -246,13 +262,13 @@ void *cx_progress_main(void *arg)
     int more = 0;
     /* Held for every iteration, dropped only while sleeping: callers drive the transports in
      * between (drive.h). */
-    cx_live_hold(e);   /* before any HELLO goes out: it advertises this mutex. Held for
+    cx_live_hold(e); /* before any HELLO goes out: it advertises this mutex. Held for
                         * good, so taken before plock: one lock order */
     pthread_mutex_lock(&e->plock);
     e->ready = 1;
-    int polling = 0;   /* the last iteration polled */
+    int polling = 0; /* the last iteration polled */
     while (!atomic_load(&e->stop)) {
-        int rest_ms = cx_sched_timeout_ms(e, 1000);   /* until a timer of ours is due */
+        int rest_ms = cx_sched_timeout_ms(e, 1000); /* until a timer of ours is due */
         int timeout = more ? 0 : cx_spin_timeout_ms(e, cx_now_ns(), rest_ms);
         /* Callers drive, or this thread polled: about to sleep, the drive timer wakes this
          * thread while callers drive, else the transports are armed first, and it goes round
@@ -261,14 +277,14 @@ void *cx_progress_main(void *arg)
         if (timeout && polling) e->pslept_ns = cx_now_ns();
         polling = 0;
         pthread_mutex_unlock(&e->plock);
-        int n, ticking = 0;   /* ticking: a drive tick at most, not a timer of ours */
+        int n, ticking = 0; /* ticking: a drive tick at most, not a timer of ours */
         for (;;) {
             n = wait_events(e, evs, 64, timeout, ticking);
             if (!pthread_mutex_trylock(&e->plock)) break;
             /* A caller is driving. For anything but its backends' wake-ups (which it polls
              * itself: asking it to let go for those would hand every completion back to this
              * thread), ask it to let go (drive.c): heartbeats and deaths wait for nobody. */
-            int want = n < 0 || (n == 0 && timeout > 0 && !ticking);   /* a timer of ours ran out */
+            int want = n < 0 || (n == 0 && timeout > 0 && !ticking); /* a timer of ours ran out */
             for (int i = 0; i < n && !want; i++) want = wants_lock(e, evs[i].data.ptr);
             int mine = want ? 0 : only_drive_events(e, evs, n);
             if (mine) {
@@ -299,7 +315,7 @@ void *cx_progress_main(void *arg)
             atomic_store(&e->pwant, 0);
             break;
         }
-        run_handoff(e);   /* what callers left while this thread slept goes first */
+        run_handoff(e); /* what callers left while this thread slept goes first */
         if (n < 0 && errno != EINTR) {
             cx_error("epoll_wait: %s", strerror(errno));
             break;
@@ -310,12 +326,18 @@ void *cx_progress_main(void *arg)
             if (cx_live_is_watch(e, evs[i].data.ptr)) cx_live_reap(e);
         for (int i = 0; i < n; i++) {
             cx_watch_t *w = evs[i].data.ptr;
-            if (w == &e->lw) cx_accept_all(e);
-            else if (w == &e->cw) cx_progress_drain_commands(e);
-            else if (w == &e->tw) tick(e);
-            else if (w == &e->dw) cx_drive_timer_fired(e);   /* acted on at the loop's top */
-            else if (cx_live_is_watch(e, w)) continue;   /* reaped above */
-            else if (cx_metrics_is_watch(e, w)) cx_metrics_event(e, w, evs[i].events);
+            if (w == &e->lw)
+                cx_accept_all(e);
+            else if (w == &e->cw)
+                cx_progress_drain_commands(e);
+            else if (w == &e->tw)
+                tick(e);
+            else if (w == &e->dw)
+                cx_drive_timer_fired(e); /* acted on at the loop's top */
+            else if (cx_live_is_watch(e, w))
+                continue; /* reaped above */
+            else if (cx_metrics_is_watch(e, w))
+                cx_metrics_event(e, w, evs[i].events);
             else if (!is_backend_watch(e, w)) {
                 /* A control connection. One closed by an earlier event of this batch is freed:
                  * find it by address before touching it. */
@@ -362,11 +384,11 @@ void *cx_progress_main(void *arg)
                 if (!(k % CX_POLL_CLOCK_EVERY) && cx_now_ns() >= end) break;
             }
         }
-        if (n > 0 || more) e->last_work_ns = now;   /* poll a while before sleeping (spin.h) */
+        if (n > 0 || more) e->last_work_ns = now; /* poll a while before sleeping (spin.h) */
     }
     fail_everything(e);
     progress_backends(e);
-    cx_live_release(e);   /* a clean end: same-host watchers stop without a report */
+    cx_live_release(e); /* a clean end: same-host watchers stop without a report */
     pthread_mutex_unlock(&e->plock);
     return NULL;
 }

@@ -31,7 +31,10 @@ void cx_deadline_ms(struct timespec *ts, int timeout_ms)
     clock_gettime(CLOCK_MONOTONIC, ts);
     ts->tv_sec += timeout_ms / CX_MS_PER_S;
     ts->tv_nsec += (long)((uint64_t)(timeout_ms % CX_MS_PER_S) * CX_NS_PER_MS);
-    if (ts->tv_nsec >= (long)CX_NS_PER_S) { ts->tv_sec++; ts->tv_nsec -= (long)CX_NS_PER_S; }
+    if (ts->tv_nsec >= (long)CX_NS_PER_S) {
+        ts->tv_sec++;
+        ts->tv_nsec -= (long)CX_NS_PER_S;
+    }
 }
 
 /* deadline NULL: wait forever. Returns 0 or ETIMEDOUT. */
@@ -89,13 +92,17 @@ int cx_msgq_push_step(cx_msgq_t *q, const cx_lid_t *from, const char *from_url, 
     it->next = NULL;
     if (len) memcpy(it + 1, data, len);
     pthread_mutex_lock(&q->mu);
-    if (q->tail) q->tail->next = it;
-    else q->head = it;
+    if (q->tail)
+        q->tail->next = it;
+    else
+        q->head = it;
     q->tail = it;
     q->n++;
     q->bytes += len;
-    if (q->wake_later) __atomic_store_n(&q->unwoken, 1, __ATOMIC_RELAXED);
-    else pthread_cond_signal(&q->cv);
+    if (q->wake_later)
+        __atomic_store_n(&q->unwoken, 1, __ATOMIC_RELAXED);
+    else
+        pthread_cond_signal(&q->cv);
     pthread_mutex_unlock(&q->mu);
     return CX_OK;
 }

@@ -12,7 +12,7 @@ typedef struct cx_msgq_item {
     cx_lid_t from;
     char from_url[CX_URL_MAX];
     size_t len;
-    uint64_t step, from_incarnation;   /* cx_msg_t's */
+    uint64_t step, from_incarnation; /* cx_msg_t's */
     struct cx_msgq_item *next;
     /* data follows */
 } cx_msgq_item_t;
@@ -23,8 +23,8 @@ typedef struct cx_msgq {
     cx_msgq_item_t *head, *tail;
     size_t n, bytes, max_n, max_bytes;
     int closed;
-    int wake_later;   /* cx_msgq_defer_wake: pushes leave the waiter asleep until cx_msgq_wake */
-    int unwoken;      /* pushed since the last wake, with wake_later */
+    int wake_later; /* cx_msgq_defer_wake: pushes leave the waiter asleep until cx_msgq_wake */
+    int unwoken;    /* pushed since the last wake, with wake_later */
 } cx_msgq_t;
 
 int cx_msgq_init(cx_msgq_t *q, size_t max_n, size_t max_bytes);
@@ -40,8 +40,8 @@ int cx_msgq_pop(cx_msgq_t *q, cx_msg_t *out, int timeout_ms);
  * status); waking the receiving thread first put a futex wake, and on a small host often that
  * thread itself, between the delivery and the ack (docs/semantics.md). */
 void cx_msgq_defer_wake(cx_msgq_t *q);
-void cx_msgq_wake(cx_msgq_t *q);   /* wakes a waiter if a push since the last one left it asleep */
-void cx_msgq_close(cx_msgq_t *q);  /* wakes waiters; pops then return CX_ECLOSED when empty */
+void cx_msgq_wake(cx_msgq_t *q);  /* wakes a waiter if a push since the last one left it asleep */
+void cx_msgq_close(cx_msgq_t *q); /* wakes waiters; pops then return CX_ECLOSED when empty */
 size_t cx_msgq_len(cx_msgq_t *q);
 
 #define CX_EVQ_CAP 4096

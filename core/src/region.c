@@ -34,8 +34,10 @@ static size_t upper(const cx_registry_t *r, uint64_t a)
     size_t lo = 0, hi = r->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
-        if (r->v[mid]->addr <= a) lo = mid + 1;
-        else hi = mid;
+        if (r->v[mid]->addr <= a)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -43,9 +45,18 @@ static size_t upper(const cx_registry_t *r, uint64_t a)
 int cx_registry_add(cx_registry_t *r, void *addr, size_t len, int mem_kind, cx_region_t **out)
 {
     uint64_t a = (uint64_t)(uintptr_t)addr;
-    if (!addr) { cx_warn("register: NULL address"); return CX_EINVAL; }
-    if (len == 0) { cx_warn("register: zero length at %p", addr); return CX_EINVAL; }
-    if (a + len < a) { cx_warn("register: %p + %zu wraps around", addr, len); return CX_EINVAL; }
+    if (!addr) {
+        cx_warn("register: NULL address");
+        return CX_EINVAL;
+    }
+    if (len == 0) {
+        cx_warn("register: zero length at %p", addr);
+        return CX_EINVAL;
+    }
+    if (a + len < a) {
+        cx_warn("register: %p + %zu wraps around", addr, len);
+        return CX_EINVAL;
+    }
     cx_region_t *reg = calloc(1, sizeof *reg);
     if (!reg) return CX_ENOMEM;
     pthread_rwlock_wrlock(&r->lock);
@@ -57,14 +68,18 @@ int cx_registry_add(cx_registry_t *r, void *addr, size_t len, int mem_kind, cx_r
         pthread_rwlock_unlock(&r->lock);
         free(reg);
         cx_warn("register: [%p, +%zu) %s registered region [0x%llx, +%llu)", addr, len,
-                o->addr == a && o->len == len ? "duplicates the" : "overlaps the",
-                (unsigned long long)o->addr, (unsigned long long)o->len);
+                o->addr == a && o->len == len ? "duplicates the" : "overlaps the", (unsigned long long)o->addr,
+                (unsigned long long)o->len);
         return CX_EINVAL;
     }
     if (r->n == r->cap) {
         size_t nc = r->cap ? r->cap * 2 : 16;
         cx_region_t **nv = realloc(r->v, nc * sizeof *nv);
-        if (!nv) { pthread_rwlock_unlock(&r->lock); free(reg); return CX_ENOMEM; }
+        if (!nv) {
+            pthread_rwlock_unlock(&r->lock);
+            free(reg);
+            return CX_ENOMEM;
+        }
         r->v = nv;
         r->cap = nc;
     }
@@ -96,8 +111,10 @@ int cx_registry_remove(cx_registry_t *r, void *addr, cx_region_t **out)
     r->n--;
     r->bytes -= reg->len;
     pthread_rwlock_unlock(&r->lock);
-    if (out) *out = reg;
-    else cx_region_free(reg);
+    if (out)
+        *out = reg;
+    else
+        cx_region_free(reg);
     return CX_OK;
 }
 

@@ -10,29 +10,29 @@
 #include <stdint.h>
 
 #define CX_MAX_BACKENDS 4
-#define CX_KEY_MAX 1024          /* largest key blob one backend may produce for a region */
+#define CX_KEY_MAX 1024 /* largest key blob one backend may produce for a region */
 
 typedef struct cx_region {
-    uint64_t id;                 /* unique within this engine incarnation, never reused */
+    uint64_t id; /* unique within this engine incarnation, never reused */
     uint64_t addr;
     uint64_t len;
-    int mem_kind;                /* CX_MEM_* */
-    void *mh[CX_MAX_BACKENDS];   /* each open backend's handle (NULL: not registered there) */
+    int mem_kind;              /* CX_MEM_* */
+    void *mh[CX_MAX_BACKENDS]; /* each open backend's handle (NULL: not registered there) */
     uint16_t key_len[CX_MAX_BACKENDS];
     uint8_t *key[CX_MAX_BACKENDS];
-    atomic_int pins;             /* zero-copy sends in flight from this region */
+    atomic_int pins; /* zero-copy sends in flight from this region */
 } cx_region_t;
 
 typedef struct cx_registry {
     pthread_rwlock_t lock;
-    cx_region_t **v;             /* sorted by addr, non-overlapping */
+    cx_region_t **v; /* sorted by addr, non-overlapping */
     size_t n, cap;
     uint64_t next_id;
     uint64_t bytes;
 } cx_registry_t;
 
 int cx_registry_init(cx_registry_t *r);
-void cx_registry_fini(cx_registry_t *r);  /* frees every region still in it */
+void cx_registry_fini(cx_registry_t *r); /* frees every region still in it */
 /* CX_EINVAL (logged) for NULL addr, zero length, wrap-around, overlap or duplicate. The region
  * is allocated here and owned by the registry until removed. */
 int cx_registry_add(cx_registry_t *r, void *addr, size_t len, int mem_kind, cx_region_t **out);

@@ -25,7 +25,7 @@ enum { CRIT = CX_CLASS_CRITICAL, BG = CX_CLASS_BACKGROUND };
 #define CHUNK_SHRINK 16u
 #define BG_FLOOR_NS (100 * CX_NS_PER_MS)
 
-void cx_sched_config(cx_config_t *cfg)
+void cx_sched_config(cx_config_t *cfg, const cx_opts_t *o)
 {
     if (!cfg->credits_critical) cfg->credits_critical = 64;
     if (!cfg->credits_background) cfg->credits_background = 2;
@@ -37,8 +37,9 @@ void cx_sched_config(cx_config_t *cfg)
         cx_info("background_chunk %u rounded to %llu bytes (whole 4 KiB pages)", cfg->background_chunk,
                 (unsigned long long)c);
     cfg->background_chunk = (uint32_t)c;
-    unsigned long long on;
-    if (cx_opt_get_num("CONNEX_CLASSES", &on) == 1) cfg->classes_off = !on;
+    int set = 0;
+    unsigned long long on = cx_opts_num(o, "CONNEX_CLASSES", &set);
+    if (set) cfg->classes_off = !on;
 }
 
 static int peer_live(const cx_peer_t *p)
@@ -71,18 +72,25 @@ static void q_push(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
 {
     op->sc.cnext = NULL;
     op->sc.cprev = *tail;
-    if (*tail) (*tail)->sc.cnext = op;
-    else *head = op;
+    if (*tail)
+        (*tail)->sc.cnext = op;
+    else
+        *head = op;
     *tail = op;
 }
 
 static void q_remove(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
 {
-    if (op->sc.cprev) op->sc.cprev->sc.cnext = op->sc.cnext;
-    else if (*head == op) *head = op->sc.cnext;
-    else return;   /* not in this list */
-    if (op->sc.cnext) op->sc.cnext->sc.cprev = op->sc.cprev;
-    else *tail = op->sc.cprev;
+    if (op->sc.cprev)
+        op->sc.cprev->sc.cnext = op->sc.cnext;
+    else if (*head == op)
+        *head = op->sc.cnext;
+    else
+        return; /* not in this list */
+    if (op->sc.cnext)
+        op->sc.cnext->sc.cprev = op->sc.cprev;
+    else
+        *tail = op->sc.cprev;
     op->sc.cnext = op->sc.cprev = NULL;
 }
 
@@ -99,7 +107,7 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
     cx_peer_t *p = op->peer;
     if (e->cfg.classes_off || op->sc.credit || op->kind == CX_OPK_CHUNK) return 0;
     int bg = op->sc.cls == BG && (op->kind == CX_OPK_READ || op->kind == CX_OPK_WRITE) &&
-             op->x.local_mem == CX_MEM_HOST && op->x.len > 0;
+        op->x.local_mem == CX_MEM_HOST && op->x.len > 0;
     if (bg) {
         peer_unlink(op);
         op->stage = OPS_CHUNKED;
@@ -159,7 +167,7 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     free(op);
     par->sc.bg_out--;
     if (status != CX_OK && par->sc.bg_status == CX_OK) {
-        par->sc.bg_status = status;   /* first error wins; no new chunk starts */
+        par->sc.bg_status = status; /* first error wins; no new chunk starts */
         cx_debug("peer %s: background transfer of %zu bytes failed at a chunk (%s)", p->url, par->x.len,
                  cx_strerror(status));
     } else if (status == CX_OK) {
@@ -231,8 +239,10 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
         /* Critical ops waiting for credit: no new chunk. Critical ops in flight (or just done):
          * none, but for one small chunk per BG_FLOOR_NS. */
         int crit_active = p->cls_inflight[CRIT] || now < p->crit_last_ns + CRIT_RECENT_NS;
-        if (p->cls_wait[CRIT]) lim = 0;
-        else if (crit_active) lim = now >= p->bg_last_ns + BG_FLOOR_NS ? 1 : 0;
+        if (p->cls_wait[CRIT])
+            lim = 0;
+        else if (crit_active)
+            lim = now >= p->bg_last_ns + BG_FLOOR_NS ? 1 : 0;
         if (crit_active && lim == 0) {
             /* Nothing of ours completes to bring us back here: wake when the floor comes due or
              * the critical ops have gone quiet, whichever is first. */
@@ -273,7 +283,7 @@ int cx_sched_pump(cx_engine_t *e)
             if (p->bg_head) mark(e, p);
     }
     cx_peer_t *p = e->sched_dirty_head;
-    e->sched_dirty_head = NULL;   /* pumping may mark peers again: the next call takes them */
+    e->sched_dirty_head = NULL; /* pumping may mark peers again: the next call takes them */
     int n = 0;
     for (cx_peer_t *nx; p; p = nx) {
         nx = p->dirty_next;
@@ -291,8 +301,8 @@ void cx_sched_tick(cx_engine_t *e, cx_peer_t *p, uint64_t now)
     for (cx_op_t *par = p->bg_head, *nx; par; par = nx) {
         nx = par->sc.cnext;
         if (par->sc.bg_out || par->sc.bg_status != CX_OK || now < par->sc.bg_deadline_ns) continue;
-        cx_warn("peer %s: background transfer of %zu bytes: no chunk could start within %u ms", p->url,
-                par->x.len, e->cfg.op_timeout_ms);
+        cx_warn("peer %s: background transfer of %zu bytes: no chunk could start within %u ms", p->url, par->x.len,
+                e->cfg.op_timeout_ms);
         par->sc.bg_status = CX_ETIMEDOUT;
         parent_maybe_done(e, par);
     }
@@ -305,7 +315,7 @@ void cx_sched_peer_fail(cx_engine_t *e, cx_peer_t *p, int status)
     for (cx_op_t *par = p->bg_head, *nx; par; par = nx) {
         nx = par->sc.cnext;
         if (par->sc.bg_status == CX_OK) par->sc.bg_status = status;
-        parent_maybe_done(e, par);   /* waits for chunks still out, if any */
+        parent_maybe_done(e, par); /* waits for chunks still out, if any */
     }
     p->bg_deferred = 0;
 }

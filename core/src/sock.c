@@ -49,7 +49,10 @@ int cx_sock_listen(const char *ip, uint16_t port, uint16_t *bound_port)
         return CX_EINVAL;
     }
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) { cx_error("socket: %s", strerror(errno)); return CX_ERR; }
+    if (fd < 0) {
+        cx_error("socket: %s", strerror(errno));
+        return CX_ERR;
+    }
     int one = 1;
     /* SO_REUSEADDR lets a restarted process take its port back from TIME_WAIT: that is how a
      * peer rejoins under the same identity. */
@@ -75,7 +78,10 @@ int cx_sock_connect(const cx_url_t *u, int *in_progress)
     if (fd < 0) return -1;
     tune(fd);
     if (connect(fd, (struct sockaddr *)&ss, sl) == 0) return fd;
-    if (errno == EINPROGRESS) { *in_progress = 1; return fd; }
+    if (errno == EINPROGRESS) {
+        *in_progress = 1;
+        return fd;
+    }
     int err = errno;
     close(fd);
     errno = err;
@@ -85,7 +91,10 @@ int cx_sock_connect(const cx_url_t *u, int *in_progress)
 cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up)
 {
     cx_conn_t *c = calloc(1, sizeof *c);
-    if (!c) { close(fd); return NULL; }
+    if (!c) {
+        close(fd);
+        return NULL;
+    }
     c->w.kind = CX_W_CONN;
     c->w.obj = c;
     c->fd = fd;
@@ -94,8 +103,15 @@ cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up)
     c->t_start_ns = cx_now_ns();
     if (!outgoing) tune(fd);
     uint32_t ev = EPOLLIN | EPOLLRDHUP;
-    if (!tcp_up) { ev |= EPOLLOUT; c->want_out = 1; }
-    if (cx_watch_add(e, fd, ev, &c->w)) { close(fd); free(c); return NULL; }
+    if (!tcp_up) {
+        ev |= EPOLLOUT;
+        c->want_out = 1;
+    }
+    if (cx_watch_add(e, fd, ev, &c->w)) {
+        close(fd);
+        free(c);
+        return NULL;
+    }
     c->next = e->conns;
     e->conns = c;
     return c;
@@ -104,7 +120,10 @@ cx_conn_t *cx_conn_new(cx_engine_t *e, int fd, int outgoing, int tcp_up)
 void cx_conn_close(cx_engine_t *e, cx_conn_t *c)
 {
     for (cx_conn_t **pp = &e->conns; *pp; pp = &(*pp)->next)
-        if (*pp == c) { *pp = c->next; break; }
+        if (*pp == c) {
+            *pp = c->next;
+            break;
+        }
     if (c->peer) {
         if (c->peer->conn == c) c->peer->conn = NULL;
         if (c->peer->pending == c) c->peer->pending = NULL;
@@ -164,7 +183,10 @@ int cx_conn_flush(cx_engine_t *e, cx_conn_t *c)
 {
     while (c->tx_off < c->tx_len) {
         ssize_t n = send(c->fd, c->tx + c->tx_off, c->tx_len - c->tx_off, MSG_NOSIGNAL);
-        if (n > 0) { c->tx_off += (size_t)n; continue; }
+        if (n > 0) {
+            c->tx_off += (size_t)n;
+            continue;
+        }
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (!c->want_out) {

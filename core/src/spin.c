@@ -20,10 +20,11 @@ static uint64_t default_window_ns(void)
     return n >= CX_POLL_MIN_CPUS ? CX_POLL_US_DEFAULT * 1000ull : 0;
 }
 
-uint64_t cx_spin_window_ns(void)
+uint64_t cx_spin_window_ns(const cx_opts_t *o)
 {
-    unsigned long long v;
-    if (cx_opt_get_num("CONNEX_POLL_US", &v) != 1) return default_window_ns();   /* unset or bad (logged) */
+    int set = 0;
+    unsigned long long v = cx_opts_num(o, "CONNEX_POLL_US", &set);
+    if (!set) return default_window_ns(); /* unset, or bad (logged when the table was loaded) */
     return (uint64_t)v * 1000ull;
 }
 
@@ -55,7 +56,7 @@ int cx_op_spin(const struct cx_op *op, uint64_t window_ns)
         if (cx_op_is_done(op)) return 1;
         if (!(i % CX_SPIN_CLOCK_EVERY)) {
             if (cx_now_ns() >= end) return 0;
-            sched_yield();   /* 2 vCPUs and three busy threads: let the one with work run */
+            sched_yield(); /* 2 vCPUs and three busy threads: let the one with work run */
         }
     }
 }

@@ -11,17 +11,19 @@
 
 #include <stdint.h>
 
+#include "connex/options.h"
 #include "units.h"
 
 struct cx_op;
 struct cx_engine;
 
 /* CONNEX_POLL_US: the window, in microseconds (0 = never poll, sleep at once; at most 100000).
- * Default CX_POLL_US_DEFAULT on hosts with at least CX_POLL_MIN_CPUS online CPUs, else 0. A bad
- * value is logged and the default kept. */
+ * Default CX_POLL_US_DEFAULT on hosts with at least CX_POLL_MIN_CPUS online CPUs, else 0. Read
+ * from the engine's parsed table; a bad value was logged when it was loaded (cx_engine_create
+ * refuses it). */
 #define CX_POLL_US_DEFAULT 50
 #define CX_POLL_MIN_CPUS 8
-uint64_t cx_spin_window_ns(void);
+uint64_t cx_spin_window_ns(const cx_opts_t *o);
 
 /* A transfer's window: the engine's (0 stays 0), plus the time its `len` bytes take at
  * CX_POLL_BYTES_PER_US, at most CX_POLL_MAX_NS in all. A caller whose op outlasts its window

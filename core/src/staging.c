@@ -12,28 +12,28 @@
 #include <string.h>
 #include <sys/epoll.h>
 
-#define STG_MAX_PIPES 8   /* one per (kind, device): sim + up to 7 GPUs staged at once */
+#define STG_MAX_PIPES 8 /* one per (kind, device): sim + up to 7 GPUs staged at once */
 
 typedef struct stg_pipe {
-    cx_watch_t w;             /* only wakes epoll: the loop calls cx_staging_progress anyway */
+    cx_watch_t w; /* only wakes epoll: the loop calls cx_staging_progress anyway */
     cx_stage_t *st;
     int kind, device;
     void *ring;
     size_t ring_len;
     void *mh[CX_MAX_BACKENDS];
-    uint8_t *key[CX_MAX_BACKENDS];      /* the ring's key per backend: a target hands it to */
-    size_t key_len[CX_MAX_BACKENDS];    /* the peer that reads or writes a slot (tstage.h) */
+    uint8_t *key[CX_MAX_BACKENDS];   /* the ring's key per backend: a target hands it to */
+    size_t key_len[CX_MAX_BACKENDS]; /* the peer that reads or writes a slot (tstage.h) */
 } stg_pipe_t;
 
 typedef struct stg_job {
     cx_engine_t *e;
-    cx_op_t *op;              /* the user's op: completed once, from job_done */
+    cx_op_t *op; /* the user's op: completed once, from job_done */
     stg_pipe_t *pp;
-    int bidx;                 /* the backend the key is for */
-    cx_stage_job_t *sj;       /* NULL once the pipeline freed it (fini) */
+    int bidx;           /* the backend the key is for */
+    cx_stage_job_t *sj; /* NULL once the pipeline freed it (fini) */
     int cancelled;
-    int remote_staged;        /* the peer stages its side too: chunks go through tstage.h */
-    unsigned subs_out;        /* sub-xfers handed to a backend, not yet completed */
+    int remote_staged; /* the peer stages its side too: chunks go through tstage.h */
+    unsigned subs_out; /* sub-xfers handed to a backend, not yet completed */
     /* The peer may drop the region (REG_DEL, failure) while chunks are still to go: keep the
      * key for the whole transfer. */
     uint8_t *rkey;
@@ -42,7 +42,7 @@ typedef struct stg_job {
 } stg_job_t;
 
 typedef struct stg_sub {
-    cx_op_t op;               /* first: its x is what the backend sees */
+    cx_op_t op; /* first: its x is what the backend sees */
     stg_job_t *job;
     uint32_t index;
     int in_submit, finished, status;
@@ -54,7 +54,8 @@ typedef struct cx_staging {
     /* GPUDirect decision per (backend, memory kind): 0 not yet, 1 stage, 2 direct, < 0 the
      * error CONNEX_GDR=1 gets where it cannot work. */
     int decided[CX_MAX_BACKENDS][3];
-    stg_job_t *jobs;          /* live jobs: deadlines, fini */
+    stg_job_t *jobs;      /* live jobs: deadlines, fini */
+    int njobs, njobs_max; /* live jobs now, and the most at once (cx_staging_debug) */
 } cx_staging_t;
 
 static cx_staging_t *state(cx_engine_t *e)
@@ -72,7 +73,7 @@ int cx_staging_needed(cx_engine_t *e, int bidx, int mem_kind)
 {
     if (mem_kind != CX_MEM_CUDA && mem_kind != CX_MEM_SIM) return 0;
     cx_staging_t *s = state(e);
-    if (!s || bidx < 0 || bidx >= CX_MAX_BACKENDS) return 1;   /* submit reports it */
+    if (!s || bidx < 0 || bidx >= CX_MAX_BACKENDS) return 1; /* submit reports it */
     int *d = &s->decided[bidx][mem_kind];
     if (*d) return *d != 2;
     /* An RDMA backend says what it can register (gpu_caps); zmq never can (a TCP socket reaches
@@ -117,12 +118,15 @@ static stg_pipe_t *pipe_get(cx_engine_t *e, cx_staging_t *s, int kind, int devic
         *rc = e->be[b].ops->mem_reg(e->be[b].b, pp->ring, pp->ring_len, CX_MEM_HOST, &pp->mh[b], key, &klen);
         if (!*rc && klen) {
             pp->key[b] = malloc(klen);
-            if (pp->key[b]) memcpy(pp->key[b], key, klen);
-            else *rc = CX_ENOMEM;
+            if (pp->key[b])
+                memcpy(pp->key[b], key, klen);
+            else
+                *rc = CX_ENOMEM;
             pp->key_len[b] = klen;
         }
-        if (*rc) cx_error("staging: backend %s cannot register the %zu-byte ring (%s)", e->bnames[b],
-                          pp->ring_len, cx_strerror(*rc));
+        if (*rc)
+            cx_error("staging: backend %s cannot register the %zu-byte ring (%s)", e->bnames[b], pp->ring_len,
+                     cx_strerror(*rc));
     }
     pp->w = (cx_watch_t){ CX_W_STAGE, pp, s->npipes };
     if (!*rc) *rc = cx_watch_add(e, cx_stage_fd(pp->st), EPOLLIN, &pp->w);
@@ -174,7 +178,6 @@ static void sub_complete(stg_sub_t *sub)
     free(sub);
 }
 
-
 static void chunk_cb(const cx_stage_chunk_t *c)
 {
     stg_job_t *j = c->job_arg;
@@ -183,17 +186,28 @@ static void chunk_cb(const cx_stage_chunk_t *c)
     cx_peer_t *p = op->peer;
     int up = p && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT);
     int rc = !up ? CX_EPEER : j->cancelled ? CX_ECLOSED : cx_peer_ensure_ep(e, p);
-    if (!rc && p->bidx != j->bidx) rc = CX_EPEER;   /* reconnected on another backend: key is stale */
+    if (!rc && p->bidx != j->bidx) rc = CX_EPEER; /* reconnected on another backend: key is stale */
     if (!rc && j->remote_staged) {
         const cx_xfer_t *px = &op->x;
         int sig = px->kind == CX_XFER_PUT_SIGNAL && c->last;
-        cx_tstage_range_t r = { px->kind == CX_XFER_READ ? CX_XFER_READ : CX_XFER_WRITE, c->host,
-                                j->pp->mh[p->bidx], px->remote + c->off, c->len, sig ? px->msg : NULL,
-                                sig ? px->msg_len : 0, sig, op->deadline_ns, ts_chunk_done, j, c->index };
+        cx_tstage_range_t r = { px->kind == CX_XFER_READ ? CX_XFER_READ : CX_XFER_WRITE,
+                                c->host,
+                                j->pp->mh[p->bidx],
+                                px->remote + c->off,
+                                c->len,
+                                sig ? px->msg : NULL,
+                                sig ? px->msg_len : 0,
+                                sig,
+                                op->deadline_ns,
+                                ts_chunk_done,
+                                j,
+                                c->index };
         j->subs_out++;
         rc = cx_tstage_range(e, p, &r);
-        if (rc) j->subs_out--;
-        else return;
+        if (rc)
+            j->subs_out--;
+        else
+            return;
     }
     stg_sub_t *sub = rc ? NULL : calloc(1, sizeof *sub);
     if (!sub) {
@@ -210,9 +224,12 @@ static void chunk_cb(const cx_stage_chunk_t *c)
     so->stage = OPS_IN_BACKEND;
     cx_xfer_t *x = &so->x;
     const cx_xfer_t *px = &op->x;
-    if (px->kind == CX_XFER_READ) x->kind = CX_XFER_READ;
-    else if (px->kind == CX_XFER_PUT_SIGNAL && c->last) x->kind = CX_XFER_PUT_SIGNAL;
-    else x->kind = CX_XFER_WRITE;
+    if (px->kind == CX_XFER_READ)
+        x->kind = CX_XFER_READ;
+    else if (px->kind == CX_XFER_PUT_SIGNAL && c->last)
+        x->kind = CX_XFER_PUT_SIGNAL;
+    else
+        x->kind = CX_XFER_WRITE;
     x->local = c->host;
     x->len = c->len;
     x->local_mh = j->pp->mh[p->bidx];
@@ -236,18 +253,23 @@ static void chunk_cb(const cx_stage_chunk_t *c)
      * that refused the chunk used to be finished here, which freed sub, and then sub->finished
      * was read from freed memory and the chunk completed twice: "chunk_done for chunk 35 that is
      * not on the network", then a double free, seen when a peer died mid-staging over UCX.) */
-    if (sub->finished) sub_complete(sub);   /* completed inside submit */
-    else if (rc != CX_OK) cx_op_finish(e, so, rc);   /* not started: unlink, count, complete */
+    if (sub->finished)
+        sub_complete(sub); /* completed inside submit */
+    else if (rc != CX_OK)
+        cx_op_finish(e, so, rc); /* not started: unlink, count, complete */
 }
 
 /* ---------------------------------------------------------------- jobs */
 
 static void job_unlink(cx_staging_t *s, stg_job_t *j)
 {
-    if (j->prev) j->prev->next = j->next;
-    else s->jobs = j->next;
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
     if (j->next) j->next->prev = j->prev;
     j->prev = j->next = NULL;
+    s->njobs--;
 }
 
 static void job_free(stg_job_t *j)
@@ -274,7 +296,10 @@ void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     cx_xfer_t *x = &op->x;
     cx_staging_t *s = state(e);
     cx_peer_t *p = op->peer;
-    if (!s) { cx_op_finish(e, op, CX_ENOMEM); return; }
+    if (!s) {
+        cx_op_finish(e, op, CX_ENOMEM);
+        return;
+    }
     int d = s->decided[p->bidx][x->local_mem];
     if (d < 0) {
         cx_warn("%s of %zu bytes %s %s memory refused by the GPUDirect policy (CONNEX_GDR, see above): %s",
@@ -324,6 +349,7 @@ void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     j->next = s->jobs;
     if (s->jobs) s->jobs->prev = j;
     s->jobs = j;
+    if (++s->njobs > s->njobs_max) s->njobs_max = s->njobs;
     /* Start the first copies now rather than on the next loop turn. */
     cx_stage_progress(pp->st);
 }
@@ -417,14 +443,18 @@ void cx_staging_fini(cx_engine_t *e)
         cx_op_t *op = j->op;
         op->arg = NULL;
         cx_op_finish(e, op, CX_ECLOSED);
-        if (j->subs_out) cx_error("staging: %u chunk(s) never completed by the backend: leaking their records", j->subs_out);
-        else job_free(j);
+        if (j->subs_out)
+            cx_error("staging: %u chunk(s) never completed by the backend: leaking their records", j->subs_out);
+        else
+            job_free(j);
     }
     free(s);
     e->stg = NULL;
 }
 
-struct dbg_arg { cx_staging_debug_t *out; };
+struct dbg_arg {
+    cx_staging_debug_t *out;
+};
 
 static void debug_fn(cx_engine_t *e, void *arg)
 {
@@ -451,6 +481,8 @@ static void debug_fn(cx_engine_t *e, void *arg)
         o->jobs++;
         o->subs += j->subs_out;
     }
+    o->jobs_max = s->njobs_max;
+    s->njobs_max = s->njobs; /* the next call reports from here on */
 }
 
 int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out)
@@ -480,8 +512,9 @@ int cx_core_mem_copy(cx_core_t *c, void *dst, const void *src, size_t len)
     /* Synchronous: a TCP target serves device memory at copy-engine speed, which is far above
      * the socket's; the progress thread stalls for the copy only. */
     int rc = cx_gpu_memcpy(dst, src, len);
-    if (rc) cx_error("target copy of %zu bytes between %s and %s memory failed (%s)", len,
-                     cx_mem_kind_name(kd), cx_mem_kind_name(ks), cx_strerror(rc));
+    if (rc)
+        cx_error("target copy of %zu bytes between %s and %s memory failed (%s)", len, cx_mem_kind_name(kd),
+                 cx_mem_kind_name(ks), cx_strerror(rc));
     return rc;
 }
 

@@ -16,23 +16,23 @@ enum { TS_READ = 0, TS_WRITE = 1, TS_SIGNAL = 2 };
 typedef struct ts_tx {
     cx_engine_t *e;
     cx_peer_t *p;
-    uint64_t inc;              /* the peer's incarnation when the range started */
+    uint64_t inc; /* the peer's incarnation when the range started */
     uint64_t id;
-    int bidx;                  /* the backend TS_REQ named: the ring's key is for it */
+    int bidx; /* the backend TS_REQ named: the ring's key is for it */
     cx_tstage_range_t r;
-    cx_op_t *op;               /* cx_tstage_start: the user's op, completed from done */
-    int status;                /* first error */
-    int ended;                 /* TS_END of the data received */
-    int signalling;            /* the message went out: waiting for its TS_END */
+    cx_op_t *op;    /* cx_tstage_start: the user's op, completed from done */
+    int status;     /* first error */
+    int ended;      /* TS_END of the data received */
+    int signalling; /* the message went out: waiting for its TS_END */
     unsigned subs_out;
-    uint8_t *rkey;             /* the target's ring key, kept while chunks go */
+    uint8_t *rkey; /* the target's ring key, kept while chunks go */
     size_t rkey_len;
     uint64_t ring_id, ring_base;
     struct ts_tx *prev, *next;
 } ts_tx_t;
 
 typedef struct ts_sub {
-    cx_op_t op;                /* first: its x is what the backend sees */
+    cx_op_t op; /* first: its x is what the backend sees */
     ts_tx_t *tx;
     uint32_t index;
     int in_submit, finished, status;
@@ -47,10 +47,10 @@ typedef struct ts_srv {
     uint64_t addr, len;
     void *pin;
     cx_staging_ring_t ring;
-    cx_stage_job_t *sj;        /* NULL while queued, and once the pipeline freed it */
+    cx_stage_job_t *sj; /* NULL while queued, and once the pipeline freed it */
     int started, failed;
-    uint64_t last_ns;          /* the peer's last word on it: silence past the op timeout ends it */
-    uint32_t *out;             /* chunks handed to the peer, not yet acked */
+    uint64_t last_ns; /* the peer's last word on it: silence past the op timeout ends it */
+    uint32_t *out;    /* chunks handed to the peer, not yet acked */
     uint32_t nout, capout;
     struct ts_srv *prev, *next;
 } ts_srv_t;
@@ -66,14 +66,20 @@ static cx_tstage_t *ts_state(cx_engine_t *e)
 {
     if (!e->ts) {
         e->ts = calloc(1, sizeof *e->ts);
-        if (!e->ts) { cx_error("tstage: out of memory"); return NULL; }
+        if (!e->ts) {
+            cx_error("tstage: out of memory");
+            return NULL;
+        }
         unsigned long long v = cx_opts_num(&e->opts, "CONNEX_STAGE_PEER_JOBS", NULL);
         e->ts->peer_jobs = v ? (unsigned)v : 2;
     }
     return e->ts;
 }
 
-static int is_device(int kind) { return kind == CX_MEM_CUDA || kind == CX_MEM_SIM; }
+static int is_device(int kind)
+{
+    return kind == CX_MEM_CUDA || kind == CX_MEM_SIM;
+}
 
 int cx_tstage_register_with(cx_engine_t *e, int b, int mem_kind)
 {
@@ -84,7 +90,7 @@ int cx_tstage_register_with(cx_engine_t *e, int b, int mem_kind)
 int cx_tstage_wanted(cx_engine_t *e, const cx_peer_t *p, const cx_rregion_t *rr)
 {
     return rr && p->bidx >= 0 && is_device(rr->mem_kind) && !rr->key_len[p->bidx] &&
-           !e->be[p->bidx].ops->software_target;
+        !e->be[p->bidx].ops->software_target;
 }
 
 static int peer_alive(const cx_peer_t *p, uint64_t inc)
@@ -150,8 +156,10 @@ static void tx_try_end(ts_tx_t *tx)
     int done = tx->status != CX_OK || (tx->ended && (!tx->r.signal || tx->signalling > 1));
     if (!done) return;
     cx_tstage_t *s = tx->e->ts;
-    if (tx->prev) tx->prev->next = tx->next;
-    else s->txs = tx->next;
+    if (tx->prev)
+        tx->prev->next = tx->next;
+    else
+        s->txs = tx->next;
     if (tx->next) tx->next->prev = tx->prev;
     tx->r.done(tx->r.arg, tx->r.index, tx->status);
     free(tx->rkey);
@@ -200,8 +208,10 @@ static void on_chunk(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
         rc = CX_EINVAL;
     } else if (!tx->rkey) {
         tx->rkey = malloc(klen ? klen : 1);
-        if (!tx->rkey) rc = CX_ENOMEM;
-        else if (klen) memcpy(tx->rkey, key, klen);
+        if (!tx->rkey)
+            rc = CX_ENOMEM;
+        else if (klen)
+            memcpy(tx->rkey, key, klen);
         tx->rkey_len = klen;
         tx->ring_id = ring_id;
         tx->ring_base = ring_base;
@@ -240,8 +250,10 @@ static void on_chunk(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     sub->in_submit = 0;
     /* sub_complete runs exactly once, whichever way the submit went. */
-    if (sub->finished) sub_complete(sub);
-    else if (rc != CX_OK) cx_op_finish(e, so, rc);
+    if (sub->finished)
+        sub_complete(sub);
+    else if (rc != CX_OK)
+        cx_op_finish(e, so, rc);
 }
 
 static void on_end(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
@@ -253,8 +265,11 @@ static void on_end(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
         return;
     }
     ts_tx_t *tx = e->ts ? tx_find(e->ts, p, id) : NULL;
-    if (!tx) return;   /* it ended here first */
-    if (status != CX_OK) { tx_fail(tx, status); return; }
+    if (!tx) return; /* it ended here first */
+    if (status != CX_OK) {
+        tx_fail(tx, status);
+        return;
+    }
     if (tx->signalling) {
         tx->signalling = 2;
     } else {
@@ -262,7 +277,10 @@ static void on_end(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
         if (tx->r.signal && tx->status == CX_OK && !tx->subs_out) {
             /* Every chunk is in the target's device memory now: the message may go. */
             int rc = send_req(e, tx, TS_SIGNAL);
-            if (rc) { tx_fail(tx, rc); return; }
+            if (rc) {
+                tx_fail(tx, rc);
+                return;
+            }
             tx->signalling = 1;
         }
     }
@@ -284,7 +302,10 @@ int cx_tstage_range(cx_engine_t *e, cx_peer_t *p, const cx_tstage_range_t *r)
     tx->id = e->next_query_id++;
     tx->r = *r;
     int rc = send_req(e, tx, r->kind == CX_XFER_READ ? TS_READ : TS_WRITE);
-    if (rc) { free(tx); return rc; }
+    if (rc) {
+        free(tx);
+        return rc;
+    }
     tx->next = s->txs;
     if (s->txs) s->txs->prev = tx;
     s->txs = tx;
@@ -305,17 +326,30 @@ void cx_tstage_start(cx_engine_t *e, cx_op_t *op)
     if (!p->ts_logged) {
         p->ts_logged = 1;
         cx_info("peer %s: its device memory is not reachable over %s here: it stages it through its "
-                "pinned ring, and the bytes cross on %s", p->url, e->bnames[p->bidx], e->bnames[p->bidx]);
+                "pinned ring, and the bytes cross on %s",
+                p->url, e->bnames[p->bidx], e->bnames[p->bidx]);
     }
     const cx_xfer_t *x = &op->x;
     int sig = x->kind == CX_XFER_PUT_SIGNAL;
-    cx_tstage_range_t r = { x->kind == CX_XFER_READ ? CX_XFER_READ : CX_XFER_WRITE, x->local, x->local_mh,
-                            x->remote, x->len, sig ? x->msg : NULL, sig ? x->msg_len : 0, sig,
-                            op->deadline_ns, op_range_done, op, 0 };
+    cx_tstage_range_t r = { x->kind == CX_XFER_READ ? CX_XFER_READ : CX_XFER_WRITE,
+                            x->local,
+                            x->local_mh,
+                            x->remote,
+                            x->len,
+                            sig ? x->msg : NULL,
+                            sig ? x->msg_len : 0,
+                            sig,
+                            op->deadline_ns,
+                            op_range_done,
+                            op,
+                            0 };
     op->stage = OPS_TSTAGE;
     int rc = cx_tstage_range(e, p, &r);
-    if (rc) { cx_op_finish(e, op, rc); return; }
-    op->ts = e->ts->txs;   /* cx_tstage_range put it first */
+    if (rc) {
+        cx_op_finish(e, op, rc);
+        return;
+    }
+    op->ts = e->ts->txs; /* cx_tstage_range put it first */
     e->ts->txs->op = op;
 }
 
@@ -344,10 +378,14 @@ int cx_tstage_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 
 static void srv_unlink(cx_tstage_t *s, ts_srv_t *v)
 {
-    if (v->prev) v->prev->next = v->next;
-    else s->srvs = v->next;
-    if (v->next) v->next->prev = v->prev;
-    else s->srvs_tail = v->prev;
+    if (v->prev)
+        v->prev->next = v->next;
+    else
+        s->srvs = v->next;
+    if (v->next)
+        v->next->prev = v->prev;
+    else
+        s->srvs_tail = v->prev;
 }
 
 static void srv_free(ts_srv_t *v)
@@ -369,8 +407,12 @@ static void srv_chunk(const cx_stage_chunk_t *c)
     if (!rc && v->nout == v->capout) {
         uint32_t cap = v->capout ? v->capout * 2 : 8;
         uint32_t *n = realloc(v->out, cap * sizeof *n);
-        if (!n) rc = CX_ENOMEM;
-        else { v->out = n; v->capout = cap; }
+        if (!n)
+            rc = CX_ENOMEM;
+        else {
+            v->out = n;
+            v->capout = cap;
+        }
     }
     size_t klen = v->ring.key_len[v->bidx];
     size_t n = 8 + 4 + 8 * 5 + 2 + klen;
@@ -413,11 +455,11 @@ static int srv_begin(cx_engine_t *e, ts_srv_t *v)
 {
     v->started = 1;
     int rc = cx_staging_ring(e, v->mem_kind, v->device, &v->ring);
-    v->last_ns = cx_now_ns();   /* after the ring exists: creating it is not the peer's silence */
+    v->last_ns = cx_now_ns(); /* after the ring exists: creating it is not the peer's silence */
     if (rc) return rc;
     cx_stage_cbs_t cbs = { srv_chunk, srv_done, v };
-    rc = cx_stage_start(v->ring.st, v->kind == TS_READ ? CX_STAGE_OUT : CX_STAGE_IN,
-                        (void *)(uintptr_t)v->addr, (size_t)v->len, 0, &cbs, &v->sj);
+    rc = cx_stage_start(v->ring.st, v->kind == TS_READ ? CX_STAGE_OUT : CX_STAGE_IN, (void *)(uintptr_t)v->addr,
+                        (size_t)v->len, 0, &cbs, &v->sj);
     return rc;
 }
 
@@ -469,7 +511,10 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     }
     cx_tstage_t *s = ts_state(e);
     ts_srv_t *v = s ? calloc(1, sizeof *v) : NULL;
-    if (!v) { send_end(e, p, id, CX_ENOMEM); return; }
+    if (!v) {
+        send_end(e, p, id, CX_ENOMEM);
+        return;
+    }
     v->e = e;
     v->p = p;
     v->inc = p->incarnation;
@@ -480,8 +525,10 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     v->bidx = -1;
     v->last_ns = cx_now_ns();
     v->prev = s->srvs_tail;
-    if (s->srvs_tail) s->srvs_tail->next = v;
-    else s->srvs = v;
+    if (s->srvs_tail)
+        s->srvs_tail->next = v;
+    else
+        s->srvs = v;
     s->srvs_tail = v;
     for (int b = 0; b < e->nb; b++)
         if (!strcmp(e->bnames[b], bname)) v->bidx = b;
@@ -493,16 +540,19 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     } else if (!len || addr + len < addr || cx_core_region_check(core, addr, (size_t)len, &v->pin)) {
         rc = CX_EINVAL;
     } else if (cx_gpu_mem_query((void *)(uintptr_t)addr, (size_t)len, &m) || !is_device(m.kind)) {
-        cx_warn("peer %s: TS_REQ for [0x%llx, +%llu), which is not device memory", p->url,
-                (unsigned long long)addr, (unsigned long long)len);
+        cx_warn("peer %s: TS_REQ for [0x%llx, +%llu), which is not device memory", p->url, (unsigned long long)addr,
+                (unsigned long long)len);
         rc = CX_EINVAL;
     } else {
         v->mem_kind = m.kind;
         v->device = m.kind == CX_MEM_SIM ? 0 : m.device;
     }
-    if (rc) { srv_refuse(e, v, rc); return; }
+    if (rc) {
+        srv_refuse(e, v, rc);
+        return;
+    }
     srv_start_queued(e, p);
-    if (v->started && v->sj) cx_stage_progress(v->ring.st);   /* its first copies start now */
+    if (v->started && v->sj) cx_stage_progress(v->ring.st); /* its first copies start now */
 }
 
 static void srv_fail(ts_srv_t *v, int status)
@@ -531,7 +581,7 @@ static void on_ack(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     if (e->ts)
         for (v = e->ts->srvs; v; v = v->next)
             if (v->p == p && v->id == id && v->started) break;
-    if (!v || !v->sj) return;   /* ended here already (timeout, failure) */
+    if (!v || !v->sj) return; /* ended here already (timeout, failure) */
     uint32_t i = 0;
     while (i < v->nout && v->out[i] != index) i++;
     if (i == v->nout) {
@@ -568,7 +618,8 @@ void cx_tstage_progress(cx_engine_t *e)
         if (tx->status != CX_OK) continue;
         /* Chunks in a backend end through the op timeout and the peer's failure (linked ops);
          * these catch a range waiting for the target's next word. */
-        if (!peer_alive(tx->p, tx->inc)) tx_fail(tx, CX_EPEER);
+        if (!peer_alive(tx->p, tx->inc))
+            tx_fail(tx, CX_EPEER);
         else if (now >= tx->r.deadline_ns) {
             cx_warn("peer %s: staged range of %zu bytes timed out", tx->p->url, tx->r.len);
             tx_fail(tx, CX_ETIMEDOUT);
@@ -579,8 +630,7 @@ void cx_tstage_progress(cx_engine_t *e)
         n = v->next;
         if (v->failed) continue;
         /* A queued range waits for its peer's credits as long as the peer lives. */
-        int st = !peer_alive(v->p, v->inc) ? CX_EPEER
-                 : v->started && now - v->last_ns >= quiet ? CX_ETIMEDOUT : CX_OK;
+        int st = !peer_alive(v->p, v->inc) ? CX_EPEER : v->started && now - v->last_ns >= quiet ? CX_ETIMEDOUT : CX_OK;
         if (st == CX_OK) continue;
         if (!v->started) {
             srv_unlink(s, v);
@@ -588,12 +638,12 @@ void cx_tstage_progress(cx_engine_t *e)
             continue;
         }
         if (st == CX_ETIMEDOUT) {
-            cx_warn("peer %s: silent for %u ms on the %llu bytes staged for it: taking its slots back",
-                    v->p->url, e->cfg.op_timeout_ms, (unsigned long long)v->len);
+            cx_warn("peer %s: silent for %u ms on the %llu bytes staged for it: taking its slots back", v->p->url,
+                    e->cfg.op_timeout_ms, (unsigned long long)v->len);
             /* No late byte of its may land in a slot that is handed out again. */
             cx_peer_drop_ep(e, v->p, CX_ETIMEDOUT);
         }
-        srv_fail(v, st);   /* srv_done runs from the pipeline's next progress */
+        srv_fail(v, st); /* srv_done runs from the pipeline's next progress */
     }
 }
 
@@ -643,8 +693,10 @@ void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out)
     cx_tstage_t *s = e->ts;
     if (!s) return;
     for (ts_srv_t *v = s->srvs; v; v = v->next) {
-        if (v->started) out->served++;
-        else out->queued++;
+        if (v->started)
+            out->served++;
+        else
+            out->queued++;
     }
     for (ts_tx_t *tx = s->txs; tx; tx = tx->next) {
         out->ranges++;

@@ -34,16 +34,16 @@ void cx_tstage_start(cx_engine_t *e, cx_op_t *op);
 /* Initiator: one range of the peer's device memory, to or from a registered host buffer (the
  * op's own, or a slot of this side's ring when this side's memory is device memory too). */
 typedef struct cx_tstage_range {
-    int kind;                  /* CX_XFER_READ or CX_XFER_WRITE */
+    int kind; /* CX_XFER_READ or CX_XFER_WRITE */
     void *local;
-    void *local_mh;            /* the peer's backend's handle of the local buffer */
+    void *local_mh; /* the peer's backend's handle of the local buffer */
     uint64_t remote;
     size_t len;
-    const void *msg;           /* with signal: delivered at the target after the data */
+    const void *msg; /* with signal: delivered at the target after the data */
     size_t msg_len;
     int signal;
     uint64_t deadline_ns;
-    void (*done)(void *arg, uint32_t index, int status);   /* exactly once, never from inside */
+    void (*done)(void *arg, uint32_t index, int status); /* exactly once, never from inside */
     void *arg;
     uint32_t index;
 } cx_tstage_range_t;
@@ -61,7 +61,9 @@ void cx_tstage_fini(cx_engine_t *e);
 void cx_tstage_free(cx_engine_t *e);
 
 /* For tests: ranges this engine stages as target, and as initiator. */
-typedef struct cx_tstage_debug { unsigned served, queued, ranges, subs; } cx_tstage_debug_t;
-void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out);   /* on the progress thread */
+typedef struct cx_tstage_debug {
+    unsigned served, queued, ranges, subs;
+} cx_tstage_debug_t;
+void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out); /* on the progress thread */
 
 #endif

@@ -12,11 +12,23 @@
 #define CX_NS_PER_S 1000000000ull
 #define CX_MS_PER_S 1000
 
-static inline uint64_t cx_ms_to_ns(uint64_t ms) { return ms * CX_NS_PER_MS; }
-static inline uint64_t cx_us_to_ns(uint64_t us) { return us * CX_NS_PER_US; }
-static inline uint64_t cx_ns_to_ms(uint64_t ns) { return ns / CX_NS_PER_MS; }
+static inline uint64_t cx_ms_to_ns(uint64_t ms)
+{
+    return ms * CX_NS_PER_MS;
+}
+static inline uint64_t cx_us_to_ns(uint64_t us)
+{
+    return us * CX_NS_PER_US;
+}
+static inline uint64_t cx_ns_to_ms(uint64_t ns)
+{
+    return ns / CX_NS_PER_MS;
+}
 /* Rounded up: a wait of this many ms does not end before ns have passed. */
-static inline uint64_t cx_ns_to_ms_ceil(uint64_t ns) { return (ns + CX_NS_PER_MS - 1) / CX_NS_PER_MS; }
+static inline uint64_t cx_ns_to_ms_ceil(uint64_t ns)
+{
+    return (ns + CX_NS_PER_MS - 1) / CX_NS_PER_MS;
+}
 
 static inline uint64_t cx_timespec_ns(const struct timespec *ts)
 {

@@ -23,8 +23,8 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 
 static int model_char_ok(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '.' || c == '_' || c == '-' || c == '/' || c == ':' || c == '+';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
+        c == '-' || c == '/' || c == ':' || c == '+';
 }
 
 /* Parses a decimal in [lo, hi] from s[0..n): digits only, no leading zero unless "0". */
@@ -66,14 +66,16 @@ int cx_lid_parse(const char *s, cx_lid_t *out, char *err, size_t errlen)
         return fail(err, errlen, "LID '%.80s': model name longer than %d characters", s, CX_MODEL_MAX - 1);
     for (size_t i = 0; i < n[0]; i++)
         if (!model_char_ok(p[0][i]))
-            return fail(err, errlen, "LID '%.80s': character '%c' not allowed in a model name "
-                        "(letters, digits, . _ - / : +)", s, p[0][i] >= 32 && p[0][i] < 127 ? p[0][i] : '?');
+            return fail(err, errlen,
+                        "LID '%.80s': character '%c' not allowed in a model name "
+                        "(letters, digits, . _ - / : +)",
+                        s, p[0][i] >= 32 && p[0][i] < 127 ? p[0][i] : '?');
     static const char *what[] = { "model", "stage", "shard", "replica" };
     uint64_t v[4] = { 0 };
     for (int i = 1; i < 4; i++)
         if (parse_dec(p[i], n[i], 0, UINT32_MAX, &v[i]))
-            return fail(err, errlen, "LID '%.80s': %s '%.*s' is not a decimal number in 0..4294967295",
-                        s, what[i], (int)(n[i] > 20 ? 20 : n[i]), p[i]);
+            return fail(err, errlen, "LID '%.80s': %s '%.*s' is not a decimal number in 0..4294967295", s, what[i],
+                        (int)(n[i] > 20 ? 20 : n[i]), p[i]);
     memset(out, 0, sizeof *out);
     memcpy(out->model, p[0], n[0]);
     out->stage = (uint32_t)v[1];
@@ -106,7 +108,10 @@ int cx_url_parse(const char *s, cx_url_t *out, char *err, size_t errlen)
         hs = s;
         he = NULL;
         for (const char *c = s; c < hash; c++)
-            if (*c == ':') { he = c; break; }
+            if (*c == ':') {
+                he = c;
+                break;
+            }
         if (!he) return fail(err, errlen, "URL '%s': no ':port' before '#'", s);
         ps = he + 1;
     }
@@ -119,8 +124,8 @@ int cx_url_parse(const char *s, cx_url_t *out, char *err, size_t errlen)
     if (inet_pton(u.is_ipv6 ? AF_INET6 : AF_INET, u.host, bin) != 1) {
         if (!u.is_ipv6 && strchr(u.host, ':'))
             return fail(err, errlen, "URL '%s': IPv6 addresses go in brackets: [addr]:port", s);
-        return fail(err, errlen, "URL '%s': '%s' is not a numeric %s address (no host names)", s,
-                    u.host, u.is_ipv6 ? "IPv6" : "IPv4");
+        return fail(err, errlen, "URL '%s': '%s' is not a numeric %s address (no host names)", s, u.host,
+                    u.is_ipv6 ? "IPv6" : "IPv4");
     }
     uint64_t port;
     if (parse_dec(ps, (size_t)(hash - ps), 1, 65535, &port))
@@ -128,8 +133,7 @@ int cx_url_parse(const char *s, cx_url_t *out, char *err, size_t errlen)
                     (int)((size_t)(hash - ps) > 12 ? 12 : (size_t)(hash - ps)), ps);
     u.port = (uint16_t)port;
     char lerr[200];
-    if (cx_lid_parse(hash + 1, &u.lid, lerr, sizeof lerr))
-        return fail(err, errlen, "URL '%s': %s", s, lerr);
+    if (cx_lid_parse(hash + 1, &u.lid, lerr, sizeof lerr)) return fail(err, errlen, "URL '%s': %s", s, lerr);
     *out = u;
     return CX_OK;
 }
@@ -144,8 +148,8 @@ int cx_lid_format(const cx_lid_t *lid, char *buf, size_t len)
 int cx_url_format(const cx_url_t *u, char *buf, size_t len)
 {
     if (!u || !buf) return CX_EINVAL;
-    int n = snprintf(buf, len, u->is_ipv6 ? "[%s]:%u#%s|%u|%u|%u" : "%s:%u#%s|%u|%u|%u", u->host,
-                     u->port, u->lid.model, u->lid.stage, u->lid.shard, u->lid.replica);
+    int n = snprintf(buf, len, u->is_ipv6 ? "[%s]:%u#%s|%u|%u|%u" : "%s:%u#%s|%u|%u|%u", u->host, u->port, u->lid.model,
+                     u->lid.stage, u->lid.shard, u->lid.replica);
     return n < 0 || (size_t)n >= len ? CX_EINVAL : CX_OK;
 }
 

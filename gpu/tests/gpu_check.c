@@ -26,7 +26,11 @@ static double now_s(void)
 /* ---- the loopback "network" between a sender and a receiver pipeline ---- */
 
 #define MAXQ 2048
-struct side { cx_stage_chunk_t q[MAXQ]; int n; int done, status; };
+struct side {
+    cx_stage_chunk_t q[MAXQ];
+    int n;
+    int done, status;
+};
 
 static void on_chunk(const cx_stage_chunk_t *c)
 {
@@ -87,16 +91,33 @@ static int staged_copy(cx_stage_t *a, cx_stage_t *b, void *src, void *dst, size_
 /* ---- measurement ---- */
 
 typedef int (*op_fn)(void *ctx);
-struct cpy { void *dst, *src; size_t len; cx_stage_t *a, *b; };
+struct cpy {
+    void *dst, *src;
+    size_t len;
+    cx_stage_t *a, *b;
+};
 
-static int op_memcpy(void *ctx) { struct cpy *c = ctx; return cx_gpu_memcpy(c->dst, c->src, c->len); }
-static int op_host(void *ctx) { struct cpy *c = ctx; memcpy(c->dst, c->src, c->len); return 0; }
-static int op_staged(void *ctx) { struct cpy *c = ctx; return staged_copy(c->a, c->b, c->src, c->dst, c->len); }
+static int op_memcpy(void *ctx)
+{
+    struct cpy *c = ctx;
+    return cx_gpu_memcpy(c->dst, c->src, c->len);
+}
+static int op_host(void *ctx)
+{
+    struct cpy *c = ctx;
+    memcpy(c->dst, c->src, c->len);
+    return 0;
+}
+static int op_staged(void *ctx)
+{
+    struct cpy *c = ctx;
+    return staged_copy(c->a, c->b, c->src, c->dst, c->len);
+}
 
 /* GB/s: best of several runs, each at least ~20 ms or 3 iterations. */
 static double bw(op_fn f, void *ctx, size_t len)
 {
-    if (f(ctx)) return -1;   /* warm-up */
+    if (f(ctx)) return -1; /* warm-up */
     double best = 0;
     for (int rep = 0; rep < 3; rep++) {
         int iters = 0;
@@ -123,10 +144,14 @@ int main(int argc, char **argv)
     size_t min = 16 << 10, max = 64 << 20;
     cx_stage_cfg_t cfg = { 0 };
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--sim")) kind = CX_MEM_SIM;
-        else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc) cfg.chunk = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--slots") && i + 1 < argc) cfg.slots = (uint32_t)strtoul(argv[++i], NULL, 0);
+        if (!strcmp(argv[i], "--sim"))
+            kind = CX_MEM_SIM;
+        else if (!strcmp(argv[i], "--max") && i + 1 < argc)
+            max = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--chunk") && i + 1 < argc)
+            cfg.chunk = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--slots") && i + 1 < argc)
+            cfg.slots = (uint32_t)strtoul(argv[++i], NULL, 0);
         else {
             fprintf(stderr, "usage: %s [--sim] [--max BYTES] [--chunk BYTES] [--slots N]\n", argv[0]);
             return 1;
@@ -134,8 +159,10 @@ int main(int argc, char **argv)
     }
     printf("gpu: %s\n", cx_gpu_status());
     if (kind == CX_MEM_CUDA && cx_gpu_init() != CX_OK) {
-        fprintf(stderr, "connex-gpu-check: no usable GPU here (%s); --sim runs the same on the "
-                        "simulated device\n", cx_gpu_status());
+        fprintf(stderr,
+                "connex-gpu-check: no usable GPU here (%s); --sim runs the same on the "
+                "simulated device\n",
+                cx_gpu_status());
         return 2;
     }
     if (kind == CX_MEM_SIM) cx_gpu_sim_enable(1);
@@ -147,7 +174,7 @@ int main(int argc, char **argv)
     cx_stage_stats_t ss;
     cx_stage_get_stats(a, &ss);
     cx_gdr_info_t gi;
-    cx_gdr_caps_t caps = { 1, 1, 1 };   /* "if the backend could": what the machine allows */
+    cx_gdr_caps_t caps = { 1, 1, 1 }; /* "if the backend could": what the machine allows */
     cx_gdr_decide(kind, 0, &caps, &gi);
     printf("staging: %s, chunk %zu bytes, %u slots per side; GPUDirect (for an RDMA backend): %s\n",
            cx_mem_kind_name(kind), ss.chunk, ss.slots, gi.reason);
@@ -163,15 +190,14 @@ int main(int argc, char **argv)
     pattern(ref, max, 1);
     if (cx_gpu_memcpy(src, ref, max)) return 1;
 
-    printf("\n%10s %9s %9s %9s %9s %9s %12s\n", "bytes", "d2h", "h2d", "d2d", "net", "staged",
-           "staged/min");
+    printf("\n%10s %9s %9s %9s %9s %9s %12s\n", "bytes", "d2h", "h2d", "d2d", "net", "staged", "staged/min");
     printf("%10s %9s %9s %9s %9s %9s %12s\n", "", "GB/s", "GB/s", "GB/s", "GB/s", "GB/s", "(ce,net)");
     int fails = 0;
     double ratio16 = -1;
     for (size_t len = min; len <= max; len *= 4) {
         struct cpy d2h = { h1.p, src, len, 0, 0 }, h2d = { dst, h1.p, len, 0, 0 };
         struct cpy d2d = { dst, src, len, 0, 0 };
-        size_t nlen = len < ss.chunk ? len : ss.chunk;   /* the network moves one chunk at a time */
+        size_t nlen = len < ss.chunk ? len : ss.chunk; /* the network moves one chunk at a time */
         struct cpy net = { h2.p, h1.p, nlen, 0, 0 };
         struct cpy st = { dst, src, len, a, b };
         double g_d2h = bw(op_memcpy, &d2h, len), g_h2d = bw(op_memcpy, &h2d, len);
@@ -188,8 +214,7 @@ int main(int argc, char **argv)
         double lim = ce < g_net ? ce : g_net;
         double r = g_st / lim;
         if (len == (size_t)16 << 20) ratio16 = r;
-        printf("%10zu %9.2f %9.2f %9.2f %9.2f %9.2f %11.0f%%\n", len, g_d2h, g_h2d, g_d2d, g_net,
-               g_st, 100 * r);
+        printf("%10zu %9.2f %9.2f %9.2f %9.2f %9.2f %11.0f%%\n", len, g_d2h, g_h2d, g_d2d, g_net, g_st, 100 * r);
     }
     cx_stage_get_stats(a, &ss);
     printf("\nsender staged d2h %llu bytes; ", (unsigned long long)ss.d2h_bytes);
@@ -199,8 +224,8 @@ int main(int argc, char **argv)
         printf("(sim: the copy engines are CPU threads sharing cores with the network memcpy, so "
                "these ratios say nothing about a GPU)\n");
     if (ratio16 >= 0)
-        printf("target: staged at 16 MiB >= 80%% of min(copy engine, network): %.0f%% -> %s\n",
-               100 * ratio16, ratio16 >= 0.8 ? "MET" : "NOT MET");
+        printf("target: staged at 16 MiB >= 80%% of min(copy engine, network): %.0f%% -> %s\n", 100 * ratio16,
+               ratio16 >= 0.8 ? "MET" : "NOT MET");
     cx_stage_destroy(a);
     cx_stage_destroy(b);
     cx_gpu_dev_free(src);

@@ -23,7 +23,7 @@ static void t_status_consistent(void **state)
     const char *s = cx_gpu_status();
     assert_non_null(s);
     assert_non_null(strstr(s, "cuda: "));
-    assert_int_equal(cx_gpu_init(), rc);   /* idempotent */
+    assert_int_equal(cx_gpu_init(), rc); /* idempotent */
     if (rc == CX_OK) {
         assert_true(cx_gpu_cuda_devices() > 0);
         assert_null(strstr(s, "unavailable"));
@@ -98,7 +98,7 @@ static void t_mem_kinds(void **state)
     cx_gpu_sim_free(d);
     assert_int_equal(cx_gpu_sim_bytes(), before);
     assert_int_equal(cx_gpu_mem_kind(heap, 16), CX_MEM_HOST);
-    cx_gpu_sim_free(heap);   /* not a sim allocation: logged, ignored, no crash */
+    cx_gpu_sim_free(heap); /* not a sim allocation: logged, ignored, no crash */
     free(heap);
 
     void *p = NULL;
@@ -119,11 +119,11 @@ static void t_pinned(void **state)
     assert_int_equal(cx_pinned_alloc(3 << 20, &pm), CX_OK);
     assert_non_null(pm.p);
     assert_int_equal((uintptr_t)pm.p % 4096, 0);
-    memset(pm.p, 7, 3 << 20);   /* all of it is writable */
+    memset(pm.p, 7, 3 << 20); /* all of it is writable */
     assert_int_equal(cx_gpu_mem_kind(pm.p, 3 << 20), CX_MEM_HOST);
     cx_pinned_free(&pm);
     assert_null(pm.p);
-    cx_pinned_free(&pm);        /* twice is harmless */
+    cx_pinned_free(&pm); /* twice is harmless */
 }
 
 static void t_gdr(void **state)
@@ -139,7 +139,7 @@ static void t_gdr(void **state)
     assert_int_equal(cx_gdr_decide(CX_MEM_HOST, -1, &tcp, &gi), CX_OK);
     assert_int_equal(gi.use, 1);
     assert_int_equal(cx_gdr_decide(CX_MEM_SIM, 0, &rdma, &gi), CX_OK);
-    assert_int_equal(gi.use, 0);   /* auto stages sim memory */
+    assert_int_equal(gi.use, 0); /* auto stages sim memory */
     assert_non_null(strstr(gi.reason, "no GPUDirect"));
     assert_int_equal(cx_gdr_decide(CX_MEM_CUDA, 0, &tcp, &gi), CX_OK);
     assert_int_equal(gi.use, 0);

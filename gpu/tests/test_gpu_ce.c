@@ -54,18 +54,20 @@ static void t_copies(void **state)
     memset(dst.p, 0, (size_t)N * LEN);
 
     for (int i = 0; i < N; i++)
-        assert_int_equal(cx_ce_copy(ce, CX_CE_H2D, (char *)dev + (size_t)i * LEN,
-                                    (char *)src.p + (size_t)i * LEN, LEN, (void *)(uintptr_t)(i + 1)), CX_OK);
+        assert_int_equal(cx_ce_copy(ce, CX_CE_H2D, (char *)dev + (size_t)i * LEN, (char *)src.p + (size_t)i * LEN, LEN,
+                                    (void *)(uintptr_t)(i + 1)),
+                         CX_OK);
     cx_ce_done_t d[N];
     assert_int_equal(collect(ce, d, N), N);
-    for (int i = 0; i < N; i++) {   /* one direction completes in submission order */
+    for (int i = 0; i < N; i++) { /* one direction completes in submission order */
         assert_int_equal((uintptr_t)d[i].cookie, i + 1);
         assert_int_equal(d[i].status, CX_OK);
     }
     assert_int_equal(cx_ce_inflight(ce), 0);
     for (int i = 0; i < N; i++)
-        assert_int_equal(cx_ce_copy(ce, CX_CE_D2H, (char *)dev + (size_t)i * LEN,
-                                    (char *)dst.p + (size_t)i * LEN, LEN, (void *)(uintptr_t)(100 + i)), CX_OK);
+        assert_int_equal(cx_ce_copy(ce, CX_CE_D2H, (char *)dev + (size_t)i * LEN, (char *)dst.p + (size_t)i * LEN, LEN,
+                                    (void *)(uintptr_t)(100 + i)),
+                         CX_OK);
     assert_int_equal(collect(ce, d, N), N);
     for (int i = 0; i < N; i++) assert_int_equal((uintptr_t)d[i].cookie, 100 + i);
     assert_memory_equal(src.p, dst.p, (size_t)N * LEN);
@@ -86,8 +88,7 @@ static void t_copies(void **state)
     assert_int_equal(cx_ce_inflight(ce), 0);
 
     /* Polling fewer than are ready keeps the fd readable for the rest. */
-    for (int i = 0; i < 4; i++)
-        assert_int_equal(cx_ce_copy(ce, CX_CE_D2H, dev, dst.p, 4096, NULL), CX_OK);
+    for (int i = 0; i < 4; i++) assert_int_equal(cx_ce_copy(ce, CX_CE_D2H, dev, dst.p, 4096, NULL), CX_OK);
     int got = 0;
     uint64_t t0 = now_ms();
     while (got < 4 && now_ms() - t0 < 5000) {
@@ -111,7 +112,7 @@ static void t_destroy_inflight(void **state)
     size_t len = 2 << 20;
     void *dev[2];
     cx_pinned_t h[2];
-    for (int d = 0; d < 2; d++) {   /* separate buffers per direction: the streams run concurrently */
+    for (int d = 0; d < 2; d++) { /* separate buffers per direction: the streams run concurrently */
         assert_int_equal(cx_gpu_dev_alloc(g_kind, 0, len, &dev[d]), CX_OK);
         assert_int_equal(cx_pinned_alloc(len, &h[d]), CX_OK);
     }
@@ -139,8 +140,10 @@ static void t_bad_create(void **state)
 int main(void)
 {
     const char *k = getenv("CONNEX_GPU_TEST_KIND");
-    if (k && !strcmp(k, "cuda")) g_kind = CX_MEM_CUDA;
-    else cx_gpu_sim_enable(1);
+    if (k && !strcmp(k, "cuda"))
+        g_kind = CX_MEM_CUDA;
+    else
+        cx_gpu_sim_enable(1);
     if (g_kind == CX_MEM_CUDA && cx_gpu_init() != CX_OK) {
         fprintf(stderr, "CONNEX_GPU_TEST_KIND=cuda but %s\n", cx_gpu_status());
         return 1;

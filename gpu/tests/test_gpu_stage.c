@@ -30,21 +30,24 @@ static uint64_t now_us(void)
 
 struct xfer {
     int dir;
-    unsigned char *host;       /* OUT: where the network delivers; IN: where it reads from */
+    unsigned char *host; /* OUT: where the network delivers; IN: where it reads from */
     size_t len;
     cx_stage_job_t *job;
     int done, status;
-    uint32_t net_ok;           /* chunks whose network part finished ok */
+    uint32_t net_ok; /* chunks whose network part finished ok */
     uint32_t outstanding, max_outstanding;
-    int last_seen_after;       /* the last chunk came after how many others were done */
-    int fail_chunk;            /* this chunk's network part fails with CX_EPEER (-1: none) */
-    int hold;                  /* keep chunks on the "network" (do not complete them) */
-    int check_dev_at_done;     /* IN: the device already holds the data when done runs */
+    int last_seen_after;   /* the last chunk came after how many others were done */
+    int fail_chunk;        /* this chunk's network part fails with CX_EPEER (-1: none) */
+    int hold;              /* keep chunks on the "network" (do not complete them) */
+    int check_dev_at_done; /* IN: the device already holds the data when done runs */
     void *dev;
     int dev_ok_at_done;
 };
 
-struct net_item { struct xfer *x; cx_stage_chunk_t c; };
+struct net_item {
+    struct xfer *x;
+    cx_stage_chunk_t c;
+};
 static struct net_item g_net[NET_MAX];
 static int g_nnet;
 
@@ -66,7 +69,7 @@ static void on_done(void *arg, cx_stage_job_t *job, int status)
     struct xfer *x = arg;
     assert_ptr_equal(job, x->job);
     assert_false(x->done);
-    assert_int_equal(x->outstanding, 0);   /* never done while the network holds a slot */
+    assert_int_equal(x->outstanding, 0); /* never done while the network holds a slot */
     x->done = 1;
     x->status = status;
     if (x->check_dev_at_done && status == CX_OK) {
@@ -92,12 +95,17 @@ static int net_run(int status_override)
     for (int i = 0; i < g_nnet; i++) {
         struct net_item *it = &g_net[i];
         struct xfer *x = it->x;
-        if (x->hold && !status_override) { g_net[keep++] = *it; continue; }
+        if (x->hold && !status_override) {
+            g_net[keep++] = *it;
+            continue;
+        }
         int st = status_override ? status_override : CX_OK;
         if ((int)it->c.index == x->fail_chunk) st = CX_EPEER;
         if (st == CX_OK) {
-            if (x->dir == CX_STAGE_OUT) memcpy(x->host + it->c.off, it->c.host, it->c.len);
-            else memcpy(it->c.host, x->host + it->c.off, it->c.len);
+            if (x->dir == CX_STAGE_OUT)
+                memcpy(x->host + it->c.off, it->c.host, it->c.len);
+            else
+                memcpy(it->c.host, x->host + it->c.off, it->c.len);
             x->net_ok++;
         }
         x->outstanding--;
@@ -164,8 +172,9 @@ static void t_sizes(void **state)
         fill(src, len, (unsigned)k);
 
         /* IN: network -> slot -> device. */
-        struct xfer in = { .dir = CX_STAGE_IN, .host = src, .len = len, .fail_chunk = -1,
-                           .check_dev_at_done = 1, .dev = dev };
+        struct xfer in = {
+            .dir = CX_STAGE_IN, .host = src, .len = len, .fail_chunk = -1, .check_dev_at_done = 1, .dev = dev
+        };
         assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, len, 0, cbs_for(&in), &in.job), CX_OK);
         struct xfer *xs[] = { &in };
         drive(st, xs, 1);
@@ -215,8 +224,9 @@ static void t_small_pieces(void **state)
     unsigned char *h = malloc(64 << 20);
     fill(h, 64 << 20, 11);
     for (int i = 0; i < 4; i++) {
-        struct xfer x = { .dir = CX_STAGE_IN, .host = h, .len = lens[i], .fail_chunk = -1,
-                          .check_dev_at_done = 1, .dev = dev };
+        struct xfer x = {
+            .dir = CX_STAGE_IN, .host = h, .len = lens[i], .fail_chunk = -1, .check_dev_at_done = 1, .dev = dev
+        };
         assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, lens[i], 0, cbs_for(&x), &x.job), CX_OK);
         struct xfer *xs[] = { &x };
         drive(st, xs, 1);
@@ -241,8 +251,8 @@ static void t_last_after_all(void **state)
     fill(src, len, 9);
     assert_int_equal(cx_gpu_memcpy(dev, src, len), CX_OK);
     struct xfer out = { .dir = CX_STAGE_OUT, .host = dst, .len = len, .fail_chunk = -1, .last_seen_after = -1 };
-    assert_int_equal(cx_stage_start(st, CX_STAGE_OUT, dev, len, CX_STAGE_LAST_AFTER_ALL,
-                                    cbs_for(&out), &out.job), CX_OK);
+    assert_int_equal(cx_stage_start(st, CX_STAGE_OUT, dev, len, CX_STAGE_LAST_AFTER_ALL, cbs_for(&out), &out.job),
+                     CX_OK);
     struct xfer *xs[] = { &out };
     drive(st, xs, 1);
     assert_int_equal(out.status, CX_OK);
@@ -273,10 +283,16 @@ static void t_many_jobs(void **state)
         ref[i] = malloc(len);
         fill(ref[i], len, (unsigned)i + 40);
         int dir = i % 2 ? CX_STAGE_OUT : CX_STAGE_IN;
-        if (dir == CX_STAGE_OUT) assert_int_equal(cx_gpu_memcpy(dev[i], ref[i], len), CX_OK);
-        else memcpy(host[i], ref[i], len);
-        x[i] = (struct xfer){ .dir = dir, .host = host[i], .len = len, .fail_chunk = -1,
-                              .check_dev_at_done = dir == CX_STAGE_IN, .dev = dev[i] };
+        if (dir == CX_STAGE_OUT)
+            assert_int_equal(cx_gpu_memcpy(dev[i], ref[i], len), CX_OK);
+        else
+            memcpy(host[i], ref[i], len);
+        x[i] = (struct xfer){ .dir = dir,
+                              .host = host[i],
+                              .len = len,
+                              .fail_chunk = -1,
+                              .check_dev_at_done = dir == CX_STAGE_IN,
+                              .dev = dev[i] };
         xs[i] = &x[i];
         assert_int_equal(cx_stage_start(st, dir, dev[i], len, 0, cbs_for(&x[i]), &x[i].job), CX_OK);
     }
@@ -284,8 +300,10 @@ static void t_many_jobs(void **state)
     for (int i = 0; i < J; i++) {
         assert_int_equal(x[i].status, CX_OK);
         assert_true(x[i].max_outstanding <= 2);
-        if (x[i].dir == CX_STAGE_OUT) assert_memory_equal(host[i], ref[i], x[i].len);
-        else assert_true(x[i].dev_ok_at_done);
+        if (x[i].dir == CX_STAGE_OUT)
+            assert_memory_equal(host[i], ref[i], x[i].len);
+        else
+            assert_true(x[i].dev_ok_at_done);
         cx_gpu_dev_free(dev[i]);
         free(host[i]);
         free(ref[i]);
@@ -309,8 +327,11 @@ static void t_peer_killed(void **state)
         fill(h2, len, 77);
         if (dir == CX_STAGE_OUT) assert_int_equal(cx_gpu_memcpy(dev2, h2, len), CX_OK);
         struct xfer dead = { .dir = dir, .host = h, .len = len, .fail_chunk = 5 };
-        struct xfer live = { .dir = dir, .host = dir == CX_STAGE_OUT ? calloc(1, len) : h2,
-                             .len = len, .fail_chunk = -1, .check_dev_at_done = dir == CX_STAGE_IN,
+        struct xfer live = { .dir = dir,
+                             .host = dir == CX_STAGE_OUT ? calloc(1, len) : h2,
+                             .len = len,
+                             .fail_chunk = -1,
+                             .check_dev_at_done = dir == CX_STAGE_IN,
                              .dev = dev2 };
         assert_int_equal(cx_stage_start(st, dir, dev, len, 0, cbs_for(&dead), &dead.job), CX_OK);
         assert_int_equal(cx_stage_start(st, dir, dev2, len, 0, cbs_for(&live), &live.job), CX_OK);
@@ -319,8 +340,10 @@ static void t_peer_killed(void **state)
         assert_int_equal(dead.status, CX_EPEER);
         assert_true(dead.net_ok < 40);
         assert_int_equal(live.status, CX_OK);
-        if (dir == CX_STAGE_OUT) assert_memory_equal(live.host, h2, len);
-        else assert_true(live.dev_ok_at_done);
+        if (dir == CX_STAGE_OUT)
+            assert_memory_equal(live.host, h2, len);
+        else
+            assert_true(live.dev_ok_at_done);
         assert_all_slots_back(st);
         if (dir == CX_STAGE_OUT) free(live.host);
         cx_gpu_dev_free(dev);
@@ -357,7 +380,7 @@ static void t_cancel_mid_transfer(void **state)
             cx_stage_progress(st);
         }
         assert_true(g_nnet > 0);
-        if (dir == CX_STAGE_IN) {   /* let one chunk's H2D start, so a copy is in flight too */
+        if (dir == CX_STAGE_IN) { /* let one chunk's H2D start, so a copy is in flight too */
             g_net[0].x->hold = 0;
             net_run(0);
             x.hold = 1;
@@ -365,8 +388,8 @@ static void t_cancel_mid_transfer(void **state)
         }
         cx_stage_cancel(x.job, CX_ETIMEDOUT);
         cx_stage_progress(st);
-        assert_false(x.done);       /* the network (and the slow sim) still hold slots */
-        net_run(CX_EPEER);          /* the backend's disconnect fails what it held */
+        assert_false(x.done); /* the network (and the slow sim) still hold slots */
+        net_run(CX_EPEER);    /* the backend's disconnect fails what it held */
         struct xfer *xs[] = { &x };
         drive(st, xs, 1);
         assert_int_equal(x.status, CX_ETIMEDOUT);
@@ -434,19 +457,19 @@ static void t_destroy_alive(void **state)
     struct xfer c = { .dir = CX_STAGE_IN, .host = h, .len = len, .fail_chunk = -1, .hold = 1 };
     assert_int_equal(cx_stage_start(st, CX_STAGE_OUT, dev, len, 0, cbs_for(&a), &a.job), CX_OK);
     assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, len, 0, cbs_for(&b), &b.job), CX_OK);
-    cx_stage_progress(st);   /* a and b take every slot */
+    cx_stage_progress(st); /* a and b take every slot */
     assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, len, 0, cbs_for(&c), &c.job), CX_OK);
-    cx_stage_destroy(st);    /* c still waits for a slot: it finishes with CX_ECLOSED */
+    cx_stage_destroy(st); /* c still waits for a slot: it finishes with CX_ECLOSED */
     assert_true(c.done);
     assert_int_equal(c.status, CX_ECLOSED);
-    g_nnet = 0;   /* the dropped jobs' chunks are gone with them */
+    g_nnet = 0; /* the dropped jobs' chunks are gone with them */
     cx_gpu_dev_free(dev);
     free(h);
 }
 
 /* Two stages play two peers: device -> D2H -> "network" -> H2D -> device, with the copies of
  * both sides overlapping. On the slow sim the pipeline beats doing the copies one after another. */
-static int g_overlap_seen;   /* B's H2D landed bytes while A's D2H still had chunks to copy */
+static int g_overlap_seen; /* B's H2D landed bytes while A's D2H still had chunks to copy */
 
 static double loopback(cx_stage_t *a, cx_stage_t *b, void *src, void *dst, size_t len)
 {
@@ -514,8 +537,8 @@ static void t_loopback_overlap(void **state)
     if (g_kind == CX_MEM_SIM) {
         /* 16 MiB each way at 0.5 GB/s: 33.5 ms per direction, 67 ms one after the other. */
         double serial = 2.0 * (double)len / 0.5 / 1000.0;
-        printf("loopback 16 MiB on the slow sim: %.1f ms (copies one after another: %.1f ms)\n",
-               us / 1000, serial / 1000);
+        printf("loopback 16 MiB on the slow sim: %.1f ms (copies one after another: %.1f ms)\n", us / 1000,
+               serial / 1000);
         /* Timing on a shared machine is noise; the pipeline's shape is not: the receiver's
          * first H2D finished while the sender's D2H copies were still running. */
         assert_true(g_overlap_seen);
@@ -550,14 +573,13 @@ static void t_env(void **state)
     assert_int_equal(cx_gpu_dev_alloc(g_kind, 0, len, &dev), CX_OK);
     unsigned char *h = malloc(len);
     fill(h, len, 5);
-    struct xfer x = { .dir = CX_STAGE_IN, .host = h, .len = len, .fail_chunk = -1,
-                      .check_dev_at_done = 1, .dev = dev };
+    struct xfer x = { .dir = CX_STAGE_IN, .host = h, .len = len, .fail_chunk = -1, .check_dev_at_done = 1, .dev = dev };
     assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, len, 0, cbs_for(&x), &x.job), CX_OK);
     struct xfer *xs[] = { &x };
     drive(st, xs, 1);
     assert_int_equal(x.status, CX_OK);
     assert_true(x.dev_ok_at_done);
-    assert_true(x.max_outstanding <= 2);   /* per_job defaults to max(2, slots/2) */
+    assert_true(x.max_outstanding <= 2); /* per_job defaults to max(2, slots/2) */
     cx_stage_destroy(st);
     cx_gpu_dev_free(dev);
     free(h);
@@ -586,8 +608,10 @@ static int reset(void **state)
 int main(int argc, char **argv)
 {
     const char *k = getenv("CONNEX_GPU_TEST_KIND");
-    if (k && !strcmp(k, "cuda")) g_kind = CX_MEM_CUDA;
-    else cx_gpu_sim_enable(1);
+    if (k && !strcmp(k, "cuda"))
+        g_kind = CX_MEM_CUDA;
+    else
+        cx_gpu_sim_enable(1);
     if (g_kind == CX_MEM_CUDA && cx_gpu_init() != CX_OK) {
         fprintf(stderr, "CONNEX_GPU_TEST_KIND=cuda but %s\n", cx_gpu_status());
         return 1;
@@ -597,18 +621,11 @@ int main(int argc, char **argv)
         return cmocka_run_group_tests_name("gpu_stage_env", t, NULL, NULL);
     }
     const struct CMUnitTest t[] = {
-        CASE(t_sizes),
-        CASE(t_small_pieces),
-        CASE(t_last_after_all),
-        CASE(t_many_jobs),
-        CASE(t_peer_killed),
-        CASE(t_cancel_mid_transfer),
-        CASE(t_bad_input),
-        CASE(t_destroy_alive),
-        CASE(t_loopback_overlap),
+        CASE(t_sizes),     CASE(t_small_pieces),  CASE(t_last_after_all),
+        CASE(t_many_jobs), CASE(t_peer_killed),   CASE(t_cancel_mid_transfer),
+        CASE(t_bad_input), CASE(t_destroy_alive), CASE(t_loopback_overlap),
     };
-    int rc = cmocka_run_group_tests_name(g_kind == CX_MEM_CUDA ? "gpu_stage_cuda" : "gpu_stage_sim",
-                                         t, NULL, NULL);
+    int rc = cmocka_run_group_tests_name(g_kind == CX_MEM_CUDA ? "gpu_stage_cuda" : "gpu_stage_sim", t, NULL, NULL);
     if (g_kind == CX_MEM_SIM && cx_gpu_sim_bytes() != 0) {
         fprintf(stderr, "sim memory leaked: %zu bytes\n", cx_gpu_sim_bytes());
         return 1;

@@ -13,7 +13,7 @@ from ._lib import CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL
 from ._lib import (CX_EAGAIN, CX_EAUTH, CX_EINPROGRESS, CX_ECLOSED, CX_EINVAL, CX_ENOMEM, CX_EPEER, CX_ERR,
                    CX_ETIMEDOUT, CX_EUNSUPPORTED, CX_MSG_MAX, CX_OK, LibraryNotFound, strerror)
 from ._lib import lib as _lib
-from .engine import ConnexError, Engine, EngineClosed, InvalidArgument, Message, PutSignal
+from .engine import BatchOp, ConnexError, Engine, EngineClosed, InvalidArgument, Message, PutSignal
 from .group import Group, GroupClosed, Step, WaitTimeout
 from ._lib import CX_PICK_LEAST_INFLIGHT, CX_PICK_ROUND_ROBIN
 from ._lib import CX_MEM_CUDA, CX_MEM_HOST, CX_MEM_SIM
@@ -36,7 +36,7 @@ def _args_int(v):
     return check_int(v, "level", 0, 3)
 
 
-__all__ = ["Engine", "TransferEngine", "PutSignal", "Message", "ConnexError", "EngineClosed",
+__all__ = ["Engine", "TransferEngine", "PutSignal", "BatchOp", "Message", "ConnexError", "EngineClosed",
            "InvalidArgument", "LibraryNotFound", "library_path", "set_log_level", "strerror",
            "default_lid", "TransferNotify", "TransferOpcode", "CX_MEM_HOST", "CX_MEM_CUDA",
            "CX_MEM_SIM", "__version__", "CX_OK", "CX_ERR", "CX_EPEER", "CX_ETIMEDOUT", "CX_EINVAL",

@@ -28,6 +28,7 @@ CX_EINPROGRESS = -10   # cx_op_wait / cx_group_wait: the wait expired, the op is
 CX_MODEL_MAX = 64
 CX_URL_MAX = 160
 CX_MSG_MAX = 64 << 20
+CX_BATCH_MAX = 1 << 16     # most entries in one batch
 CX_OPK_NAMES = ("read", "write", "put_signal", "msg")
 CX_OPK_COUNT = len(CX_OPK_NAMES)
 EVENT_NAMES = ("up", "joined", "failed", "suspect", "left", "moved")
@@ -87,6 +88,13 @@ class cx_msg_t(ctypes.Structure):
                 ("len", ctypes.c_size_t),
                 ("step", ctypes.c_uint64),
                 ("from_incarnation", ctypes.c_uint64)]
+
+
+class cx_batch_entry_t(ctypes.Structure):
+    _fields_ = [("peer", ctypes.c_char_p),
+                ("local", ctypes.c_void_p),
+                ("remote", ctypes.c_uint64),
+                ("len", ctypes.c_size_t)]
 
 
 class cx_event_t(ctypes.Structure):
@@ -156,7 +164,7 @@ class cx_dir_entry_t(ctypes.Structure):
 
 STRUCTS = {"cx_lid_t": cx_lid_t, "cx_config_t": cx_config_t, "cx_msg_t": cx_msg_t,
            "cx_event_t": cx_event_t, "cx_stats_t": cx_stats_t, "cx_peer_info_t": cx_peer_info_t,
-           "cx_dir_entry_t": cx_dir_entry_t}
+           "cx_dir_entry_t": cx_dir_entry_t, "cx_batch_entry_t": cx_batch_entry_t}
 
 _P = ctypes.c_void_p
 _S = ctypes.c_char_p
@@ -189,6 +197,10 @@ _PROTOTYPES = {
     "cx_op_wait": (_I, [_P, _I]),
     "cx_read_async": (_I, [_P, _S, _P, _U64, _Z, _I, ctypes.POINTER(_P)]),
     "cx_write_async": (_I, [_P, _S, _P, _U64, _Z, _I, ctypes.POINTER(_P)]),
+    # batches: entries (cx_batch_entry_t array), count, statuses (int array)
+    "cx_batch_read": (_I, [_P, _P, _Z, _P]),
+    "cx_batch_write": (_I, [_P, _P, _Z, _P]),
+    "cx_batch_put_signal": (_I, [_P, _S, _P, _Z, _P, _Z, _I, _P, ctypes.POINTER(_P)]),
     "cx_send_msg": (_I, [_P, _S, _P, _Z]),
     "cx_recv_msg": (_I, [_P, ctypes.POINTER(cx_msg_t), _I]),
     "cx_msg_release": (None, [ctypes.POINTER(cx_msg_t)]),

@@ -5,6 +5,7 @@ import concurrent.futures
 import ctypes
 import ipaddress
 import logging
+import operator
 import re
 import threading
 import time
@@ -12,9 +13,10 @@ import weakref
 
 from . import _args
 from ._closable import Closable
-from ._lib import (CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL, CX_ETIMEDOUT, CX_OK,
-                   CX_OPK_NAMES, EVENT_NAMES, MEM_KIND_NAMES, cx_config_t, cx_dir_entry_t,
-                   cx_event_t, cx_msg_t, cx_peer_info_t, cx_stats_t, lib, strerror)
+from ._lib import (CX_BATCH_MAX, CX_CLASS_BACKGROUND, CX_CLASS_CRITICAL, CX_ECLOSED, CX_EINVAL,
+                   CX_ETIMEDOUT, CX_OK, CX_OPK_NAMES, EVENT_NAMES, MEM_KIND_NAMES, cx_batch_entry_t,
+                   cx_config_t, cx_dir_entry_t, cx_event_t, cx_msg_t, cx_peer_info_t, cx_stats_t, lib,
+                   strerror)
 
 # Blocking waits are cut into slices this long so that close() from another thread is noticed:
 # the engine is never destroyed under a thread still inside a C call.
@@ -111,6 +113,59 @@ class PutSignal:
         self._status = rc
         self._engine._ops.pop(id(self), None)
         self._done.set()
+
+
+class BatchOp(PutSignal):
+    """The handle of a batch put_signal: wait() returns the batch's status (0, or the first
+    failed entry's); statuses then holds every entry's, in entry order."""
+
+    def __init__(self, engine, op, keep, st, status=None):
+        super().__init__(engine, op, keep, status)
+        self._st = st
+
+    @property
+    def statuses(self):
+        """Every entry's status once done (None before)."""
+        return list(self._st) if self._done.is_set() else None
+
+
+def _ints(seq, what):
+    """A list, tuple or numpy array of non-negative ints as Python ints."""
+    try:
+        vals = [operator.index(v) for v in seq]
+    except TypeError:
+        raise TypeError("%s must be a sequence of ints (or an integer numpy array)" % what) from None
+    for v in vals:
+        if v < 0 or v > 0xFFFFFFFFFFFFFFFF:
+            raise ValueError("%s: %d is out of range" % (what, v))
+    return vals
+
+
+def _batch_entries(what, peer, local, remote, lengths):
+    """The C entry array (and what must outlive it) from parallel sequences. `peer`: one peer
+    for every entry (a URL, a LID string or tuple), or a list naming each entry's."""
+    loc = _ints(local, what + ": local addresses")
+    rem = _ints(remote, what + ": remote addresses")
+    lens = _ints(lengths, what + ": lengths")
+    n = len(loc)
+    if not (n == len(rem) == len(lens)):
+        raise ValueError("%s: local addresses, remote addresses and lengths differ in length" % what)
+    if not 0 < n <= CX_BATCH_MAX:
+        raise ValueError("%s: %d entries (1 to %d)" % (what, n, CX_BATCH_MAX))
+    if isinstance(peer, list):
+        if len(peer) != n:
+            raise ValueError("%s: %d peers for %d entries" % (what, len(peer), n))
+        names = [_args.peer(p) for p in peer]
+    else:
+        names = [_args.peer(peer)] * n
+    ents = (cx_batch_entry_t * n)()
+    for i in range(n):
+        e = ents[i]
+        e.peer = names[i]
+        e.local = loc[i]
+        e.remote = rem[i]
+        e.len = lens[i]
+    return ents, names, n
 
 
 class Engine(Closable):
@@ -426,6 +481,52 @@ class Engine(Closable):
         if rc != CX_OK:
             return PutSignal(self, None, None, status=rc)
         h = PutSignal(self, op, (p, m))
+        self._ops[id(h)] = h
+        return h
+
+    # ---- batches (docs/api.md) ----
+
+    def _batch(self, what, fn, peer, local, remote, lengths):
+        ents, _names, n = _batch_entries(what, peer, local, remote, lengths)
+        st = (ctypes.c_int * n)()
+        e = self._enter(what)
+        try:
+            fn(e, ents, n, st)
+        finally:
+            self._leave()
+        return list(st)
+
+    def transfer_batch_read(self, peer, dsts, srcs, lengths):
+        """One batch: entry i reads lengths[i] bytes at the peer's srcs[i] into the local address
+        dsts[i] (registered memory). Lists or integer numpy arrays; `peer` is one peer or a list
+        of one per entry. Returns every entry's status (0 or a negative CX_* code), in order; a
+        bad entry refuses the whole batch (every status CX_EINVAL, the log names the entry)."""
+        return self._batch("transfer_batch_read", self._lib.cx_batch_read, peer, dsts, srcs, lengths)
+
+    def transfer_batch_write(self, peer, srcs, dsts, lengths):
+        """One batch: entry i writes lengths[i] bytes at the local address srcs[i] to the peer's
+        dsts[i]. Returns every entry's status, as transfer_batch_read."""
+        return self._batch("transfer_batch_write", self._lib.cx_batch_write, peer, srcs, dsts, lengths)
+
+    def batch_put_signal(self, peer, srcs, dsts, lengths, msg, cls=CX_CLASS_CRITICAL):
+        """Write every entry to the peer, then deliver msg, which the peer's recv_msg returns
+        only once every entry is in place. Returns a BatchOp: wait() gives the batch's status,
+        .statuses then every entry's."""
+        pe = _args.peer(peer)
+        ents, names, n = _batch_entries("batch_put_signal", peer, srcs, dsts, lengths)
+        m = _args.message(msg)
+        if cls not in (CX_CLASS_CRITICAL, CX_CLASS_BACKGROUND) or isinstance(cls, bool):
+            raise ValueError("batch_put_signal: cls must be CX_CLASS_CRITICAL (0) or CX_CLASS_BACKGROUND (1)")
+        st = (ctypes.c_int * n)()
+        op = ctypes.c_void_p()
+        e = self._enter("batch_put_signal")
+        try:
+            rc = self._lib.cx_batch_put_signal(e, pe, ents, n, m, len(m), cls, st, ctypes.byref(op))
+        finally:
+            self._leave()
+        if rc != CX_OK:
+            return BatchOp(self, None, None, st, status=rc)
+        h = BatchOp(self, op, (ents, names, m, st), st)
         self._ops[id(h)] = h
         return h
 

@@ -454,33 +454,36 @@ class TransferEngine:
         return rc if rc != CX_OK else e.send_msg(t, msg)
 
     def batch_transfer_sync_read(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                                 transport_hint=""):
-        return self._batch(self.transfer_sync_read, target_hostname, buffers,
-                           peer_buffer_addresses, lengths)
+                                 transport_hint="", statuses=None):
+        """One batch (one call into the engine, one completion): 0, or the first failed entry's
+        status. A list passed as statuses receives every entry's, in order."""
+        return self._batch(TransferOpcode.READ, target_hostname, buffers, peer_buffer_addresses,
+                           lengths, statuses)
 
     def batch_transfer_sync_write(self, target_hostname, buffers, peer_buffer_addresses, lengths,
-                                  transport_hint=""):
-        return self._batch(self.transfer_sync_write, target_hostname, buffers,
-                           peer_buffer_addresses, lengths)
+                                  transport_hint="", statuses=None):
+        return self._batch(TransferOpcode.WRITE, target_hostname, buffers, peer_buffer_addresses,
+                           lengths, statuses)
 
     def batch_transfer_sync(self, target_hostname, buffers, peer_buffer_addresses, lengths,
                             opcode, notify=None, transport_hint=""):
         op = self._opcode(opcode)
-        fn = self.transfer_sync_read if op == TransferOpcode.READ else self.transfer_sync_write
-        rc = self._batch(fn, target_hostname, buffers, peer_buffer_addresses, lengths)
+        rc = self._batch(op, target_hostname, buffers, peer_buffer_addresses, lengths)
         if rc != CX_OK or notify is None:
             return rc
         return self._e().send_msg(self.target(target_hostname), self._notify_bytes(notify))
 
-    @staticmethod
-    def _batch(fn, target, bufs, addrs, lens):
+    def _batch(self, op, target, bufs, addrs, lens, statuses=None):
         if not (len(bufs) == len(addrs) == len(lens)):
             raise ValueError("batch: buffers, peer addresses and lengths differ in length")
-        for b, a, n in zip(bufs, addrs, lens):
-            rc = fn(target, b, a, n)
-            if rc != CX_OK:
-                return rc
-        return CX_OK
+        if not bufs:
+            return CX_OK
+        e = self._e()
+        fn = e.transfer_batch_read if op == TransferOpcode.READ else e.transfer_batch_write
+        st = fn(self.target(target), bufs, addrs, lens)
+        if statuses is not None:
+            statuses[:] = st
+        return next((rc for rc in st if rc != CX_OK), CX_OK)
 
     @staticmethod
     def _opcode(opcode):

@@ -75,6 +75,55 @@ def test_read_write_between_processes(engine, peers):
     ev, _ = wait_event_type(engine, "left", ("stage0", 0, 0, 0))
 
 
+def test_batches(engine, peers):
+    peer = peers.start("--model", "batch", "--size", N, "--seed", 4)
+    remote = peer.hello["addr"]
+    buf = bytearray(N)
+    assert engine.register_memory(buf) == 0
+    base = _addr(buf)
+    want = pattern(N, 4)
+    # 128 x 4 KiB reads, addresses as lists, then as numpy arrays
+    offs = [i * 4096 + (i % 3) for i in range(128)]
+    st = engine.transfer_batch_read(peer.url, [base + o for o in offs], [remote + o for o in offs],
+                                    [4096] * 128)
+    assert st == [0] * 128
+    for o in offs:
+        assert buf[o:o + 4096] == want[o:o + 4096]
+    if np is not None:
+        buf[:] = bytes(N)
+        o = np.arange(64, dtype=np.uint64) * 8192
+        st = engine.transfer_batch_read(peer.url, base + o,
+                                        remote + o, np.full(64, 8192, dtype=np.int64))
+        assert st == [0] * 64 and buf[:8192] == want[:8192]
+    # writes, checked at the peer
+    src = pattern(65536, 21)
+    buf[:65536] = src
+    st = engine.transfer_batch_write(peer.url, [base + i * 16384 for i in range(4)],
+                                     [remote + 4096 + i * 16384 for i in range(4)], [16384] * 4)
+    assert st == [0] * 4
+    assert bytes.fromhex(peer.request("dump", off=4096, n=65536)["hex"]) == src
+    # a bad entry refuses the whole batch, nothing moves
+    st = engine.transfer_batch_write(peer.url, [base, base + 4096], [remote + 200000, remote + N],
+                                     [4096, 4096])
+    assert st == [-4, -4]
+    assert bytes.fromhex(peer.request("dump", off=200000, n=4096)["hex"]) == want[200000:204096]
+    # batch put_signal: the message arrives after every entry
+    peer.send("recv", timeout=10000, snap=True)
+    spec = json.dumps({"off": 0, "n": 65536}).encode()
+    buf[:65536] = pattern(65536, 33)
+    h = engine.batch_put_signal(peer.url, [base + i * 8192 for i in range(8)],
+                                [remote + i * 8192 for i in range(8)], [8192] * 8, spec)
+    assert h.wait(10000) == 0
+    assert h.statuses == [0] * 8
+    r = peer.read()
+    assert bytes.fromhex(r["msg"]) == spec
+    assert bytes.fromhex(r["snap"]) == bytes(buf[:65536]), "the message arrived before its data"
+    with pytest.raises(ValueError):
+        engine.transfer_batch_read(peer.url, [base], [remote, remote], [1])
+    with pytest.raises(TypeError):
+        engine.transfer_batch_read(peer.url, ["x"], [remote], [1])
+
+
 def test_put_signal_data_before_message(engine, peers):
     peer = peers.start("--model", "sig", "--size", N, "--seed", 1)
     remote = peer.hello["addr"]

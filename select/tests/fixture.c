@@ -59,8 +59,8 @@ static const char *opt(char **tok, int n, const char *key)
 }
 
 /* The device directory, its attributes and its /sys/bus/pci/devices link. */
-static int pci_dev(const char *dir, const char *path, const char *vendor, const char *cls,
-                   const char *numa, char *devdir, size_t len)
+static int pci_dev(const char *dir, const char *path, const char *vendor, const char *cls, const char *numa,
+                   char *devdir, size_t len)
 {
     snprintf(devdir, len, "%s/devices/%s", dir, path);
     if (mkdirs(devdir)) return -1;
@@ -80,8 +80,14 @@ static int pci_dev(const char *dir, const char *path, const char *vendor, const 
 int cx_fixture_build(const char *layout, const char *dir)
 {
     FILE *f = fopen(layout, "r");
-    if (!f) { fprintf(stderr, "fixture: cannot open %s: %s\n", layout, strerror(errno)); return -1; }
-    if (mkdirs(dir)) { fclose(f); return -1; }
+    if (!f) {
+        fprintf(stderr, "fixture: cannot open %s: %s\n", layout, strerror(errno));
+        return -1;
+    }
+    if (mkdirs(dir)) {
+        fclose(f);
+        return -1;
+    }
     char line[1024], devdir[PATH_MAX], rel[PATH_MAX + 64], tgt[PATH_MAX];
     int lineno = 0, rc = 0;
     while (!rc && fgets(line, sizeof line, f)) {
@@ -91,8 +97,7 @@ int cx_fixture_build(const char *layout, const char *dir)
         char *tok[16];
         int n = 0;
         char *save = NULL;
-        for (char *t = strtok_r(line, " \t\n", &save); t && n < 16; t = strtok_r(NULL, " \t\n", &save))
-            tok[n++] = t;
+        for (char *t = strtok_r(line, " \t\n", &save); t && n < 16; t = strtok_r(NULL, " \t\n", &save)) tok[n++] = t;
         if (!n) continue;
         if (!strcmp(tok[0], "gpu") && n >= 2) {
             rc = pci_dev(dir, tok[1], "0x10de", "0x030200", opt(tok, n, "numa"), devdir, sizeof devdir);
@@ -117,7 +122,10 @@ int cx_fixture_build(const char *layout, const char *dir)
                 char spec[64];
                 snprintf(spec, sizeof spec, "%s", tok[i] + 5);
                 char *st = strchr(spec, ':'), *ll = st ? strchr(st + 1, ':') : NULL;
-                if (!st || !ll) { rc = -1; break; }
+                if (!st || !ll) {
+                    rc = -1;
+                    break;
+                }
                 *st++ = 0;
                 *ll++ = 0;
                 snprintf(rel, sizeof rel, "class/infiniband/%s/ports/%s/state", tok[1], spec);
@@ -147,19 +155,24 @@ int cx_fixture_make(const char *layout, char *out, size_t len)
     snprintf(tmpl, sizeof tmpl, "%s/cx-sysfs-XXXXXX", tmp_base());
     if (!mkdtemp(tmpl)) return -1;
     snprintf(out, len, "%s", tmpl);
-    if (cx_fixture_build(layout, tmpl)) { cx_fixture_remove(tmpl); return -1; }
+    if (cx_fixture_build(layout, tmpl)) {
+        cx_fixture_remove(tmpl);
+        return -1;
+    }
     return 0;
 }
 
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-    (void)st; (void)flag; (void)ftw;
+    (void)st;
+    (void)flag;
+    (void)ftw;
     return remove(path);
 }
 
 int cx_fixture_remove(const char *dir)
 {
-    char own[512];   /* never anything but our own */
+    char own[512]; /* never anything but our own */
     int n = snprintf(own, sizeof own, "%s/cx-sysfs-", tmp_base());
     if (n <= 0 || strncmp(dir, own, (size_t)n)) return -1;
     return nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);

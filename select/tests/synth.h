@@ -54,7 +54,10 @@ static inline void synth_host(cx_probe_t *p, int type)
     snprintf(p->sysfs_root, sizeof p->sysfs_root, "/synthetic");
     synth_built(p, "ucx,libfabric,zmq");
     cx_probe_lib_t *libs[] = { &p->verbs, &p->fabric, &p->ucx, &p->cuda };
-    for (int i = 0; i < 4; i++) { libs[i]->probed = 1; libs[i]->loaded = 1; }
+    for (int i = 0; i < 4; i++) {
+        libs[i]->probed = 1;
+        libs[i]->loaded = 1;
+    }
     snprintf(p->fabric.version, sizeof p->fabric.version, "1.17");
     snprintf(p->fi_providers, sizeof p->fi_providers, "tcp;ofi_rxm,shm");
     p->fi_tcp = p->fi_shm = 1;
@@ -82,11 +85,8 @@ static inline void synth_host(cx_probe_t *p, int type)
         synth_gpu(p, "0000:10:1c.0");
         p->peermem = 1;
         break;
-    case H_NO_BACKENDS:
-        p->n_built = 0;
-        break;
-    default:
-        break;
+    case H_NO_BACKENDS: p->n_built = 0; break;
+    default: break;
     }
 }
 #endif

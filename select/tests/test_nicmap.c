@@ -13,22 +13,39 @@
 static cx_probe_t P;
 static cx_decision_t D;
 
-typedef struct { char dir[256]; } fx_t;
+typedef struct {
+    char dir[256];
+} fx_t;
 
 static int fx_setup(void **state, const char *layout)
 {
     fx_t *f = calloc(1, sizeof *f);
     char path[512];
     snprintf(path, sizeof path, "%s/%s", CX_FIXTURES, layout);
-    if (!f || cx_fixture_make(path, f->dir, sizeof f->dir)) { free(f); return -1; }
+    if (!f || cx_fixture_make(path, f->dir, sizeof f->dir)) {
+        free(f);
+        return -1;
+    }
     *state = f;
     memset(&P, 0, sizeof P);
     return cx_probe_sysfs(&P, f->dir) == CX_OK ? 0 : -1;
 }
-static int dgx_setup(void **s) { return fx_setup(s, "dgx-h100-8gpu-8nic.layout"); }
-static int hgx_setup(void **s) { return fx_setup(s, "hgx-8gpu-4nic.layout"); }
-static int p4d_setup(void **s) { return fx_setup(s, "p4d-24xlarge-efa.layout"); }
-static int roce_setup(void **s) { return fx_setup(s, "roce-2gpu-1nic.layout"); }
+static int dgx_setup(void **s)
+{
+    return fx_setup(s, "dgx-h100-8gpu-8nic.layout");
+}
+static int hgx_setup(void **s)
+{
+    return fx_setup(s, "hgx-8gpu-4nic.layout");
+}
+static int p4d_setup(void **s)
+{
+    return fx_setup(s, "p4d-24xlarge-efa.layout");
+}
+static int roce_setup(void **s)
+{
+    return fx_setup(s, "roce-2gpu-1nic.layout");
+}
 static int fx_teardown(void **state)
 {
     fx_t *f = *state;
@@ -37,7 +54,10 @@ static int fx_teardown(void **state)
     return rc;
 }
 
-static const char *nic_of(int g) { return D.nic_of_gpu[g] >= 0 ? P.rdma[D.nic_of_gpu[g]].name : "-"; }
+static const char *nic_of(int g)
+{
+    return D.nic_of_gpu[g] >= 0 ? P.rdma[D.nic_of_gpu[g]].name : "-";
+}
 
 static void map(unsigned caps, const char *override, int want_rc)
 {
@@ -52,7 +72,7 @@ static void dgx_sysfs(void **s)
     assert_int_equal(P.n_gpu, 8);
     assert_int_equal(P.n_rdma, 12);
     assert_int_equal(P.peermem, 1);
-    assert_string_equal(P.rdma[0].name, "mlx5_0");    /* version order: mlx5_10 after mlx5_9 */
+    assert_string_equal(P.rdma[0].name, "mlx5_0"); /* version order: mlx5_10 after mlx5_9 */
     assert_string_equal(P.rdma[10].name, "mlx5_10");
     assert_string_equal(P.rdma[0].driver, "mlx5_core");
     assert_string_equal(P.rdma[0].pci.bdf, "0000:18:00.0");
@@ -60,8 +80,8 @@ static void dgx_sysfs(void **s)
     assert_int_equal(P.rdma[0].active_port, 1);
     assert_int_equal(P.rdma[0].pci.depth, 5);
     assert_string_equal(P.rdma[0].pci.chain[0], "pci0000:15");
-    assert_int_equal(P.rdma[1].link, CX_LINK_ETH);    /* mlx5_1: storage, RoCE */
-    assert_int_equal(P.rdma[8].active_port, 0);       /* mlx5_8: port down */
+    assert_int_equal(P.rdma[1].link, CX_LINK_ETH); /* mlx5_1: storage, RoCE */
+    assert_int_equal(P.rdma[8].active_port, 0);    /* mlx5_8: port down */
     assert_string_equal(P.gpu[0].pci.bdf, "0000:1b:00.0");
     assert_int_equal(P.gpu[7].pci.numa, 1);
 }
@@ -72,8 +92,7 @@ static void dgx_one_nic_per_gpu(void **s)
     map(CX_CAP_IB, NULL, CX_OK);
     const char *want[8] = { "mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11" };
     for (int g = 0; g < 8; g++) assert_string_equal(nic_of(g), want[g]);
-    assert_string_equal(D.net_devices,
-                        "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1");
+    assert_string_equal(D.net_devices, "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1");
     assert_non_null(strstr(D.reasons, "nic: GPU0 0000:1b:00.0 -> mlx5_0 (same PCIe switch)"));
     /* RoCE-eligible too: the storage NICs sit on other root complexes and stay unused */
     map(CX_CAP_IB | CX_CAP_ROCE, NULL, CX_OK);
@@ -91,7 +110,7 @@ static void dgx_restricted(void **s)
     }
     assert_string_equal(nic_of(0), "mlx5_0");
     assert_string_equal(nic_of(1), "mlx5_3");
-    assert_int_equal(n0, 4);   /* the far GPUs are spread, not piled on one NIC */
+    assert_int_equal(n0, 4); /* the far GPUs are spread, not piled on one NIC */
     assert_int_equal(n3, 4);
     assert_string_equal(D.net_devices, "mlx5_0:1,mlx5_3:1");
     assert_non_null(strstr(D.reasons, "(other NUMA node)"));
@@ -121,7 +140,7 @@ static void dgx_bad_overrides(void **s)
     map(CX_CAP_IB, "mlx5_0:x", CX_EINVAL);
     map(CX_CAP_IB | CX_CAP_ROCE, "mlx5_8", CX_EINVAL);
     assert_non_null(strstr(D.error, "mlx5_8 has no active port"));
-    map(CX_CAP_IB, "mlx5_1", CX_EINVAL);   /* RoCE NIC, IB backend */
+    map(CX_CAP_IB, "mlx5_1", CX_EINVAL); /* RoCE NIC, IB backend */
 }
 
 static void dgx_full_decision(void **s)
@@ -175,7 +194,7 @@ static void p4d_efa(void **s)
     }
     assert_string_equal(P.rdma[0].name, "rdmap16s27");
     map(CX_CAP_EFA, NULL, CX_OK);
-    const char *want[8] = { "rdmap16s27", "rdmap16s27", "rdmap32s27", "rdmap32s27",
+    const char *want[8] = { "rdmap16s27",  "rdmap16s27",  "rdmap32s27",  "rdmap32s27",
                             "rdmap144s27", "rdmap144s27", "rdmap160s27", "rdmap160s27" };
     for (int g = 0; g < 8; g++) assert_string_equal(nic_of(g), want[g]);
     /* IB-eligible only: EFA NICs are not candidates */

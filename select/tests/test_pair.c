@@ -25,8 +25,7 @@ static const char *pair_of(int ta, int tb, int same_host, char *why, size_t len)
     assert_int_equal(na, nb);
     if (!na) return NULL;
     /* both ends agree on the whole fallback order, not just the first */
-    for (int i = 0; i < na; i++)
-        assert_string_equal(A.be[oa[i]].backend, B.be[ob[i]].backend);
+    for (int i = 0; i < na; i++) assert_string_equal(A.be[oa[i]].backend, B.be[ob[i]].backend);
     return A.be[oa[0]].backend;
 }
 
@@ -65,7 +64,7 @@ static void symmetric_everywhere(void **s)
         for (int b = 0; b < H_COUNT; b++)
             for (int sh = 0; sh < 2; sh++) {
                 if (a == H_NO_BACKENDS || b == H_NO_BACKENDS) continue;
-                assert_non_null(pair_of(a, b, sh, NULL, 0));   /* zmq at worst */
+                assert_non_null(pair_of(a, b, sh, NULL, 0)); /* zmq at worst */
             }
 }
 
@@ -99,8 +98,9 @@ static void advertisement_format(void **s)
     assert_int_equal(cx_choice_parse("ucx//0x3", &d), CX_OK);
     assert_string_equal(d.variant, "");
     assert_int_equal(cx_choice_format(&c, buf, 8), CX_EINVAL);
-    const char *bad[] = { "", "ucx", "ucx/", "ucx//", "ucx//0x", "ucx//3", "/x/0x1", "ucx//0x1g",
-                          "ucx//0x10000", "averyveryverylongbackendname//0x1", NULL };
+    const char *bad[] = { "",       "ucx",    "ucx/",      "ucx//",        "ucx//0x",
+                          "ucx//3", "/x/0x1", "ucx//0x1g", "ucx//0x10000", "averyveryverylongbackendname//0x1",
+                          NULL };
     for (int i = 0; bad[i]; i++) {
         if (cx_choice_parse(bad[i], &d) != CX_EINVAL) {
             print_error("accepted '%s'\n", bad[i]);

@@ -35,21 +35,20 @@ static void host(cx_probe_t *p, int kind)
     p->ucx_caps = CX_CAP_TCP | CX_CAP_SHM;
     for (int g = 0; g < p->n_gpu; g++) p->gpu[g].gdr_attr = 1;
     switch (kind) {
-    case HOST_EFA:   /* AWS libfabric, built with CUDA: efa with FI_HMEM */
+    case HOST_EFA: /* AWS libfabric, built with CUDA: efa with FI_HMEM */
         snprintf(p->fi_providers, sizeof p->fi_providers, "efa,tcp;ofi_rxm,shm");
         p->fi_efa = p->fi_efa_hmem = 1;
         break;
-    case HOST_IB:    /* MLNX UCX with CUDA: rc/dc/ud on the mlx5 ports */
+    case HOST_IB: /* MLNX UCX with CUDA: rc/dc/ud on the mlx5 ports */
         p->ucx_caps |= CX_CAP_IB | CX_CAP_ROCE;
         p->ucx_cuda = 1;
         break;
-    case HOST_ROCE:  /* no peermem, but the GPUs take dma-buf */
+    case HOST_ROCE: /* no peermem, but the GPUs take dma-buf */
         p->ucx_caps |= CX_CAP_ROCE;
         p->ucx_cuda = 1;
         for (int g = 0; g < p->n_gpu; g++) p->gpu[g].dmabuf_attr = 1;
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -94,7 +93,14 @@ static void efa_host(void **s)
     assert_string_equal(P.rdma[D.nic_of_gpu[7]].name, "rdmap160s27");
     char buf[4096];
     cx_select_report_plan(&P, &D, CX_OK, buf, sizeof buf);
-    assert_non_null(strstr(buf, "libfabric: provider efa, domain rdmap16s27-rdm, over efa"));
+    /* rails: every EFA, GPU 0's first; each GPU's own EFA for its memory */
+    assert_string_equal(f->domains, "rdmap16s27-rdm,rdmap32s27-rdm,rdmap144s27-rdm,rdmap160s27-rdm");
+    assert_string_equal(f->gpu_domains,
+                        "0=rdmap16s27-rdm;1=rdmap16s27-rdm;2=rdmap32s27-rdm;3=rdmap32s27-rdm;"
+                        "4=rdmap144s27-rdm;5=rdmap144s27-rdm;6=rdmap160s27-rdm;7=rdmap160s27-rdm");
+    assert_non_null(strstr(buf,
+                           "libfabric: provider efa, domain rdmap16s27-rdm, rails rdmap16s27-rdm,rdmap32s27-rdm,"
+                           "rdmap144s27-rdm,rdmap160s27-rdm, over efa"));
     assert_non_null(strstr(buf, "cuda memory: GPUDirect (FI_HMEM (FI_HMEM_CUDA), nvidia_peermem)"));
     assert_non_null(strstr(buf, "gpu7 -> rdmap160s27"));
 }
@@ -107,7 +113,8 @@ static void ib_host(void **s)
     decide(HOST_IB, NULL);
     assert_string_equal(D.be[0].backend, "ucx");
     const cx_plan_be_t *u = plan_of("ucx");
-    assert_string_equal(u->devices, "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,"
+    assert_string_equal(u->devices,
+                        "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,"
                         "mlx5_10:1,mlx5_11:1");
     assert_int_equal(u->devices_exact, 0);
     assert_int_equal(u->gpudirect, 1);
@@ -128,6 +135,29 @@ static void ib_host(void **s)
     u = plan_of("ucx");
     assert_string_equal(u->devices, "mlx5_0:1,mlx5_1:1");
     assert_int_equal(u->devices_exact, 1);
+}
+
+/* DGX with libfabric forced: verbs over the eight compute NICs as rails (not the storage
+ * NICs), each GPU on its own NIC. */
+static void ib_host_libfabric_rails(void **s)
+{
+    (void)s;
+    host(&P, HOST_IB);
+    snprintf(P.fi_providers, sizeof P.fi_providers, "verbs;ofi_rxm,tcp;ofi_rxm,shm");
+    P.fi_verbs = P.fi_verbs_hmem = 1; /* rdma-core's libfabric, built with CUDA */
+    cx_select_opts_t o = { .backend = "libfabric" };
+    assert_int_equal(cx_select_decide_opts(&P, &o, &D), CX_OK);
+    const cx_plan_be_t *f = plan_of("libfabric");
+    assert_string_equal(f->provider, "verbs;ofi_rxm");
+    assert_string_equal(f->domain, "mlx5_0");
+    assert_string_equal(f->domains, "mlx5_0,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_9,mlx5_10,mlx5_11");
+    for (int g = 0; g < 8; g++) {
+        char want[32];
+        snprintf(want, sizeof want, "%d=%s", g, P.rdma[D.nic_of_gpu[g]].name);
+        assert_non_null(strstr(f->gpu_domains, want));
+    }
+    assert_non_null(strstr(f->gpu_domains, "0=mlx5_0;"));
+    assert_null(strstr(f->domains, "mlx5_1,"));
 }
 
 /* RoCE workstation: UCX on the one port, GPUDirect by dma-buf (no peermem module). */
@@ -199,11 +229,8 @@ static void mixed_pairs(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(efa_host),
-        cmocka_unit_test(ib_host),
-        cmocka_unit_test(roce_host),
-        cmocka_unit_test(tcp_host),
-        cmocka_unit_test(mixed_pairs),
+        cmocka_unit_test(efa_host),  cmocka_unit_test(ib_host),  cmocka_unit_test(ib_host_libfabric_rails),
+        cmocka_unit_test(roce_host), cmocka_unit_test(tcp_host), cmocka_unit_test(mixed_pairs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,8 @@ static void assert_order(const cx_decision_t *d, const char *a, const char *b, c
 {
     const char *want[3] = { a, b, c };
     int n = 0;
-    for (int i = 0; i < 3; i++) if (want[i]) n++;
+    for (int i = 0; i < 3; i++)
+        if (want[i]) n++;
     assert_int_equal(d->n, n);
     for (int i = 0; i < n; i++) {
         assert_string_equal(d->be[i].backend, want[i]);
@@ -43,7 +44,7 @@ static void ib_gpu_peermem(void **s)
     assert_string_equal(D.be[1].variant, "tcp;ofi_rxm");
     assert_int_equal(D.gpudirect, 1);
     assert_string_equal(D.same_host, "ucx");
-    assert_string_equal(D.net_devices, "mlx5_0:1");   /* mlx5_1's port is down */
+    assert_string_equal(D.net_devices, "mlx5_0:1"); /* mlx5_1's port is down */
     assert_int_equal(D.nic_of_gpu[0], 0);
     assert_reason(&D, "rule rdma: active port(s) mlx5_0:1 (InfiniBand) -> ucx");
     assert_reason(&D, "gpudirect: on: ucx");
@@ -110,7 +111,7 @@ static void efa_with_hmem(void **s)
     assert_order(&D, "libfabric", "ucx", "zmq");
     assert_string_equal(D.be[0].variant, "efa");
     assert_true(D.be[0].caps & CX_CAP_EFA);
-    assert_false(D.be[1].caps & CX_CAP_RDMA);   /* UCX does not drive EFA */
+    assert_false(D.be[1].caps & CX_CAP_RDMA); /* UCX does not drive EFA */
     assert_int_equal(D.gpudirect, 1);
     assert_string_equal(D.net_devices, "rdmap16s27:1");
     assert_reason(&D, "rule efa: active EFA device(s) rdmap16s27:1 (EFA)");
@@ -260,7 +261,7 @@ static void fi_provider_override(void **s)
     assert_non_null(strstr(D.error, "tcp;ofi_rxm,shm"));
     o.fi_provider = "shm";
     assert_int_equal(cx_select_decide_opts(&P, &o, &D), CX_OK);
-    assert_string_equal(D.be[0].backend, "ucx");   /* libfabric/shm cannot reach other hosts */
+    assert_string_equal(D.be[0].backend, "ucx"); /* libfabric/shm cannot reach other hosts */
     assert_int_equal(D.n, 3);
     assert_reason(&D, "provider shm forced");
 }
@@ -322,7 +323,7 @@ static void opts_from_env(void **s)
     assert_string_equal(o.net_devices, "mlx5_0");
     setenv("CONNEX_BACKEND", "ucx", 1);
     cx_select_opts_from_env(&o, "zmq");
-    assert_string_equal(o.backend, "ucx");   /* the environment wins over the config */
+    assert_string_equal(o.backend, "ucx"); /* the environment wins over the config */
     unsetenv("CONNEX_BACKEND");
     unsetenv("CONNEX_NET_DEVICES");
 }

@@ -17,14 +17,13 @@ static cx_decision_t D;
 static void this_host(void **s)
 {
     (void)s;
-    setenv("CONNEX_PROBE_CUDA", "0", 1);   /* keep cuInit out of a unit test */
+    setenv("CONNEX_PROBE_CUDA", "0", 1); /* keep cuInit out of a unit test */
     assert_int_equal(cx_probe_host(&P, NULL), CX_OK);
     unsetenv("CONNEX_PROBE_CUDA");
     assert_string_equal(P.sysfs_root, "/sys");
     assert_non_null(strchr(P.host_id, '/'));
     for (int i = 0; i < P.n_built; i++)
-        assert_true(!strcmp(P.built[i], "ucx") || !strcmp(P.built[i], "libfabric") ||
-                    !strcmp(P.built[i], "zmq"));
+        assert_true(!strcmp(P.built[i], "ucx") || !strcmp(P.built[i], "libfabric") || !strcmp(P.built[i], "zmq"));
     assert_true(P.verbs.probed);
     assert_string_equal(P.cuda.note, "skipped (CONNEX_PROBE_CUDA=0)");
     int rc = cx_select_decide(&P, NULL, &D);
@@ -57,7 +56,7 @@ static void fixture_probe(void **s)
     unsetenv("CONNEX_PROBE_CUDA");
     assert_int_equal(P.n_rdma, 4);
     assert_int_equal(P.n_gpu, 8);
-    assert_int_equal(P.gpu[0].ordinal, -1);   /* seen on PCI only */
+    assert_int_equal(P.gpu[0].ordinal, -1); /* seen on PCI only */
     /* libibverbs only sees the real /sys: a synthetic tree is not cross-checked */
     assert_false(P.verbs.probed);
     assert_int_equal(P.rdma[0].verbs_ok, -1);
@@ -83,10 +82,19 @@ static void reports(void **s)
     assert_non_null(strstr(buf, "\"nic_of_gpu\":[\"mlx5_0\"]"));
     int depth = 0, instr = 0;
     for (const char *c = buf; *c; c++) {
-        if (instr) { if (*c == '\\') c++; else if (*c == '"') instr = 0; continue; }
-        if (*c == '"') instr = 1;
-        else if (*c == '{' || *c == '[') depth++;
-        else if (*c == '}' || *c == ']') depth--;
+        if (instr) {
+            if (*c == '\\')
+                c++;
+            else if (*c == '"')
+                instr = 0;
+            continue;
+        }
+        if (*c == '"')
+            instr = 1;
+        else if (*c == '{' || *c == '[')
+            depth++;
+        else if (*c == '}' || *c == ']')
+            depth--;
         assert_true(depth >= 0);
     }
     assert_int_equal(depth, 0);
@@ -113,7 +121,7 @@ static void reports(void **s)
     cx_select_report_json(&P, &D, rc, out, sizeof out);
     assert_non_null(strstr(out, "\"ok\":false"));
     assert_non_null(strstr(out, "\"error\":\"no usable backend (built: none)\""));
-    cx_select_log(&P, &D, rc);   /* must not crash on a failed decision */
+    cx_select_log(&P, &D, rc); /* must not crash on a failed decision */
 }
 
 static void engine_entry(void **s)
@@ -136,7 +144,7 @@ static void engine_entry(void **s)
         /* the config's backend is honoured when the environment does not override it */
         assert_int_equal(cx_select_for_engine(D.be[n - 1].backend, ops, CX_SEL_MAX_BE, NULL), 1);
     } else {
-        assert_int_equal(n, CX_EUNSUPPORTED);   /* a build without backends */
+        assert_int_equal(n, CX_EUNSUPPORTED); /* a build without backends */
     }
     assert_int_equal(cx_select_for_engine(NULL, NULL, 0, NULL), CX_EINVAL);
     unsetenv("CONNEX_SYSFS_ROOT");
@@ -156,12 +164,8 @@ static void caps_names(void **s)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(this_host),
-        cmocka_unit_test(missing_sysfs),
-        cmocka_unit_test(fixture_probe),
-        cmocka_unit_test(reports),
-        cmocka_unit_test(engine_entry),
-        cmocka_unit_test(caps_names),
+        cmocka_unit_test(this_host), cmocka_unit_test(missing_sysfs), cmocka_unit_test(fixture_probe),
+        cmocka_unit_test(reports),   cmocka_unit_test(engine_entry),  cmocka_unit_test(caps_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,15 +58,17 @@ struct fi_info *fi_dupinfo(const struct fi_info *info)
     i->ep_attr->type = info->ep_attr ? info->ep_attr->type : 0;
     if (info->fabric_attr && info->fabric_attr->prov_name)
         i->fabric_attr->prov_name = strdup(info->fabric_attr->prov_name);
-    if (info->domain_attr && info->domain_attr->name)
-        i->domain_attr->name = strdup(info->domain_attr->name);
+    if (info->domain_attr && info->domain_attr->name) i->domain_attr->name = strdup(info->domain_attr->name);
     return i;
 }
 
-int fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags,
-               const struct fi_info *hints, struct fi_info **info)
+int fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t flags, const struct fi_info *hints,
+               struct fi_info **info)
 {
-    (void)version; (void)node; (void)service; (void)flags;
+    (void)version;
+    (void)node;
+    (void)service;
+    (void)flags;
     *info = NULL;
     const char *want = hints && hints->fabric_attr ? hints->fabric_attr->prov_name : NULL;
     uint64_t caps = hints ? hints->caps : 0;
@@ -75,8 +77,7 @@ int fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t
         FILE *f = path ? fopen(path, "a") : NULL;
         if (f) {
             const char *dom = hints->domain_attr && hints->domain_attr->name ? hints->domain_attr->name : "";
-            fprintf(f, "open prov=%s domain=%s hmem=%d mr_hmem=%d\n", want ? want : "", dom,
-                    (caps & FI_HMEM) != 0,
+            fprintf(f, "open prov=%s domain=%s hmem=%d mr_hmem=%d\n", want ? want : "", dom, (caps & FI_HMEM) != 0,
                     hints->domain_attr && (hints->domain_attr->mr_mode & FI_MR_HMEM) != 0);
             fclose(f);
         }
@@ -107,7 +108,9 @@ int fi_getinfo(uint32_t version, const char *node, const char *service, uint64_t
 
 int fi_fabric(struct fi_fabric_attr *attr, struct fid_fabric **fabric, void *context)
 {
-    (void)attr; (void)fabric; (void)context;
+    (void)attr;
+    (void)fabric;
+    (void)context;
     return -FI_ENOSYS;
 }
 

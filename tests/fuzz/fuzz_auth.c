@@ -38,11 +38,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* Alternate: even frames to the acceptor side, odd ones to the dialler side. */
         if (!dead_in && (off & 1)) {
             int rc = cx_auth_on_frame(&e, &in, data + off, n, why, sizeof why);
-            if (rc < 0) { dead_in = 1; if (!memchr(why, 0, sizeof why)) abort(); }
+            if (rc < 0) {
+                dead_in = 1;
+                if (!memchr(why, 0, sizeof why)) abort();
+            }
         } else if (!dead_out) {
             int rc = cx_auth_on_frame(&e, &out, data + off, n, why, sizeof why);
-            if (rc < 0) { dead_out = 1; if (!memchr(why, 0, sizeof why)) abort(); }
-            if (rc == CX_AUTH_SEND_HELLO) abort();   /* forged the acceptor's proof */
+            if (rc < 0) {
+                dead_out = 1;
+                if (!memchr(why, 0, sizeof why)) abort();
+            }
+            if (rc == CX_AUTH_SEND_HELLO) abort(); /* forged the acceptor's proof */
         }
         off += n;
         /* The acceptor side authenticates only after a proof made with the token. */

@@ -53,8 +53,16 @@ static void body(uint8_t type, const uint8_t *b, size_t n)
     }
     case CX_CTL_REG_ADD: (void)region(&r, b, n); return;
     case CX_CTL_REG_DEL:
-    case CX_CTL_REG_DEL_ACK: (void)cx_rd_u64(&r); (void)cx_rd_done(&r); return;
-    case CX_CTL_REG_QUERY: (void)cx_rd_u64(&r); (void)cx_rd_u64(&r); (void)cx_rd_u64(&r); (void)cx_rd_done(&r); return;
+    case CX_CTL_REG_DEL_ACK:
+        (void)cx_rd_u64(&r);
+        (void)cx_rd_done(&r);
+        return;
+    case CX_CTL_REG_QUERY:
+        (void)cx_rd_u64(&r);
+        (void)cx_rd_u64(&r);
+        (void)cx_rd_u64(&r);
+        (void)cx_rd_done(&r);
+        return;
     case CX_CTL_REG_REPLY:
         (void)cx_rd_u64(&r);
         if (cx_rd_u8(&r) && r.ok) (void)region(&r, b, n);
@@ -81,7 +89,8 @@ static void body(uint8_t type, const uint8_t *b, size_t n)
         /* As connex-ctl reads it: the head, then every peer until the first malformed one. */
         cx_wire_status_t s;
         if (cx_wire_get_status_head(b, n, &s) != CX_OK) return;
-        if (s.npeers > CX_STATUS_PEERS_MAX || !memchr(s.url, 0, sizeof s.url) || !memchr(s.backends, 0, sizeof s.backends))
+        if (s.npeers > CX_STATUS_PEERS_MAX || !memchr(s.url, 0, sizeof s.url) ||
+            !memchr(s.backends, 0, sizeof s.backends))
             abort();
         for (uint32_t k = 0; k < s.npeers; k++) {
             cx_wire_status_peer_t p;
@@ -109,9 +118,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     while (size - off >= CX_CTL_HDR) {
         uint32_t blen;
         uint8_t type;
-        if (cx_ctl_hdr_parse(data + off, &blen, &type) != CX_OK) return 0;   /* garbage: closed */
+        if (cx_ctl_hdr_parse(data + off, &blen, &type) != CX_OK) return 0; /* garbage: closed */
         if (blen > CX_CTL_MAX_BODY || type < CX_CTL_HELLO || type > CX_CTL_LAST) abort();
-        if (size - off - CX_CTL_HDR < blen) return 0;                        /* waits for more */
+        if (size - off - CX_CTL_HDR < blen) return 0; /* waits for more */
         body(type, data + off + CX_CTL_HDR, blen);
         off += CX_CTL_HDR + blen;
     }

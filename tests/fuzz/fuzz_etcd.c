@@ -35,18 +35,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(s, data, size);
     cx_js_t root = { s, s + size };
 
-    entry(root, 0);                                        /* a bare kv */
+    entry(root, 0); /* a bare kv */
     entry(root, 1);
-    cx_js_t it = { 0, 0 }, kv;                             /* a range answer */
+    cx_js_t it = { 0, 0 }, kv; /* a range answer */
     for (int i = 0; i < 64 && cx_js_next(cx_js_get(root, "kvs"), &it, &kv); i++) entry(kv, 0);
-    cx_js_t res = cx_js_get(root, "result"), ev;           /* a watch message */
+    cx_js_t res = cx_js_get(root, "result"), ev; /* a watch message */
     cx_js_t it2 = { 0, 0 };
     for (int i = 0; i < 64 && cx_js_next(cx_js_get(res, "events"), &it2, &ev); i++) {
         char type[16];
         int del = cx_js_str(cx_js_get(ev, "type"), type, sizeof type) == 0 && !strcmp(type, "DELETE");
         entry(cx_js_get(ev, "kv"), del);
     }
-    uint64_t v;                                            /* lease grant, headers */
+    uint64_t v; /* lease grant, headers */
     cx_js_u64(cx_js_get(cx_js_get(root, "header"), "revision"), &v);
     cx_js_u64(cx_js_get(root, "ID"), &v);
     cx_js_u64(cx_js_get(res, "compact_revision"), &v);

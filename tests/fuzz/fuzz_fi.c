@@ -61,8 +61,7 @@ static void rdata(const uint8_t *body, size_t n)
     size_t dl;
     if (cx_fi_rdata_get(body, n, &st, &off, &d, &dl) != CX_OK) return;
     /* what cx_fi_wb_on_rdata relies on before its own checks against the op */
-    if (n < CX_FM_RDATA_HDR || dl != n - CX_FM_RDATA_HDR || (st != 0 && dl) ||
-        (uint64_t)off + dl > CX_FM_RD_INLINE_MAX)
+    if (n < CX_FM_RDATA_HDR || dl != n - CX_FM_RDATA_HDR || (st != 0 && dl) || (uint64_t)off + dl > CX_FM_RD_INLINE_MAX)
         abort();
     inside(d, dl, body, n);
     uint8_t *b = malloc(n ? n : 1);
@@ -84,16 +83,20 @@ static void message(const uint8_t *data, size_t size)
     cx_wr_t w;
     cx_wr_init(&w, b, sizeof b);
     cx_fi_hdr_put(&w, &h);
-    if (!w.ok || w.len != CX_FM_HDR || b[0] != data[0] || b[1] != data[1] ||
-        memcmp(b + 4, data + 4, CX_FM_HDR - 4))
+    if (!w.ok || w.len != CX_FM_HDR || b[0] != data[0] || b[1] != data[1] || memcmp(b + 4, data + 4, CX_FM_HDR - 4))
         abort();
     const uint8_t *body = data + CX_FM_HDR;
     size_t n = size - CX_FM_HDR;
-    if (h.type == CX_FM_ACK) ack(body, n);
-    else if (h.type == CX_FM_MSG_RTS || h.type == CX_FM_SIG_RTS) rts(body, n);
-    else if (h.type == CX_FM_RREQ || h.type == CX_FM_PREQ || h.type == CX_FM_RREQ_IN) wbreq(body, n);
-    else if (h.type == CX_FM_RDATA) rdata(body, n);
-    else if (h.type == CX_FM_MSG || h.type == CX_FM_SIG) inside(body, n, data, size);
+    if (h.type == CX_FM_ACK)
+        ack(body, n);
+    else if (h.type == CX_FM_MSG_RTS || h.type == CX_FM_SIG_RTS)
+        rts(body, n);
+    else if (h.type == CX_FM_RREQ || h.type == CX_FM_PREQ || h.type == CX_FM_RREQ_IN)
+        wbreq(body, n);
+    else if (h.type == CX_FM_RDATA)
+        rdata(body, n);
+    else if (h.type == CX_FM_MSG || h.type == CX_FM_SIG)
+        inside(body, n, data, size);
 }
 
 static void addr(const uint8_t *data, size_t size)
@@ -137,8 +140,38 @@ static void key(const uint8_t *data, size_t size)
     if (k.base && cx_fi_key_target(&k, k.base - 1, &ra) != CX_EINVAL) abort();
 }
 
+/* Multi-rail blobs: every part lies inside the input, the count is the same for every rail, and
+ * a rail past the count is refused; each part goes through the single-rail decoder. */
+static void rails(const uint8_t *data, size_t size)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        const uint8_t *p;
+        size_t pl;
+        int n0 = 0;
+        int (*get)(const void *, size_t, int, const uint8_t **, size_t *, int *) =
+            kind ? cx_fi_key_rail : cx_fi_addr_rail;
+        if (get(data, size, 0, &p, &pl, &n0) != CX_OK) continue;
+        if (n0 < 1 || n0 > CX_FI_RAILS_MAX) abort();
+        for (int i = 0; i < n0; i++) {
+            int n = 0;
+            if (get(data, size, i, &p, &pl, &n) != CX_OK || n != n0 || !pl) abort();
+            inside(p, pl, data, size);
+            if (kind) {
+                cx_fi_key_t k;
+                (void)cx_fi_key_get(p, pl, &k);
+            } else {
+                cx_fi_addr_t a;
+                (void)cx_fi_addr_get(p, pl, &a);
+            }
+        }
+        int n = 0;
+        if (get(data, size, n0, &p, &pl, &n) != CX_EINVAL) abort();
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    rails(data, size);
     message(data, size);
     ack(data, size);
     rts(data, size);

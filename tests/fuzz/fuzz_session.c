@@ -29,7 +29,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CX_FUZZ_SESSION_RENEW 2000   /* inputs per engine: peers of old inputs do not pile up */
+#define CX_FUZZ_SESSION_RENEW 2000 /* inputs per engine: peers of old inputs do not pile up */
 
 static cx_engine_t *g_e;
 static uint16_t g_port;
@@ -56,12 +56,13 @@ static void no_namespace(void)
 {
     const char *req = getenv("CONNEX_TEST_REQUIRE");
     if (req && strstr(req, "netns")) {
-        fprintf(stderr, "fuzz_session: no network namespace of its own (%s), and "
-                        "CONNEX_TEST_REQUIRE names netns\n", strerror(errno));
+        fprintf(stderr,
+                "fuzz_session: no network namespace of its own (%s), and "
+                "CONNEX_TEST_REQUIRE names netns\n",
+                strerror(errno));
         exit(1);
     }
-    fprintf(stderr, "fuzz_session: skipped: no network namespace of its own (%s; root needed)\n",
-            strerror(errno));
+    fprintf(stderr, "fuzz_session: skipped: no network namespace of its own (%s; root needed)\n", strerror(errno));
     exit(77);
 }
 
@@ -69,11 +70,11 @@ static void engine_up(void)
 {
     cx_config_t cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.model = "llama";   /* the identity the seeds' HELLOs dial (mkseeds.c) */
+    cfg.model = "llama"; /* the identity the seeds' HELLOs dial (mkseeds.c) */
     cfg.stage = 2;
     cfg.listen_ip = "127.0.0.1";
     cfg.backend = "zmq";
-    cfg.heartbeat_ms = 100000;           /* no timers firing between inputs */
+    cfg.heartbeat_ms = 100000; /* no timers firing between inputs */
     cfg.heartbeat_timeout_ms = 300000;
     cfg.op_timeout_ms = 1000;
     cfg.connect_timeout_ms = 200;
@@ -82,7 +83,7 @@ static void engine_up(void)
         abort();
     }
     if (!g_region && !(g_region = aligned_alloc(4096, 1 << 16))) abort();
-    if (cx_register_memory(g_e, g_region, 1 << 16) != CX_OK) abort();   /* REG_QUERY has one */
+    if (cx_register_memory(g_e, g_region, 1 << 16) != CX_OK) abort(); /* REG_QUERY has one */
     cx_url_t u;
     if (cx_url_parse(cx_engine_local_url(g_e), &u, NULL, 0) != CX_OK) abort();
     g_port = u.port;

@@ -43,12 +43,11 @@ static void ack_hdr(const uint8_t *data, size_t size)
     cx_wr_init(&w, b, sizeof b);
     cx_ucx_ack_hdr_put(&w, &h);
     cx_ucx_ack_hdr_t h2;
-    if (!w.ok || w.len != size || cx_ucx_ack_hdr_get(b, w.len, &h2) || h2.req_id != h.req_id ||
-        h2.status != h.status)
+    if (!w.ok || w.len != size || cx_ucx_ack_hdr_get(b, w.len, &h2) || h2.req_id != h.req_id || h2.status != h.status)
         abort();
     /* bytes equal unless the decoder mapped an out-of-range status to CX_ERR */
-    int32_t raw = (int32_t)((uint32_t)data[12] | (uint32_t)data[13] << 8 | (uint32_t)data[14] << 16 |
-                            (uint32_t)data[15] << 24);
+    int32_t raw =
+        (int32_t)((uint32_t)data[12] | (uint32_t)data[13] << 8 | (uint32_t)data[14] << 16 | (uint32_t)data[15] << 24);
     if (raw == h.status && memcmp(b, data, size)) abort();
     if (raw != h.status && h.status != CX_ERR) abort();
 }
@@ -58,7 +57,7 @@ static void blob(const uint8_t *data, size_t size, uint32_t magic)
     const uint8_t *p;
     size_t n;
     if (cx_ucx_blob_get(data, size, magic, &p, &n) != CX_OK) {
-        if (p || n) abort();   /* a refused blob must not leave a pointer to use */
+        if (p || n) abort(); /* a refused blob must not leave a pointer to use */
         return;
     }
     inside(p, n, data, size);
@@ -96,8 +95,7 @@ static void rreq(const uint8_t *data, size_t size)
 {
     cx_ucx_rreq_hdr_t h;
     if (cx_ucx_rreq_hdr_get(data, size, &h) != CX_OK) return;
-    if (size != CX_UCX_RREQ_HDR_LEN || !h.len || h.len > CX_UCX_RREQ_MAX || h.addr + h.len < h.addr)
-        abort();
+    if (size != CX_UCX_RREQ_HDR_LEN || !h.len || h.len > CX_UCX_RREQ_MAX || h.addr + h.len < h.addr) abort();
     uint8_t b[CX_UCX_RREQ_HDR_LEN];
     cx_wr_t w;
     cx_wr_init(&w, b, sizeof b);

@@ -33,9 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         lid_same(&u.lid, &u2.lid);
         if (cx_lid_cmp(&u.lid, &u.lid)) abort();
     } else if (!memchr(err, 0, sizeof err)) {
-        abort();   /* the message must be a terminated string */
+        abort(); /* the message must be a terminated string */
     }
-    cx_url_parse(s, &u, NULL, 0);   /* no message buffer at all */
+    cx_url_parse(s, &u, NULL, 0); /* no message buffer at all */
     cx_url_parse(s, &u, err, 1);
 
     cx_lid_t l, l2;

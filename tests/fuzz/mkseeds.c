@@ -22,22 +22,28 @@ static void put(const char *target, const char *name, const void *b, size_t n)
 {
     char p[512];
     snprintf(p, sizeof p, "%s/%s", root, target);
-    (void)mkdir(p, 0755);   /* a new target's directory; fopen says if it is still missing */
+    (void)mkdir(p, 0755); /* a new target's directory; fopen says if it is still missing */
     snprintf(p, sizeof p, "%s/%s/seed-%s", root, target, name);
     FILE *f = fopen(p, "wb");
-    if (!f || fwrite(b, 1, n, f) != n) { perror(p); exit(1); }
+    if (!f || fwrite(b, 1, n, f) != n) {
+        perror(p);
+        exit(1);
+    }
     fclose(f);
 }
 
 /* Encodes with a cx_wr_t encoder into a scratch buffer and writes it as a seed. */
-#define PUT_WR(target, name, cap, ...)                                                            \
-    do {                                                                                        \
-        static uint8_t wb_[cap];                                                                \
-        cx_wr_t w_;                                                                             \
-        cx_wr_init(&w_, wb_, sizeof wb_);                                                       \
-        __VA_ARGS__;                                                                            \
-        if (!w_.ok) { fprintf(stderr, "seed %s/%s does not encode\n", target, name); exit(1); } \
-        put(target, name, wb_, w_.len);                                                         \
+#define PUT_WR(target, name, cap, ...)                                     \
+    do {                                                                   \
+        static uint8_t wb_[cap];                                           \
+        cx_wr_t w_;                                                        \
+        cx_wr_init(&w_, wb_, sizeof wb_);                                  \
+        __VA_ARGS__;                                                       \
+        if (!w_.ok) {                                                      \
+            fprintf(stderr, "seed %s/%s does not encode\n", target, name); \
+            exit(1);                                                       \
+        }                                                                  \
+        put(target, name, wb_, w_.len);                                    \
     } while (0)
 
 static size_t frame(uint8_t *out, uint8_t type, const void *body, size_t n)
@@ -51,9 +57,16 @@ int main(int argc, char **argv)
 {
     root = argc > 1 ? argv[1] : "corpus";
     static const char *urls[] = {
-        "127.0.0.1:5000#llama|1|0|0", "10.0.0.2:51001#llama-8b|1|2|3", "[::1]:7000#m.x/y:z-1|0|0|4294967295",
-        "[fe80::1%eth0]:1#m|0|0|0", "llama|1|0|0", "0.0.0.0:0#a|0|0|0", "127.0.0.1:65536#m|0|0|0",
-        "127.0.0.1:80#m|1|2", "1.2.3.4:5#|0|0|0", "127.0.0.1:5000#llama|01|0|0",
+        "127.0.0.1:5000#llama|1|0|0",
+        "10.0.0.2:51001#llama-8b|1|2|3",
+        "[::1]:7000#m.x/y:z-1|0|0|4294967295",
+        "[fe80::1%eth0]:1#m|0|0|0",
+        "llama|1|0|0",
+        "0.0.0.0:0#a|0|0|0",
+        "127.0.0.1:65536#m|0|0|0",
+        "127.0.0.1:80#m|1|2",
+        "1.2.3.4:5#|0|0|0",
+        "127.0.0.1:5000#llama|01|0|0",
     };
     for (size_t i = 0; i < sizeof urls / sizeof *urls; i++) {
         char n[16];
@@ -72,14 +85,26 @@ int main(int argc, char **argv)
     memset(&r1, 0, sizeof r1);
     memset(&r2, 0, sizeof r2);
     uint8_t k0[] = { 9, 9, 9, 9 }, k1[] = { 7 };
-    r1.id = 1; r1.addr = 0x10000; r1.len = 4096; r1.mh[0] = (void *)1; r1.key[0] = k0; r1.key_len[0] = sizeof k0;
-    r1.mh[1] = (void *)1; r1.key[1] = k1; r1.key_len[1] = sizeof k1;
-    r2.id = 2; r2.addr = 0x7fff0000; r2.len = 1 << 20; r2.mh[1] = (void *)1; r2.key[1] = k1; r2.key_len[1] = sizeof k1;
+    r1.id = 1;
+    r1.addr = 0x10000;
+    r1.len = 4096;
+    r1.mh[0] = (void *)1;
+    r1.key[0] = k0;
+    r1.key_len[0] = sizeof k0;
+    r1.mh[1] = (void *)1;
+    r1.key[1] = k1;
+    r1.key_len[1] = sizeof k1;
+    r2.id = 2;
+    r2.addr = 0x7fff0000;
+    r2.len = 1 << 20;
+    r2.mh[1] = (void *)1;
+    r2.key[1] = k1;
+    r2.key_len[1] = sizeof k1;
     cx_wr_t w;
     cx_wr_init(&w, body, sizeof body);
     const char *choices[2] = { "ucx//0x7", "zmq//0x1" };
-    cx_wire_put_hello_head(&w, 0x1122334455667788ull, &me, "127.0.0.1:5000#llama|1|0|0", &you, "host/boot",
-                           1000, 3000, 4242, 7, 2, names, choices, addrs, lens, 2);
+    cx_wire_put_hello_head(&w, 0x1122334455667788ull, &me, "127.0.0.1:5000#llama|1|0|0", &you, "host/boot", 1000, 3000,
+                           4242, 7, 2, names, choices, addrs, lens, 2);
     cx_wire_put_region(&w, &r1, names, 2);
     cx_wire_put_region(&w, &r2, names, 2);
     if (!w.ok) return 1;
@@ -96,10 +121,13 @@ int main(int argc, char **argv)
     cx_wr_u64(&w, 1);
     off += frame(stream + off, CX_CTL_REG_DEL, body, w.len);
     cx_wr_init(&w, body, sizeof body);
-    cx_wr_u64(&w, 5); cx_wr_u64(&w, 0x10000); cx_wr_u64(&w, 64);
+    cx_wr_u64(&w, 5);
+    cx_wr_u64(&w, 0x10000);
+    cx_wr_u64(&w, 64);
     off += frame(stream + off, CX_CTL_REG_QUERY, body, w.len);
     cx_wr_init(&w, body, sizeof body);
-    cx_wr_u64(&w, 5); cx_wr_u8(&w, 1);
+    cx_wr_u64(&w, 5);
+    cx_wr_u8(&w, 1);
     cx_wire_put_region(&w, &r2, names, 2);
     off += frame(stream + off, CX_CTL_REG_REPLY, body, w.len);
     cx_wr_init(&w, body, sizeof body);
@@ -131,7 +159,7 @@ int main(int argc, char **argv)
     /* fuzz_auth's own input form: (u8 length, body) pairs */
     uint8_t seq[2 * (1 + CX_AUTH_BODY)];
     for (int i = 0; i < 2; i++) {
-        af.step = (uint8_t)(1 + 2 * i);   /* step 1 to the acceptor, step 3 after it */
+        af.step = (uint8_t)(1 + 2 * i); /* step 1 to the acceptor, step 3 after it */
         memset(af.data, 0x11 * (i + 1), sizeof af.data);
         seq[i * (1 + CX_AUTH_BODY)] = CX_AUTH_BODY;
         cx_auth_frame_put(seq + i * (1 + CX_AUTH_BODY) + 1, &af);
@@ -157,27 +185,36 @@ int main(int argc, char **argv)
      * blobs around opaque bytes standing in for what UCX packs (the backend never parses those). */
     uint8_t opaque[180];
     for (size_t i = 0; i < sizeof opaque; i++) opaque[i] = (uint8_t)(i * 37 + 11);
-    PUT_WR("ucx", "msg", 64, cx_ucx_msg_hdr_put(&w_, &(cx_ucx_msg_hdr_t){
-               .kind = CX_XFER_MSG, .inc = 0x1122334455667788ull, .req_id = 1 }));
-    PUT_WR("ucx", "signal", 64, cx_ucx_msg_hdr_put(&w_, &(cx_ucx_msg_hdr_t){
-               .kind = CX_XFER_PUT_SIGNAL, .inc = 0x8877665544332211ull, .req_id = 0xfffffffffull }));
+    PUT_WR(
+        "ucx", "msg", 64,
+        cx_ucx_msg_hdr_put(&w_, &(cx_ucx_msg_hdr_t){ .kind = CX_XFER_MSG, .inc = 0x1122334455667788ull, .req_id = 1 }));
+    PUT_WR(
+        "ucx", "signal", 64,
+        cx_ucx_msg_hdr_put(
+            &w_,
+            &(cx_ucx_msg_hdr_t){ .kind = CX_XFER_PUT_SIGNAL, .inc = 0x8877665544332211ull, .req_id = 0xfffffffffull }));
     const int ack_st[] = { CX_OK, CX_EAGAIN, CX_EINVAL };
     for (size_t i = 0; i < sizeof ack_st / sizeof *ack_st; i++) {
         char n[16];
         snprintf(n, sizeof n, "ack%d", -ack_st[i]);
-        PUT_WR("ucx", n, 64, cx_ucx_ack_hdr_put(&w_, &(cx_ucx_ack_hdr_t){
-                   .req_id = 42 + i, .status = (int32_t)ack_st[i] }));
+        PUT_WR("ucx", n, 64,
+               cx_ucx_ack_hdr_put(&w_, &(cx_ucx_ack_hdr_t){ .req_id = 42 + i, .status = (int32_t)ack_st[i] }));
     }
     PUT_WR("ucx", "addr", 512, cx_ucx_blob_put(&w_, CX_UCX_ADDR_MAGIC, opaque, sizeof opaque));
     PUT_WR("ucx", "rkey", 512, cx_ucx_blob_put(&w_, CX_UCX_KEY_MAGIC, opaque, 41));
-    PUT_WR("ucx", "rreq", 64, cx_ucx_rreq_hdr_put(&w_, &(cx_ucx_rreq_hdr_t){
-               .inc = 0x1122334455667788ull, .req_id = 7, .addr = 0x7f0000001000ull, .len = 16384 }));
-    PUT_WR("ucx", "rdata", 64, cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){
-               .req_id = 7, .status = CX_OK, .offset = 8000 }));
-    PUT_WR("ucx", "rdata-refused", 64, cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){
-               .req_id = 8, .status = CX_EINVAL, .offset = 0 }));
-    PUT_WR("ucx", "upd", 512, cx_ucx_upd_put(&w_, &(cx_ucx_upd_hdr_t){
-               .inc = 0x1122334455667788ull, .gen = 3, .addr = opaque, .addr_len = sizeof opaque }));
+    PUT_WR(
+        "ucx", "rreq", 64,
+        cx_ucx_rreq_hdr_put(&w_,
+                            &(cx_ucx_rreq_hdr_t){
+                                .inc = 0x1122334455667788ull, .req_id = 7, .addr = 0x7f0000001000ull, .len = 16384 }));
+    PUT_WR("ucx", "rdata", 64,
+           cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){ .req_id = 7, .status = CX_OK, .offset = 8000 }));
+    PUT_WR("ucx", "rdata-refused", 64,
+           cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){ .req_id = 8, .status = CX_EINVAL, .offset = 0 }));
+    PUT_WR("ucx", "upd", 512,
+           cx_ucx_upd_put(&w_,
+                          &(cx_ucx_upd_hdr_t){
+                              .inc = 0x1122334455667788ull, .gen = 3, .addr = opaque, .addr_len = sizeof opaque }));
 #endif
 
 #ifdef CX_SEEDS_FI
@@ -214,17 +251,30 @@ int main(int argc, char **argv)
     PUT_WR("fi", "rdata", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rdata_put(&w_, CX_OK, 16360, "sixteen bytes!!!", 16));
     PUT_WR("fi", "rdata-err", 256, cx_fi_hdr_put(&w_, &fh); cx_fi_rdata_put(&w_, CX_EINVAL, 0, NULL, 0));
     const uint8_t sin[16] = { 2, 0, 0x13, 0x88, 127, 0, 0, 1 };
-    cx_fi_addr_t fa = { .prov = "tcp;ofi_rxm", .fmt = 1, .name = sin, .name_len = sizeof sin,
-                        .pid = 4242 };
+    cx_fi_addr_t fa = { .prov = "tcp;ofi_rxm", .fmt = 1, .name = sin, .name_len = sizeof sin, .pid = 4242 };
     PUT_WR("fi", "addr-tcp", 512, cx_fi_addr_put(&w_, &fa));
     const char shm_name[] = "fi_ns://4242:0:0";
-    cx_fi_addr_t fs = { .prov = "shm", .fmt = 14, .name = (const uint8_t *)shm_name,
-                        .name_len = sizeof shm_name, .pid = 4242 };
+    cx_fi_addr_t fs = {
+        .prov = "shm", .fmt = 14, .name = (const uint8_t *)shm_name, .name_len = sizeof shm_name, .pid = 4242
+    };
     PUT_WR("fi", "addr-shm", 512, cx_fi_addr_put(&w_, &fs));
-    PUT_WR("fi", "key-virt", 64, cx_fi_key_put(&w_, &(cx_fi_key_t){
-               .flags = CX_FI_KEY_VIRT, .base = 0x7f0000001000ull, .key = 0x1234 }));
-    PUT_WR("fi", "key-offset", 64, cx_fi_key_put(&w_, &(cx_fi_key_t){
-               .flags = 0, .base = 0x10000, .key = 3 }));
+    PUT_WR("fi", "key-virt", 64,
+           cx_fi_key_put(&w_, &(cx_fi_key_t){ .flags = CX_FI_KEY_VIRT, .base = 0x7f0000001000ull, .key = 0x1234 }));
+    PUT_WR("fi", "key-offset", 64, cx_fi_key_put(&w_, &(cx_fi_key_t){ .flags = 0, .base = 0x10000, .key = 3 }));
+    /* multi-rail (fi_rail.c): two rails' addresses in one blob, two rails' keys in one */
+    uint8_t rab[512], rkb[64];
+    cx_wr_t aw, kw;
+    cx_wr_init(&aw, rab, sizeof rab);
+    cx_fi_addr_put(&aw, &fa);
+    cx_wr_init(&kw, rkb, sizeof rkb);
+    cx_fi_key_put(&kw, &(cx_fi_key_t){ .flags = CX_FI_KEY_VIRT, .base = 0x7f0000001000ull, .key = 0x1234 });
+    PUT_WR("fi", "addr-rails", 1100, cx_wr_u8(&w_, CX_FI_ADDRS_VERSION); cx_wr_u8(&w_, 2);
+           cx_wr_blob16(&w_, rab, aw.len); cx_wr_blob16(&w_, rab, aw.len));
+    PUT_WR(
+        "fi", "key-rails", 128, cx_wr_u8(&w_, CX_FI_KEYS_VERSION); cx_wr_u8(&w_, 2); for (int r_ = 0; r_ < 2; r_++) {
+            cx_wr_u8(&w_, (uint8_t)kw.len);
+            cx_wr_bytes(&w_, rkb, kw.len);
+        });
 #endif
     return 0;
 }

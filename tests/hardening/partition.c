@@ -37,8 +37,9 @@ static int g_have_ns;
 static int wait_link_running(void)
 {
     char cmd[256];
-    snprintf(cmd, sizeof cmd, "ip -o link show dev %s | grep -q LOWER_UP && ip -n %s -o link show dev %s | grep -q LOWER_UP",
-             g_va, g_ns, g_vb);
+    snprintf(cmd, sizeof cmd,
+             "ip -o link show dev %s | grep -q LOWER_UP && ip -n %s -o link show dev %s | grep -q LOWER_UP", g_va, g_ns,
+             g_vb);
     for (int i = 0; i < 300; i++) {
         if (system(cmd) == 0) return 0;
         usleep(10000);
@@ -74,7 +75,7 @@ static int setup_net(void)
 static void teardown_net(void)
 {
     if (!g_have_ns) return;
-    cxt_sh("ip link del %s 2>/dev/null || true", g_va);   /* removes both ends */
+    cxt_sh("ip link del %s 2>/dev/null || true", g_va); /* removes both ends */
     cxt_sh("ip netns del %s", g_ns);
     g_have_ns = 0;
 }
@@ -85,7 +86,7 @@ static void teardown_net(void)
 static int start_peer_in_ns(cxt_peer_t *p, cxt_peer_opts_t *o)
 {
     o->netns = g_ns;
-    o->net_devices = g_vb;   /* its veth only: see survivor_up */
+    o->net_devices = g_vb; /* its veth only: see survivor_up */
     return cxt_peer_start(p, o, 10000);
 }
 
@@ -95,7 +96,7 @@ typedef struct {
     uint8_t *buf;
     atomic_int stop;
     atomic_long ok, epeer, etimedout, other;
-    atomic_long worst_ms;   /* longest single op */
+    atomic_long worst_ms; /* longest single op */
 } streamer_t;
 
 static void *stream_main(void *arg)
@@ -106,11 +107,17 @@ static void *stream_main(void *arg)
         int rc = cx_read(s->e, s->p->lid, s->buf, s->p->base, 256u << 10);
         long ms = (long)cxt_ms_since(t0);
         if (ms > atomic_load(&s->worst_ms)) atomic_store(&s->worst_ms, ms);
-        if (rc == 0) atomic_fetch_add(&s->ok, 1);
-        else if (rc == CX_EPEER) atomic_fetch_add(&s->epeer, 1);
-        else if (rc == CX_ETIMEDOUT) atomic_fetch_add(&s->etimedout, 1);
-        else { atomic_fetch_add(&s->other, 1); fprintf(stderr, "partition: read: %d\n", rc); }
-        if (rc) usleep(20000);   /* a failed peer answers at once: do not spin */
+        if (rc == 0)
+            atomic_fetch_add(&s->ok, 1);
+        else if (rc == CX_EPEER)
+            atomic_fetch_add(&s->epeer, 1);
+        else if (rc == CX_ETIMEDOUT)
+            atomic_fetch_add(&s->etimedout, 1);
+        else {
+            atomic_fetch_add(&s->other, 1);
+            fprintf(stderr, "partition: read: %d\n", rc);
+        }
+        if (rc) usleep(20000); /* a failed peer answers at once: do not spin */
     }
     return NULL;
 }
@@ -155,8 +162,14 @@ static void test_link_down_then_up(void **state)
     survivor_up("part", &e, &buf);
 
     cxt_peer_t p;
-    cxt_peer_opts_t o = { .model = "part-peer", .replica = 1, .region = RS, .seed = 42, .listen_ip = g_ip_b,
-                          .hb_ms = HB_MS, .hb_timeout_ms = HBT_MS, .op_timeout_ms = OP_TIMEOUT_MS };
+    cxt_peer_opts_t o = { .model = "part-peer",
+                          .replica = 1,
+                          .region = RS,
+                          .seed = 42,
+                          .listen_ip = g_ip_b,
+                          .hb_ms = HB_MS,
+                          .hb_timeout_ms = HBT_MS,
+                          .op_timeout_ms = OP_TIMEOUT_MS };
     assert_int_equal(start_peer_in_ns(&p, &o), 0);
     assert_int_equal(cx_connect(e, p.url, 5000), 0);
     assert_int_equal(cx_read(e, p.lid, buf, p.base, 4096), 0);
@@ -180,9 +193,9 @@ static void test_link_down_then_up(void **state)
     cx_event_t ev;
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, HBT_MS + 2000, &ev, &seen), 0);
     double failed_ms = cxt_ms_since(t_down);
-    printf("partition: FAILED %.0f ms after link down (heartbeat timeout %d ms), reason '%s'\n", failed_ms,
-           HBT_MS, ev.reason);
-    assert_true(seen & (1u << CX_EVENT_SUSPECT));   /* SUSPECT came first */
+    printf("partition: FAILED %.0f ms after link down (heartbeat timeout %d ms), reason '%s'\n", failed_ms, HBT_MS,
+           ev.reason);
+    assert_true(seen & (1u << CX_EVENT_SUSPECT)); /* SUSPECT came first */
     assert_true(failed_ms <= HBT_MS + 500);
     /* Ops issued during the partition return too. */
     usleep(500000);
@@ -202,7 +215,7 @@ static void test_link_down_then_up(void **state)
            atomic_load(&s.ok), atomic_load(&s.epeer), atomic_load(&s.etimedout), atomic_load(&s.other),
            atomic_load(&s.worst_ms));
     assert_int_equal(atomic_load(&s.other), 0);
-    assert_true(atomic_load(&s.worst_ms) <= OP_TIMEOUT_MS + 1000);   /* no op hung */
+    assert_true(atomic_load(&s.worst_ms) <= OP_TIMEOUT_MS + 1000); /* no op hung */
     memset(buf, 0, 65536);
     assert_int_equal(cx_read(e, p.lid, buf, p.base + 1000, 65536), 0);
     assert_int_equal(cxt_check(buf, 65536, 42, 1000), -1);
@@ -231,12 +244,18 @@ static void test_link_down_kill_restart_cycles(void **state)
     char me[CX_URL_MAX];
     snprintf(me, sizeof me, "%s", cx_engine_local_url(e));
     cxt_peer_t p;
-    cxt_peer_opts_t o = { .model = "partc-peer", .replica = 2, .region = RS, .seed = 77, .listen_ip = g_ip_b,
-                          .hb_ms = HB_MS, .hb_timeout_ms = HBT_MS, .op_timeout_ms = OP_TIMEOUT_MS,
+    cxt_peer_opts_t o = { .model = "partc-peer",
+                          .replica = 2,
+                          .region = RS,
+                          .seed = 77,
+                          .listen_ip = g_ip_b,
+                          .hb_ms = HB_MS,
+                          .hb_timeout_ms = HBT_MS,
+                          .op_timeout_ms = OP_TIMEOUT_MS,
                           .connect = me };
     assert_int_equal(start_peer_in_ns(&p, &o), 0);
     assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_UP, 10000, NULL, NULL), 0);
-    o.port = p.port;   /* every restart: same identity, same port */
+    o.port = p.port; /* every restart: same identity, same port */
 
     for (int cyc = 0; cyc < CYCLES; cyc++) {
         uint64_t t_cycle = cxt_now_ns();
@@ -259,19 +278,19 @@ static void test_link_down_kill_restart_cycles(void **state)
         assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_FAILED, HBT_MS + 2000, &ev, &seen), 0);
         double failed_ms = cxt_ms_since(t_down);
         assert_true(seen & (1u << CX_EVENT_SUSPECT));
-        usleep(300000);   /* ops issued against the FAILED peer return too */
+        usleep(300000); /* ops issued against the FAILED peer return too */
         atomic_store(&s.stop, 1);
         pthread_join(th, NULL);
         assert_int_equal(atomic_load(&s.other), 0);
         assert_true(atomic_load(&s.epeer) + atomic_load(&s.etimedout) > 0);
-        assert_true(atomic_load(&s.worst_ms) <= OP_TIMEOUT_MS + 1000);   /* no op hung */
+        assert_true(atomic_load(&s.worst_ms) <= OP_TIMEOUT_MS + 1000); /* no op hung */
 
         /* Killed while its link is down (its sockets die without a word), link back, restart
          * under the same identity and port: it dials us, we see JOINED. */
         cxt_peer_crash(&p);
         assert_int_equal(cxt_sh("ip -n %s link set %s up", g_ns, g_vb), 0);
         assert_int_equal(wait_link_running(), 0);
-    assert_int_equal(wait_link_running(), 0);
+        assert_int_equal(wait_link_running(), 0);
         cxt_drain_events(e);
         uint64_t t_up = cxt_now_ns();
         assert_int_equal(start_peer_in_ns(&p, &o), 0);
@@ -284,8 +303,8 @@ static void test_link_down_kill_restart_cycles(void **state)
         assert_int_equal(cxt_check(buf, 65536, 77, 4096u * (unsigned)cyc), -1);
         printf("partition: cycle %d: FAILED %.0f ms after link down, JOINED %.0f ms after restart; reads "
                "ok %ld, CX_EPEER %ld, CX_ETIMEDOUT %ld, longest %ld ms; cycle %.0f ms\n",
-               cyc + 1, failed_ms, joined_ms, atomic_load(&s.ok), atomic_load(&s.epeer),
-               atomic_load(&s.etimedout), atomic_load(&s.worst_ms), cxt_ms_since(t_cycle));
+               cyc + 1, failed_ms, joined_ms, atomic_load(&s.ok), atomic_load(&s.epeer), atomic_load(&s.etimedout),
+               atomic_load(&s.worst_ms), cxt_ms_since(t_cycle));
         fflush(stdout);
     }
 
@@ -322,15 +341,22 @@ static void test_op_timeout_below_heartbeat(void **state)
     uint8_t *buf = NULL;
     survivor_up_t("partt", HB_MS, PT_HBT_MS, PT_OPT_MS, &e, &buf);
     cxt_peer_t p;
-    cxt_peer_opts_t o = { .model = "partt-peer", .replica = 3, .region = RS, .seed = 61, .listen_ip = g_ip_b,
-                          .hb_ms = HB_MS, .hb_timeout_ms = PT_HBT_MS, .op_timeout_ms = PT_OPT_MS };
+    cxt_peer_opts_t o = { .model = "partt-peer",
+                          .replica = 3,
+                          .region = RS,
+                          .seed = 61,
+                          .listen_ip = g_ip_b,
+                          .hb_ms = HB_MS,
+                          .hb_timeout_ms = PT_HBT_MS,
+                          .op_timeout_ms = PT_OPT_MS };
     assert_int_equal(start_peer_in_ns(&p, &o), 0);
     assert_int_equal(cx_connect(e, p.url, 5000), 0);
     assert_int_equal(cx_read(e, p.lid, buf, p.base, 65536), 0);
     assert_int_equal(cxt_check(buf, 65536, 61, 0), -1);
     cxt_drain_events(e);
 
-    int slow = cxt_sh("ip netns exec %s tc qdisc add dev %s root tbf rate 16mbit burst 64kb latency 2000ms", g_ns, g_vb) == 0;
+    int slow =
+        cxt_sh("ip netns exec %s tc qdisc add dev %s root tbf rate 16mbit burst 64kb latency 2000ms", g_ns, g_vb) == 0;
     if (!slow) printf("partition: no tc tbf here: the read may end before the cut\n");
     memset(buf, 0x5c, RS);
     cx_op_t *op = NULL;
@@ -370,7 +396,9 @@ static void test_op_timeout_below_heartbeat(void **state)
     expect_timeout(cx_send_msg(e, p.lid, "cut", 3), t0, "message");
     cx_peer_state_t ps = cx_peer_state(e, p.lid);
     printf("partition: %.0f ms after the cut the peer is %s\n", cxt_ms_since(t_down),
-           ps == CX_PEER_UP ? "UP" : ps == CX_PEER_SUSPECT ? "SUSPECT" : "neither UP nor SUSPECT");
+           ps == CX_PEER_UP            ? "UP"
+               : ps == CX_PEER_SUSPECT ? "SUSPECT"
+                                       : "neither UP nor SUSPECT");
     if (ps != CX_PEER_UP && ps != CX_PEER_SUSPECT) fail_msg("the peer failed before its heartbeat timeout");
 
     /* Link back before the heartbeat timeout; whatever the peer still had queued may now
@@ -396,7 +424,7 @@ static void test_op_timeout_below_heartbeat(void **state)
     assert_int_equal(st.peer_failures, 0);
     assert_true(st.op_timeouts >= 4);
     rc = CX_ETIMEDOUT;
-    for (int i = 0; i < 5 && rc; i++) {   /* the data path reconnects on the link just restored */
+    for (int i = 0; i < 5 && rc; i++) { /* the data path reconnects on the link just restored */
         memset(buf, 0, 65536);
         rc = cx_read(e, p.lid, buf, p.base + 1000, 65536);
         if (rc) printf("partition: read after the link came back: %s\n", cx_strerror(rc));
@@ -426,6 +454,6 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_op_timeout_below_heartbeat, cxt_watchdog_setup, teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
-    if (getenv("CXT_SKIP")) cmocka_set_skip_filter(getenv("CXT_SKIP"));   /* run as its own test */
+    if (getenv("CXT_SKIP")) cmocka_set_skip_filter(getenv("CXT_SKIP")); /* run as its own test */
     return cxt_run_tests(tests, NULL, NULL);
 }

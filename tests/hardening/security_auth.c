@@ -130,7 +130,7 @@ static void refused_pair(const char *ta, const char *tb)
     assert_int_equal(cx_register_memory(b, rb, RS), 0);
     uint64_t t0 = cxt_now_ns();
     assert_int_equal(cx_connect(b, cx_engine_local_url(a), 5000), CX_EAUTH);
-    assert_true(cxt_ms_since(t0) < 2000);   /* a refusal, not a timeout */
+    assert_true(cxt_ms_since(t0) < 2000); /* a refusal, not a timeout */
     /* Ops by URL dial again and are refused again, with the same code. */
     char url[CX_URL_MAX];
     snprintf(url, sizeof url, "%s", cx_engine_local_url(a));
@@ -148,9 +148,21 @@ static void refused_pair(const char *ta, const char *tb)
     cx_engine_destroy(a);
 }
 
-static void test_wrong_token(void **state) { (void)state; refused_pair(TOKEN_A, TOKEN_B); }
-static void test_no_token_against_token(void **state) { (void)state; refused_pair(TOKEN_A, NULL); }
-static void test_token_against_no_token(void **state) { (void)state; refused_pair(NULL, TOKEN_A); }
+static void test_wrong_token(void **state)
+{
+    (void)state;
+    refused_pair(TOKEN_A, TOKEN_B);
+}
+static void test_no_token_against_token(void **state)
+{
+    (void)state;
+    refused_pair(TOKEN_A, NULL);
+}
+static void test_token_against_no_token(void **state)
+{
+    (void)state;
+    refused_pair(NULL, TOKEN_A);
+}
 
 /* ---- raw control connections: speak the protocol by hand ---- */
 
@@ -172,7 +184,7 @@ static void raw_send(int fd, uint8_t type, const void *body, size_t len, uint8_t
     cx_ctl_hdr(hdr, (uint32_t)len, type);
     assert_int_equal(send(fd, hdr, sizeof hdr, MSG_NOSIGNAL), (ssize_t)sizeof hdr);
     if (len) assert_int_equal(send(fd, body, len, MSG_NOSIGNAL), (ssize_t)len);
-    if (rec) {   /* keep the exact bytes, to replay them */
+    if (rec) { /* keep the exact bytes, to replay them */
         memcpy(rec, hdr, sizeof hdr);
         memcpy(rec + sizeof hdr, body, len);
         *reclen = sizeof hdr + len;
@@ -262,7 +274,7 @@ static void test_replayed_hello(void **state)
     assert_int_equal(cx_auth_proof(&key, 'D', nd, na1, proof), 0);
     auth_step(fd, 3, proof, rec3, &rec3_len);
     auth_expect(fd, 4, pa);
-    assert_true(cx_auth_proof_ok(&key, 'A', nd, na1, pa));   /* the acceptor proved itself */
+    assert_true(cx_auth_proof_ok(&key, 'A', nd, na1, pa)); /* the acceptor proved itself */
     cx_lid_t me = { .model = "raw", .replica = 9 }, target;
     char la[CX_URL_MAX];
     lid_of(a, la, sizeof la);
@@ -270,13 +282,14 @@ static void test_replayed_hello(void **state)
     uint8_t hb[512];
     cx_wr_t w;
     cx_wr_init(&w, hb, sizeof hb);
-    cx_wire_put_hello_head(&w, 0x1234, &me, "127.0.0.1:9#raw|0|0|9", &target, "", 1000, 3000, 0, -1, 0, NULL, NULL, NULL, NULL, 0);
+    cx_wire_put_hello_head(&w, 0x1234, &me, "127.0.0.1:9#raw|0|0|9", &target, "", 1000, 3000, 0, -1, 0, NULL, NULL,
+                           NULL, NULL, 0);
     assert_true(w.ok);
     raw_send(fd, CX_CTL_HELLO, hb, w.len, rec_hello, &rec_hello_len);
     uint8_t type, body[4096];
     long n = raw_recv(fd, &type, body, sizeof body);
     assert_true(n > 0);
-    assert_int_equal(type, CX_CTL_HELLO_ACK);   /* proof accepted: the acceptor answers */
+    assert_int_equal(type, CX_CTL_HELLO_ACK); /* proof accepted: the acceptor answers */
     cx_wire_hello_t h;
     char err[200];
     assert_int_equal(cx_wire_get_hello(body, (size_t)n, &h, err, sizeof err), 0);
@@ -349,9 +362,9 @@ static void test_token_file(void **state)
     close(fd);
     unsetenv("CONNEX_AUTH_TOKEN");
     setenv("CONNEX_AUTH_TOKEN_FILE", path, 1);
-    cx_engine_t *a = mk("auth-a", 0, NULL);                 /* token from the file */
+    cx_engine_t *a = mk("auth-a", 0, NULL); /* token from the file */
     unsetenv("CONNEX_AUTH_TOKEN_FILE");
-    cx_engine_t *b = mk("auth-b", 1, TOKEN_A);              /* the same token, from the config */
+    cx_engine_t *b = mk("auth-b", 1, TOKEN_A); /* the same token, from the config */
     assert_non_null(a);
     assert_non_null(b);
     assert_int_equal(cx_connect(b, cx_engine_local_url(a), 5000), 0);
@@ -365,12 +378,12 @@ static void test_token_file(void **state)
     c.backend = backend();
     assert_int_equal(truncate(path, 0), 0);
     setenv("CONNEX_AUTH_TOKEN_FILE", path, 1);
-    assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL);  /* empty */
+    assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL); /* empty */
     unlink(path);
-    assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL);  /* missing */
+    assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL); /* missing */
     unsetenv("CONNEX_AUTH_TOKEN_FILE");
     c.auth_token = "";
-    assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL);  /* empty in the config */
+    assert_int_equal(cx_engine_create(&c, &x), CX_EINVAL); /* empty in the config */
     assert_null(x);
 }
 
@@ -394,8 +407,8 @@ static void test_env_token_peer_process(void **state)
     unsetenv("CONNEX_AUTH_TOKEN");
     assert_int_equal(rc, 0);
     assert_int_equal(cxt_peer_cmd(&p, 10000, rep, sizeof rep, "CONNECT %s 5000", cx_engine_local_url(a)), 0);
-    assert_int_equal(cxt_peer_cmd(&p, 10000, rep, sizeof rep, "READ %s 0x%llx 4096 0", la,
-                                  (unsigned long long)(uintptr_t)ra), 0);
+    assert_int_equal(
+        cxt_peer_cmd(&p, 10000, rep, sizeof rep, "READ %s 0x%llx 4096 0", la, (unsigned long long)(uintptr_t)ra), 0);
     cxt_peer_stop(&p);
 
     cxt_peer_t q;
@@ -403,7 +416,8 @@ static void test_env_token_peer_process(void **state)
     assert_int_equal(cxt_peer_start(&q, &o, 10000), 0);
     assert_int_equal(cxt_peer_cmd(&q, 10000, rep, sizeof rep, "CONNECT %s 5000", cx_engine_local_url(a)), CX_EAUTH);
     assert_int_equal(cxt_peer_cmd(&q, 10000, rep, sizeof rep, "READ %s 0x%llx 4096 0", cx_engine_local_url(a),
-                                  (unsigned long long)(uintptr_t)ra), CX_EAUTH);
+                                  (unsigned long long)(uintptr_t)ra),
+                     CX_EAUTH);
     cxt_peer_stop(&q);
     assert_true(stats(a).auth_refused >= 2);
     cx_engine_destroy(a);

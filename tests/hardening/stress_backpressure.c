@@ -73,8 +73,11 @@ static int sink_main(void)
             cx_msg_t m;
             while (cx_recv_msg(e, &m, 300) == CX_OK) {
                 uint64_t id = 0;
-                if (msg_ok(&m, &id)) { n++; sum += id; }
-                else bad++;
+                if (msg_ok(&m, &id)) {
+                    n++;
+                    sum += id;
+                } else
+                    bad++;
                 cx_msg_release(&m);
             }
             printf("DRAINED %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", n, sum, bad);
@@ -170,9 +173,15 @@ static void fill_msg(uint8_t *b, size_t len, uint64_t id)
 static void count(flooder_t *f, int rc, uint64_t id, size_t len)
 {
     f->offered_bytes += len;
-    if (rc == 0) { f->ok++; f->ok_sum += id; }
-    else if (rc == CX_EAGAIN) f->eagain++;
-    else { f->other++; fprintf(stderr, "flooder %d: %d (%s)\n", f->id, rc, cx_strerror(rc)); }
+    if (rc == 0) {
+        f->ok++;
+        f->ok_sum += id;
+    } else if (rc == CX_EAGAIN)
+        f->eagain++;
+    else {
+        f->other++;
+        fprintf(stderr, "flooder %d: %d (%s)\n", f->id, rc, cx_strerror(rc));
+    }
 }
 
 static void *flood_main(void *arg)
@@ -181,7 +190,7 @@ static void *flood_main(void *arg)
     uint8_t *loc = L + (size_t)f->id * (2 * MSG_LEN);
     uint8_t *sig = loc + MSG_LEN;
     for (unsigned it = 0; !atomic_load(&g_stop); it++) {
-        if (it % 2 == 0) {   /* a big message, synchronous */
+        if (it % 2 == 0) { /* a big message, synchronous */
             uint64_t id = atomic_fetch_add(&g_next_id, 1);
             fill_msg(loc, MSG_LEN, id);
             count(f, cx_send_msg(E, g_url, loc, MSG_LEN), id, MSG_LEN);
@@ -196,7 +205,10 @@ static void *flood_main(void *arg)
             fill_msg((uint8_t *)msgs[k], SIG_LEN, ids[k]);
             uint64_t dst = g_base + (uint64_t)(f->id * WINDOW + k) * 4096u;
             int rc = cx_put_signal(E, g_url, sig, dst, 4096, msgs[k], SIG_LEN, &ops[k]);
-            if (rc) { ops[k] = NULL; count(f, rc, ids[k], SIG_LEN); }
+            if (rc) {
+                ops[k] = NULL;
+                count(f, rc, ids[k], SIG_LEN);
+            }
         }
         for (int k = 0; k < WINDOW; k++)
             if (ops[k]) count(f, cx_op_wait(ops[k], -1), ids[k], SIG_LEN);
@@ -226,7 +238,7 @@ static void test_flood_is_bounded_and_never_dropped(void **state)
     }
     long rss_max = rss0;
     uint64_t q_max = 0;
-    for (int i = 0; i < 10; i++) {   /* 2 s of flood, sampled */
+    for (int i = 0; i < 10; i++) { /* 2 s of flood, sampled */
         usleep(200000);
         sink_stats(&rss_mid, &q, &refused);
         if (rss_mid > rss_max) rss_max = rss_mid;
@@ -248,18 +260,18 @@ static void test_flood_is_bounded_and_never_dropped(void **state)
     sink_cmd("DRAIN", r, sizeof r);
     unsigned long long dn, dsum, dbad;
     assert_int_equal(sscanf(r, "DRAINED %llu %llu %llu", &dn, &dsum, &dbad), 3);
-    printf("backpressure: offered %.1f MiB in %" PRIu64 " ops: %" PRIu64 " accepted, %" PRIu64
-           " CX_EAGAIN, %" PRIu64 " other; sink queue peak %" PRIu64 " (max %d), sink RSS %ld -> peak %ld KiB "
+    printf("backpressure: offered %.1f MiB in %" PRIu64 " ops: %" PRIu64 " accepted, %" PRIu64 " CX_EAGAIN, %" PRIu64
+           " other; sink queue peak %" PRIu64 " (max %d), sink RSS %ld -> peak %ld KiB "
            "(+%ld); drained %llu (bad %llu)\n",
            (double)offered / 1048576.0, ok + eagain + other, ok, eagain, other, q_max, SINK_QMAX, rss0, rss_max,
            rss_max - rss0, dn, dbad);
     assert_int_equal(other, 0);
-    assert_true(eagain > 0);                   /* the queue filled and the senders were told */
+    assert_true(eagain > 0); /* the queue filled and the senders were told */
     assert_true(q_max <= SINK_QMAX);
     assert_true(refused >= eagain);
-    assert_true(rss_max - rss0 < 64 * 1024);   /* bounded: 4 MiB of queue plus transport buffers */
+    assert_true(rss_max - rss0 < 64 * 1024); /* bounded: 4 MiB of queue plus transport buffers */
     assert_int_equal(dbad, 0);
-    assert_int_equal(dn, ok);                  /* nothing accepted was dropped */
+    assert_int_equal(dn, ok); /* nothing accepted was dropped */
     assert_int_equal(dsum, sum);
 
     /* Drained: the receiver accepts again. */
@@ -285,13 +297,14 @@ static void test_control_flood_without_reading(void **state)
     struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(u.port) };
     inet_pton(AF_INET, u.host, &sa.sin_addr);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    int small = 4096;   /* our receive window stays small: the sink's replies back up */
+    int small = 4096; /* our receive window stays small: the sink's replies back up */
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
     uint8_t buf[1 << 16];
     cx_wr_t w;
     cx_wr_init(&w, buf + CX_CTL_HDR, sizeof buf - CX_CTL_HDR);
     cx_lid_t me = { .model = "bp-raw" };
-    cx_wire_put_hello_head(&w, 0x77, &me, "127.0.0.1:9#bp-raw|0|0|0", &u.lid, "", 1000, 3000, 0, -1, 0, NULL, NULL, NULL, NULL, 0);
+    cx_wire_put_hello_head(&w, 0x77, &me, "127.0.0.1:9#bp-raw|0|0|0", &u.lid, "", 1000, 3000, 0, -1, 0, NULL, NULL,
+                           NULL, NULL, 0);
     assert_true(w.ok);
     cx_ctl_hdr(buf, (uint32_t)w.len, CX_CTL_HELLO);
     assert_int_equal(send(fd, buf, CX_CTL_HDR + w.len, MSG_NOSIGNAL), (ssize_t)(CX_CTL_HDR + w.len));
@@ -318,18 +331,23 @@ static void test_control_flood_without_reading(void **state)
      * (one CI run ended at 3277 ms still accepted, 7.8 MB of queries sent). */
     while (cxt_ms_since(t0) < 15000) {
         struct pollfd pfd = { .fd = fd, .events = POLLOUT };
-        if (poll(&pfd, 1, 1000) <= 0) { stalled = 1; break; }   /* the sink stopped reading us */
+        if (poll(&pfd, 1, 1000) <= 0) {
+            stalled = 1;
+            break;
+        } /* the sink stopped reading us */
         ssize_t n = send(fd, buf, off, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) sent += (size_t)n;
-        else if (n < 0 && errno != EAGAIN) break;
+        if (n > 0)
+            sent += (size_t)n;
+        else if (n < 0 && errno != EAGAIN)
+            break;
     }
     sink_stats(&rss1, &q, &refused);
     printf("control flood: %zu bytes of queries sent in %.0f ms (%s), sink RSS %ld -> %ld KiB (+%ld)\n", sent,
            cxt_ms_since(t0), stalled ? "the sink stopped reading" : "still accepted", rss0, rss1, rss1 - rss0);
     close(fd);
     sink_stop();
-    assert_true(stalled);                      /* the flooder was blocked, */
-    assert_true(rss1 - rss0 < 16 * 1024);      /* and the sink's memory stayed bounded */
+    assert_true(stalled);                 /* the flooder was blocked, */
+    assert_true(rss1 - rss0 < 16 * 1024); /* and the sink's memory stayed bounded */
 }
 
 int main(int argc, char **argv)
@@ -339,8 +357,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_flood_is_bounded_and_never_dropped, cxt_watchdog_setup,
                                         cxt_watchdog_teardown),
-        cmocka_unit_test_setup_teardown(test_control_flood_without_reading, cxt_watchdog_setup,
-                                        cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_control_flood_without_reading, cxt_watchdog_setup, cxt_watchdog_teardown),
     };
     if (getenv("CXT_FILTER")) cmocka_set_test_filter(getenv("CXT_FILTER"));
     return cxt_run_tests(tests, NULL, NULL);

@@ -25,10 +25,10 @@
 #define NPEERS 4
 #define NTHREADS 8
 #define VICTIM 3
-#define PREG (4u << 20)          /* each peer's region */
-#define PAT_END (1u << 20)       /* [0, 1 MiB) of a peer's region keeps its pattern: reads */
-#define SLICE (128u << 10)       /* then one slice per caller thread: writes and put_signals */
-#define LREG (8u << 20)          /* local region: one MiB per thread */
+#define PREG (4u << 20)    /* each peer's region */
+#define PAT_END (1u << 20) /* [0, 1 MiB) of a peer's region keeps its pattern: reads */
+#define SLICE (128u << 10) /* then one slice per caller thread: writes and put_signals */
+#define LREG (8u << 20)    /* local region: one MiB per thread */
 
 static cx_engine_t *E;
 static uint8_t *L;
@@ -39,7 +39,7 @@ static int g_secs = 3;
 typedef struct {
     int id;
     unsigned seed;
-    long ok[4], epeer[4], bad[4];   /* per kind: read, write, put_signal, msg */
+    long ok[4], epeer[4], bad[4]; /* per kind: read, write, put_signal, msg */
     long victim_after_kill_epeer;
     unsigned ps_next;
     char why[256];
@@ -85,7 +85,10 @@ static void *reader_main(void *arg)
 
 static int expect_rc(worker_t *w, int peer, int kind, int rc, const char *what)
 {
-    if (rc == 0) { w->ok[kind]++; return 0; }
+    if (rc == 0) {
+        w->ok[kind]++;
+        return 0;
+    }
     if (peer == VICTIM && rc == CX_EPEER) {
         w->epeer[kind]++;
         if (atomic_load(&g_victim_dead)) w->victim_after_kill_epeer++;
@@ -109,7 +112,7 @@ static void *worker_main(void *arg)
         size_t len = 1 + rand_r(&w->seed) % (64u << 10);
         uint64_t slice = PAT_END + (uint64_t)w->id * SLICE;
         switch (kind) {
-        case 0: {   /* read from the pattern part, check every byte */
+        case 0: { /* read from the pattern part, check every byte */
             uint64_t off = rand_r(&w->seed) % (PAT_END - len);
             int rc = cx_read(E, p->lid, loc, p->base + off, len);
             if (!expect_rc(w, pi, 0, rc, "read") && cxt_check(loc, len, p->seed, off) != -1) {
@@ -118,7 +121,7 @@ static void *worker_main(void *arg)
             }
             break;
         }
-        case 1: {   /* write the first half of our slice, read it back */
+        case 1: { /* write the first half of our slice, read it back */
             uint32_t s = rand_r(&w->seed);
             cxt_fill(loc, len, s, 0);
             int rc = cx_write(E, p->lid, loc, p->base + slice, len);
@@ -131,7 +134,7 @@ static void *worker_main(void *arg)
             }
             break;
         }
-        case 2: {   /* put_signal: the peer checks the bytes when the signal arrives */
+        case 2: { /* put_signal: the peer checks the bytes when the signal arrives */
             /* A slot of its own (64 per thread, reused round robin), so a later write does not
              * change the bytes before the peer's message thread gets to check them. */
             uint64_t dst = p->base + slice + (64u << 10) + (uint64_t)(w->ps_next++ % 64) * 1024u;
@@ -164,7 +167,9 @@ static void test_eight_threads_four_peers_one_killed(void **state)
     assert_true(L != MAP_FAILED);
     assert_int_equal(cx_register_memory(E, L, LREG), 0);
     for (int i = 0; i < NPEERS; i++) {
-        cxt_peer_opts_t o = { .model = "conc-peer", .replica = (uint32_t)i, .region = PREG, .seed = 100u + (uint32_t)i };
+        cxt_peer_opts_t o = {
+            .model = "conc-peer", .replica = (uint32_t)i, .region = PREG, .seed = 100u + (uint32_t)i
+        };
         assert_int_equal(cxt_peer_start(&P[i], &o, 10000), 0);
         assert_int_equal(cx_connect(E, P[i].url, 5000), 0);
     }
@@ -197,7 +202,7 @@ static void test_eight_threads_four_peers_one_killed(void **state)
     uint64_t t_join = cxt_now_ns();
     for (int i = 0; i < NTHREADS; i++) pthread_join(wt[i], NULL);
     double join_ms = cxt_ms_since(t_join);
-    usleep(300000);   /* last MSG lines */
+    usleep(300000); /* last MSG lines */
     for (int i = 0; i < NPEERS; i++) {
         if (i == VICTIM) continue;
         atomic_store(&rd[i].stop, 1);
@@ -206,19 +211,27 @@ static void test_eight_threads_four_peers_one_killed(void **state)
 
     long tot[4] = { 0 }, ep = 0, bad = 0, after = 0;
     for (int i = 0; i < NTHREADS; i++) {
-        for (int k = 0; k < 4; k++) { tot[k] += w[i].ok[k]; ep += w[i].epeer[k]; bad += w[i].bad[k]; }
+        for (int k = 0; k < 4; k++) {
+            tot[k] += w[i].ok[k];
+            ep += w[i].epeer[k];
+            bad += w[i].bad[k];
+        }
         after += w[i].victim_after_kill_epeer;
         if (w[i].why[0]) fprintf(stderr, "%s\n", w[i].why);
     }
     long chk_ok = 0, chk_bad = 0;
-    for (int i = 0; i < NPEERS; i++) { chk_ok += rd[i].chk_ok; chk_bad += rd[i].chk_bad; }
+    for (int i = 0; i < NPEERS; i++) {
+        chk_ok += rd[i].chk_ok;
+        chk_bad += rd[i].chk_bad;
+    }
     printf("ops ok: read %ld write %ld put_signal %ld msg %ld; CX_EPEER from the victim %ld (%ld after the kill); "
            "wrong %ld; victim FAILED %.1f ms after kill -9; workers joined %.0f ms after; put_signal checks "
-           "ok %ld bad %ld\n", tot[0], tot[1], tot[2], tot[3], ep, after, bad, fail_ms, join_ms, chk_ok, chk_bad);
+           "ok %ld bad %ld\n",
+           tot[0], tot[1], tot[2], tot[3], ep, after, bad, fail_ms, join_ms, chk_ok, chk_bad);
     assert_int_equal(bad, 0);
     assert_int_equal(chk_bad, 0);
     for (int k = 0; k < 4; k++) assert_true(tot[k] > 0);
-    assert_true(after > 0);           /* ops to the dead peer fail, not hang */
+    assert_true(after > 0); /* ops to the dead peer fail, not hang */
     assert_true(fail_ms < 1500);
     assert_true(chk_ok > 0);
     cx_stats_t st;

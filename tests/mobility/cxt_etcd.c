@@ -52,7 +52,9 @@ static int healthy(uint16_t port)
     struct timeval tv = { 0, 300000 };
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    struct sockaddr_in a = { .sin_family = AF_INET,
+                             .sin_port = htons(port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
     int ok = 0;
     if (!connect(fd, (struct sockaddr *)&a, sizeof a)) {
         static const char req[] = "GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
@@ -96,18 +98,27 @@ static int start_once(cxt_etcd_t *x, int timeout_ms, int new_ports)
     snprintf(data, sizeof data, "%s/data", x->dir);
     /* Short raft timers: a single member elects itself at once, and etcd's minimum lease TTL
      * (1.5 election timeouts) stays under the 1 s leases the tests use. */
-    const char *argv[] = { CXT_ETCD_BIN, "--name", "cxt", "--data-dir", data, "--listen-client-urls", curl,
-                           "--advertise-client-urls", curl, "--listen-peer-urls", purl,
-                           "--initial-advertise-peer-urls", purl, "--initial-cluster", cluster,
-                           "--heartbeat-interval", "25", "--election-timeout", "250", NULL };
+    const char *argv[] = { CXT_ETCD_BIN, "--name",
+                           "cxt",        "--data-dir",
+                           data,         "--listen-client-urls",
+                           curl,         "--advertise-client-urls",
+                           curl,         "--listen-peer-urls",
+                           purl,         "--initial-advertise-peer-urls",
+                           purl,         "--initial-cluster",
+                           cluster,      "--heartbeat-interval",
+                           "25",         "--election-timeout",
+                           "250",        NULL };
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);   /* a test that dies leaves no etcd behind */
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a test that dies leaves no etcd behind */
         if (getppid() != parent) _exit(127);
         int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        if (fd >= 0) { dup2(fd, 1); dup2(fd, 2); }
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
         execv(CXT_ETCD_BIN, (char *const *)argv);
         _exit(127);
     }
@@ -116,12 +127,19 @@ static int start_once(cxt_etcd_t *x, int timeout_ms, int new_ports)
     while (ms_now() < deadline) {
         if (healthy(x->client_port)) return 0;
         int st;
-        if (waitpid(pid, &st, WNOHANG) == pid) { x->pid = -1; break; }
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            x->pid = -1;
+            break;
+        }
         usleep(50000);
     }
     fprintf(stderr, "cxt_etcd: etcd on port %u did not answer within %d ms\n", x->client_port, timeout_ms);
     print_log(x);
-    if (x->pid > 0) { kill(x->pid, SIGKILL); waitpid(x->pid, NULL, 0); x->pid = -1; }
+    if (x->pid > 0) {
+        kill(x->pid, SIGKILL);
+        waitpid(x->pid, NULL, 0);
+        x->pid = -1;
+    }
     return -1;
 }
 
@@ -131,11 +149,15 @@ int cxt_etcd_start(cxt_etcd_t *x, int timeout_ms)
     x->pid = -1;
     if (access(CXT_ETCD_BIN, X_OK)) return 1;
     snprintf(x->dir, sizeof x->dir, "%s/cxt-etcd-XXXXXX", tmp_base());
-    if (!mkdtemp(x->dir)) { x->dir[0] = 0; return -1; }
+    if (!mkdtemp(x->dir)) {
+        x->dir[0] = 0;
+        return -1;
+    }
     for (int attempt = 0; attempt < 3; attempt++) {
         char cmd[200];
         snprintf(cmd, sizeof cmd, "rm -rf '%s/data'", x->dir);
-        if (system(cmd)) { /* best effort */ }
+        if (system(cmd)) { /* best effort */
+        }
         if (start_once(x, timeout_ms, 1) == 0) return 0;
     }
     cxt_etcd_stop(x);

@@ -9,10 +9,10 @@
 #define CXT_ETCD_BIN "/usr/bin/etcd"
 
 typedef struct cxt_etcd {
-    pid_t pid;                /* -1: not running */
-    char dir[128];            /* data directory (and etcd.log) */
+    pid_t pid;     /* -1: not running */
+    char dir[128]; /* data directory (and etcd.log) */
     uint16_t client_port, peer_port;
-    char endpoint[64];        /* "etcd://127.0.0.1:<port>", what CONNEX_DIRECTORY takes */
+    char endpoint[64]; /* "etcd://127.0.0.1:<port>", what CONNEX_DIRECTORY takes */
 } cxt_etcd_t;
 
 /* 0 when etcd answers, 1 when there is no etcd binary (skip the test), -1 when it did not come

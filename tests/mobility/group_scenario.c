@@ -31,7 +31,7 @@ static int g_static = 1;
 typedef struct fx {
     cx_engine_t *e;
     cx_group_t *g;
-    cxt_peer_t r[2];          /* replica 0 ("A") and 1 ("B") */
+    cxt_peer_t r[2]; /* replica 0 ("A") and 1 ("B") */
 } fx_t;
 
 static void peer_init(cxt_peer_t *p)
@@ -41,12 +41,17 @@ static void peer_init(cxt_peer_t *p)
     p->in_fd = p->out_fd = -1;
 }
 
-static uint32_t g_hb = 200, g_hbt = 1000;   /* the current test's heartbeat (fx_up) */
+static uint32_t g_hb = 200, g_hbt = 1000; /* the current test's heartbeat (fx_up) */
 
 static int start_replica(fx_t *f, int i, uint16_t port, const char *connect)
 {
-    cxt_peer_opts_t o = { .model = "m", .stage = 1, .replica = (uint32_t)i, .port = port, .hb_ms = g_hb,
-                          .hb_timeout_ms = g_hbt, .connect = connect };
+    cxt_peer_opts_t o = { .model = "m",
+                          .stage = 1,
+                          .replica = (uint32_t)i,
+                          .port = port,
+                          .hb_ms = g_hb,
+                          .hb_timeout_ms = g_hbt,
+                          .connect = connect };
     peer_init(&f->r[i]);
     if (cxt_peer_start(&f->r[i], &o, 10000)) return -1;
     if (g_static && cx_group_add(f->g, f->r[i].url)) return -1;
@@ -65,12 +70,12 @@ static void stop_peer(cxt_peer_t *p)
         char st = 0;
         if (fp) {
             int c;
-            while ((c = fgetc(fp)) != EOF && c != ')') {}   /* skip "pid (comm" */
+            while ((c = fgetc(fp)) != EOF && c != ')') {} /* skip "pid (comm" */
             if (fscanf(fp, " %c", &st) != 1) st = 0;
             fclose(fp);
         }
         if (st == 'T' || st == 't') {
-            usleep(20000);   /* the other threads follow the main one within microseconds */
+            usleep(20000); /* the other threads follow the main one within microseconds */
             return;
         }
         usleep(2000);
@@ -188,7 +193,7 @@ static void test_scenario(void **state)
     cx_stats_t st;
     int seen[2] = { 0, 0 };
     for (int i = 0; i < 4; i++) seen[send_step(&f, "warm-up", NULL)]++;
-    assert_true(seen[0] > 0 && seen[1] > 0);   /* round robin uses both */
+    assert_true(seen[0] > 0 && seen[1] > 0); /* round robin uses both */
 
     /* 1. A hangs with a step in flight, then dies: the step completes on B. */
     cx_lid_t next;
@@ -203,9 +208,10 @@ static void test_scenario(void **state)
     cx_lid_t by;
     uint64_t id = 0;
     int early = cx_group_wait(op, 150, &by, &id);
-    if (early != CX_EINPROGRESS) fprintf(stderr, "step %" PRIu64 " done early (%d) by replica %u\n", id, early, by.replica);
-    assert_int_equal(early, CX_EINPROGRESS);   /* A is stopped: not yet */
-    cxt_peer_signal(&f.r[0], SIGKILL);   /* no SIGCONT first: A must not run again */
+    if (early != CX_EINPROGRESS)
+        fprintf(stderr, "step %" PRIu64 " done early (%d) by replica %u\n", id, early, by.replica);
+    assert_int_equal(early, CX_EINPROGRESS); /* A is stopped: not yet */
+    cxt_peer_signal(&f.r[0], SIGKILL);       /* no SIGCONT first: A must not run again */
     cxt_peer_crash(&f.r[0]);
     uint64_t t0 = cxt_now_ns();
     assert_int_equal(cx_group_wait(op, 5000, &by, &id), CX_OK);
@@ -299,7 +305,7 @@ static void test_least_inflight(void **state)
 {
     (void)state;
     fx_t f;
-    fx_up(&f, 1000, 10000);   /* A stays stopped a while: it must not be declared failed */
+    fx_up(&f, 1000, 10000); /* A stays stopped a while: it must not be declared failed */
     cx_group_close(f.g);
     assert_int_equal(cx_group_open(f.e, PATTERN, CX_PICK_LEAST_INFLIGHT, &f.g), CX_OK);
     if (g_static) {
@@ -399,10 +405,10 @@ static void test_duplicate_dropped(void **state)
     uint8_t m[24 + 5];
     put64(m, 0x0a31504554535843ull);
     put64(m + 8, inc);
-    put64(m + 16, 1u << 20);   /* far above the ids the group uses */
+    put64(m + 16, 1u << 20); /* far above the ids the group uses */
     memcpy(m + 24, "dupe!", 5);
     assert_int_equal(cx_send_msg(f.e, r->url, m, sizeof m), CX_OK);
-    assert_int_equal(cx_send_msg(f.e, r->url, m, sizeof m), CX_OK);   /* answered ok, not queued */
+    assert_int_equal(cx_send_msg(f.e, r->url, m, sizeof m), CX_OK); /* answered ok, not queued */
     assert_int_equal(next_step(r, 5000, NULL), 1u << 20);
     /* A message that starts with the magic but names another incarnation is a plain message. */
     put64(m + 8, inc ^ 1);
@@ -434,7 +440,7 @@ static void test_resend_same_receiver(void **state)
     fx_t f;
     fx_up(&f, 200, 5000);
     char reply[512];
-    assert_int_equal(cxt_peer_cmd(&f.r[1], 5000, reply, sizeof reply, "QUIT"), 0);   /* A alone */
+    assert_int_equal(cxt_peer_cmd(&f.r[1], 5000, reply, sizeof reply, "QUIT"), 0); /* A alone */
     assert_int_equal(cxt_peer_reap(&f.r[1], 5000), 0);
     assert_int_equal(wait_member(&f, "m|1|0|1", CX_PEER_LEFT, 3000), 0);
     stop_peer(&f.r[0]);
@@ -445,17 +451,17 @@ static void test_resend_same_receiver(void **state)
     assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EINPROGRESS);
     assert_int_equal(cx_group_mark_failed(f.g, f.r[0].lid), CX_OK);
     kill(f.r[0].pid, SIGCONT);
-    uint64_t first = next_step(&f.r[0], 5000, NULL);   /* the first send, queued */
+    uint64_t first = next_step(&f.r[0], 5000, NULL); /* the first send, queued */
     assert_true(first > 0);
-    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EINPROGRESS);   /* the step waits for a member */
-    assert_int_equal(cx_group_add(f.g, f.r[0].url), CX_OK);           /* A is back: sent again */
+    assert_int_equal(cx_group_wait(op, 100, &by, &id), CX_EINPROGRESS); /* the step waits for a member */
+    assert_int_equal(cx_group_add(f.g, f.r[0].url), CX_OK);             /* A is back: sent again */
     assert_int_equal(cx_group_wait(op, 5000, &by, &id), CX_OK);
     assert_int_equal(by.replica, 0);
     assert_int_equal(id, first);
     assert_int_equal(cxt_peer_cmd(&f.r[0], 5000, reply, sizeof reply, "STATS"), 0);
     assert_non_null(strstr(reply, "dup_steps=1"));
     char line[1024];
-    assert_int_equal(cxt_peer_expect(&f.r[0], "MSG ", 300, line, sizeof line), CX_ETIMEDOUT);   /* once */
+    assert_int_equal(cxt_peer_expect(&f.r[0], "MSG ", 300, line, sizeof line), CX_ETIMEDOUT); /* once */
     cx_stats_t st;
     assert_int_equal(cx_stats(f.e, &st), CX_OK);
     assert_int_equal(st.steps_handed_over, 1);
@@ -476,9 +482,9 @@ static void test_bad_input(void **state)
      * (a group keeps every member it ever saw, so open it on an empty stage). */
     for (int i = 0; i < 60 && !g_static && cx_directory_list(e, PATTERN, NULL, 0) > 0; i++) usleep(100000);
     assert_int_equal(cx_group_open(e, PATTERN, CX_PICK_ROUND_ROBIN, &g), CX_OK);
-    assert_int_equal(cx_group_add(g, "127.0.0.1:1#m|2|0|0"), CX_EINVAL);   /* another stage */
+    assert_int_equal(cx_group_add(g, "127.0.0.1:1#m|2|0|0"), CX_EINVAL); /* another stage */
     assert_int_equal(cx_group_add(g, "not a url"), CX_EINVAL);
-    assert_int_equal(cx_group_mark_failed(g, "m|1|0|9"), CX_EINVAL);        /* not a member */
+    assert_int_equal(cx_group_mark_failed(g, "m|1|0|9"), CX_EINVAL); /* not a member */
     assert_int_equal(cx_group_members(g, NULL, NULL, 0), 0);
     cx_lid_t l;
     assert_int_equal(cx_group_pick(g, &l), CX_EPEER);

@@ -19,19 +19,19 @@ static void test_window(void **state)
     (void)state;
     cx_step_win_t w;
     memset(&w, 0, sizeof w);
-    assert_int_equal(cx_step_win_accept(&w, 0), 0);          /* 0 is never a step */
+    assert_int_equal(cx_step_win_accept(&w, 0), 0); /* 0 is never a step */
     assert_int_equal(cx_step_win_accept(&w, 1), 1);
-    assert_int_equal(cx_step_win_accept(&w, 1), 0);          /* duplicate */
-    assert_int_equal(cx_step_win_accept(&w, 5), 1);          /* a gap: 2..4 not seen yet */
-    assert_int_equal(cx_step_win_accept(&w, 3), 1);          /* late, but new */
+    assert_int_equal(cx_step_win_accept(&w, 1), 0); /* duplicate */
+    assert_int_equal(cx_step_win_accept(&w, 5), 1); /* a gap: 2..4 not seen yet */
+    assert_int_equal(cx_step_win_accept(&w, 3), 1); /* late, but new */
     assert_int_equal(cx_step_win_accept(&w, 3), 0);
     assert_int_equal(cx_step_win_accept(&w, 2), 1);
     assert_int_equal(cx_step_win_accept(&w, 5), 0);
     /* Slide the window far: everything older than CX_STEP_WINDOW below the top counts as seen. */
     assert_int_equal(cx_step_win_accept(&w, 10 + CX_STEP_WINDOW), 1);
-    assert_int_equal(cx_step_win_accept(&w, 4), 0);          /* too old to tell */
-    assert_int_equal(cx_step_win_accept(&w, 11), 1);         /* inside the window, never seen */
-    assert_int_equal(cx_step_win_accept(&w, 10), 0);         /* exactly WINDOW below: too old */
+    assert_int_equal(cx_step_win_accept(&w, 4), 0);  /* too old to tell */
+    assert_int_equal(cx_step_win_accept(&w, 11), 1); /* inside the window, never seen */
+    assert_int_equal(cx_step_win_accept(&w, 10), 0); /* exactly WINDOW below: too old */
     /* Undo (the message could not be queued): the same id is new again. */
     assert_int_equal(cx_step_win_accept(&w, 12), 1);
     cx_step_win_undo(&w, 12);
@@ -44,7 +44,8 @@ static void test_window(void **state)
     /* Every id of a long increasing run is new exactly once. */
     memset(&w, 0, sizeof w);
     for (uint64_t k = 1; k <= 3 * CX_STEP_WINDOW; k++) assert_int_equal(cx_step_win_accept(&w, k), 1);
-    for (uint64_t k = 2 * CX_STEP_WINDOW + 1; k <= 3 * CX_STEP_WINDOW; k++) assert_int_equal(cx_step_win_accept(&w, k), 0);
+    for (uint64_t k = 2 * CX_STEP_WINDOW + 1; k <= 3 * CX_STEP_WINDOW; k++)
+        assert_int_equal(cx_step_win_accept(&w, k), 0);
 }
 
 static void mkpeer(cx_peer_t *p, uint32_t replica, uint64_t inc)
@@ -76,7 +77,7 @@ static void test_accept(void **state)
     assert_ptr_equal(pl, m + CX_STEP_HDR);
     assert_int_equal(plen, 3);
     assert_int_equal(step, 7);
-    assert_int_equal(cx_step_accept(e, &a, m, sizeof m, &pl, &plen, &step), 2);   /* duplicate */
+    assert_int_equal(cx_step_accept(e, &a, m, sizeof m, &pl, &plen, &step), 2); /* duplicate */
     assert_int_equal(e->st.steps_duplicates_dropped, 1);
     /* Another sender's id 7 is its own. */
     assert_int_equal(cx_step_accept(e, &b, m, sizeof m, &pl, &plen, &step), 1);

@@ -76,12 +76,16 @@ static cx_engine_t *engine_hbt(const char *model, uint32_t hbt_ms)
     return e;
 }
 
-static cx_engine_t *engine(const char *model) { return engine_hbt(model, HBT_MS); }
+static cx_engine_t *engine(const char *model)
+{
+    return engine_hbt(model, HBT_MS);
+}
 
 static void peer(cxt_peer_t *p, const char *model, uint32_t seed)
 {
-    cxt_peer_opts_t o = { .model = model, .hb_ms = HB_MS, .hb_timeout_ms = HBT_MS, .op_timeout_ms = 5000,
-                          .seed = seed, .region = 1u << 20 };
+    cxt_peer_opts_t o = {
+        .model = model, .hb_ms = HB_MS, .hb_timeout_ms = HBT_MS, .op_timeout_ms = 5000, .seed = seed, .region = 1u << 20
+    };
     assert_int_equal(cxt_peer_start(p, &o, 15000), 0);
 }
 
@@ -144,7 +148,7 @@ static void test_kill9_expires(void **state)
     cxt_peer_t p;
     peer(&p, "k9", 1);
     assert_true(wait_listed(e, "k9|0|0|0", 1, p.url, 5000) >= 0);
-    assert_int_equal(cx_connect(e, "k9|0|0|0", 5000), CX_OK);   /* by bare LID, via the directory */
+    assert_int_equal(cx_connect(e, "k9|0|0|0", 5000), CX_OK); /* by bare LID, via the directory */
     cxt_drain_events(e);
     uint64_t t0 = cxt_now_ns();
     cxt_peer_crash(&p);
@@ -209,7 +213,10 @@ static void test_sigstop_expires_and_returns(void **state)
     cx_engine_destroy(e);
 }
 
-struct conn_arg { cx_engine_t *e; int rc; };
+struct conn_arg {
+    cx_engine_t *e;
+    int rc;
+};
 static void *connect_thread(void *arg)
 {
     struct conn_arg *a = arg;
@@ -247,8 +254,10 @@ static void test_migration(void **state)
     pthread_join(th, NULL);
     double t_conn = cxt_ms_since(t0);
     assert_int_equal(ca.rc, CX_OK);
-    fprintf(stderr, "mobility_etcd: migration: MOVED %.0f ms after the new process started (incl. its start), "
-            "waiting connect done at %.0f ms\n", t_moved, t_conn);
+    fprintf(stderr,
+            "mobility_etcd: migration: MOVED %.0f ms after the new process started (incl. its start), "
+            "waiting connect done at %.0f ms\n",
+            t_moved, t_conn);
     read_check(e, "mg|0|0|0", &p2, 22);
     assert_int_equal(cx_peer_state(e, "mg|0|0|0"), CX_PEER_UP);
     cxt_peer_stop(&p2);
@@ -291,7 +300,7 @@ static void test_fds_flat(void **state)
 {
     (void)state;
     need_etcd();
-    cx_engine_destroy(engine("fdw"));   /* warm-up: one-time initialisations open what they open */
+    cx_engine_destroy(engine("fdw")); /* warm-up: one-time initialisations open what they open */
     int before = cxt_count_fds();
     for (int i = 0; i < 3; i++) {
         cx_engine_t *a = engine("fdA"), *b = engine("fdB");
@@ -316,10 +325,10 @@ static void test_etcd_goes_away(void **state)
     need_etcd();
     cx_engine_t *a = engine("gwA"), *b = engine("gwB");
     assert_true(wait_listed(b, "gwA|0|0|0", 1, cx_engine_local_url(a), 5000) >= 0);
-    assert_int_equal(cxt_etcd_restart(&g_etcd, 0, 15000), 0);   /* down */
+    assert_int_equal(cxt_etcd_restart(&g_etcd, 0, 15000), 0); /* down */
     usleep(1500000);
-    assert_true(wait_listed(b, "gwA|0|0|0", 1, cx_engine_local_url(a), 100) >= 0);   /* kept */
-    assert_int_equal(cxt_etcd_restart(&g_etcd, 1, 15000), 0);   /* back, same port, same data */
+    assert_true(wait_listed(b, "gwA|0|0|0", 1, cx_engine_local_url(a), 100) >= 0); /* kept */
+    assert_int_equal(cxt_etcd_restart(&g_etcd, 1, 15000), 0);                      /* back, same port, same data */
     uint64_t t0 = cxt_now_ns();
     /* Both re-register; then a clean close must reach the other engine through the new watch. */
     cx_engine_t *c = engine("gwC");

@@ -47,7 +47,7 @@ static void test_static_restart_elsewhere(void **state)
     assert_int_equal(cx_engine_create(&c, &e), CX_OK);
     assert_string_equal(cx_directory_kind(e), "static");
     assert_int_equal(cx_register_memory(e, g_buf, BUF), CX_OK);
-    read_check(e, "st|0|0|0", &p1, 31);   /* a bare LID: the directory knows where */
+    read_check(e, "st|0|0|0", &p1, 31); /* a bare LID: the directory knows where */
     cxt_drain_events(e);
 
     cxt_peer_crash(&p1);

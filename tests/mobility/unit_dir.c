@@ -37,7 +37,7 @@ static void test_static_list(void **state)
     assert_int_equal(make(&e, "me", "static", peers), CX_OK);
     assert_string_equal(cx_directory_kind(e), "static");
     cx_dir_entry_t v[8];
-    assert_int_equal(cx_directory_list(e, NULL, v, 8), 4);   /* three peers and this engine */
+    assert_int_equal(cx_directory_list(e, NULL, v, 8), 4); /* three peers and this engine */
     assert_int_equal(cx_directory_list(e, "*|*|*|*", v, 8), 4);
     assert_int_equal(cx_directory_list(e, "a|*|*|*", v, 8), 2);
     assert_int_equal(cx_directory_list(e, "a|0|1|*", v, 8), 1);
@@ -48,7 +48,7 @@ static void test_static_list(void **state)
     assert_int_equal(cx_directory_list(e, "me|0|0|0", v, 8), 1);
     assert_string_equal(v[0].url, cx_engine_local_url(e));
     assert_int_equal(cx_directory_list(e, "zzz|*|*|*", v, 8), 0);
-    assert_int_equal(cx_directory_list(e, "*|*|*|*", v, 1), 4);  /* the count, even past max */
+    assert_int_equal(cx_directory_list(e, "*|*|*|*", v, 1), 4); /* the count, even past max */
     assert_int_equal(cx_directory_list(e, "*|*|*|*", NULL, 0), 4);
     assert_int_equal(cx_directory_list(e, "a|x|*|*", v, 8), CX_EINVAL);
     assert_int_equal(cx_directory_list(e, "a|*", v, 8), CX_EINVAL);
@@ -83,14 +83,18 @@ static void test_static_bad(void **state)
 {
     (void)state;
     cx_engine_t *e;
-    static const char *bad[] = { "nonsense", "127.0.0.1:5001#a|0|0|0,bad", "127.0.0.1:0#a|0|0|0",
-                                 "localhost:5001#a|0|0|0", "127.0.0.1:5001#a|0|0", "127.0.0.1:5001#a|0|0|0|9" };
+    static const char *bad[] = { "nonsense",
+                                 "127.0.0.1:5001#a|0|0|0,bad",
+                                 "127.0.0.1:0#a|0|0|0",
+                                 "localhost:5001#a|0|0|0",
+                                 "127.0.0.1:5001#a|0|0",
+                                 "127.0.0.1:5001#a|0|0|0|9" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(make(&e, "me", "static", bad[i]), CX_EINVAL);
         assert_null(e);
     }
-    static const char *baddir[] = { "zookeeper://127.0.0.1:2181", "etcd://", "etcd://127.0.0.1",
-                                    "etcd://127.0.0.1:2379/x", "etcd://a:1,b:2", "STATIC" };
+    static const char *baddir[] = { "zookeeper://127.0.0.1:2181", "etcd://",        "etcd://127.0.0.1",
+                                    "etcd://127.0.0.1:2379/x",    "etcd://a:1,b:2", "STATIC" };
     for (size_t i = 0; i < sizeof baddir / sizeof baddir[0]; i++) {
         assert_int_equal(make(&e, "me", baddir[i], NULL), CX_EINVAL);
         assert_null(e);
@@ -150,26 +154,26 @@ static void test_stale_version(void **state)
     assert_int_equal(cx_lid_parse("s|0|0|0", &a.lid, err, sizeof err), CX_OK);
     snprintf(a.url, sizeof a.url, "127.0.0.1:7001#s|0|0|0");
     assert_int_equal(cx_dir_table_apply(d, &a, CX_DIR_PUT), 1);
-    assert_int_equal(cx_dir_table_apply(d, &a, CX_DIR_PUT), 0);          /* a replay */
+    assert_int_equal(cx_dir_table_apply(d, &a, CX_DIR_PUT), 0); /* a replay */
     cx_dir_entry_t old = a;
     old.version = 5;
     snprintf(old.url, sizeof old.url, "127.0.0.1:7002#s|0|0|0");
-    assert_int_equal(cx_dir_table_apply(d, &old, CX_DIR_PUT), 0);        /* a stale route */
+    assert_int_equal(cx_dir_table_apply(d, &old, CX_DIR_PUT), 0); /* a stale route */
     assert_int_equal(cx_dir_lookup(e, &a.lid, &got), CX_OK);
     assert_string_equal(got.url, "127.0.0.1:7001#s|0|0|0");
     old.version = 7;
-    assert_int_equal(cx_dir_table_apply(d, &old, CX_DIR_DEL), 0);        /* an old delete */
+    assert_int_equal(cx_dir_table_apply(d, &old, CX_DIR_DEL), 0); /* an old delete */
     assert_int_equal(cx_dir_lookup(e, &a.lid, &got), CX_OK);
     cx_dir_entry_t nw = old;
     nw.version = 11;
-    assert_int_equal(cx_dir_table_apply(d, &nw, CX_DIR_PUT), 1);         /* moved */
+    assert_int_equal(cx_dir_table_apply(d, &nw, CX_DIR_PUT), 1); /* moved */
     assert_int_equal(cx_dir_lookup(e, &a.lid, &got), CX_OK);
     assert_string_equal(got.url, "127.0.0.1:7002#s|0|0|0");
     assert_int_equal(got.version, 11);
     nw.version = 12;
     assert_int_equal(cx_dir_table_apply(d, &nw, CX_DIR_DEL), 1);
     assert_int_equal(cx_dir_lookup(e, &a.lid, &got), CX_EINVAL);
-    a.version = 9;                                                       /* older than the delete */
+    a.version = 9; /* older than the delete */
     assert_int_equal(cx_dir_table_apply(d, &a, CX_DIR_PUT), 0);
     assert_int_equal(cx_dir_lookup(e, &a.lid, &got), CX_EINVAL);
     cx_dir_entry_t v[4];
@@ -181,7 +185,7 @@ static void test_stale_version(void **state)
         if (st.directory_changes >= 4) break;
         usleep(20000);
     }
-    assert_true(st.directory_changes >= 4);   /* self, the put, the move, the delete */
+    assert_true(st.directory_changes >= 4); /* self, the put, the move, the delete */
     cx_engine_destroy(e);
 }
 
@@ -198,14 +202,17 @@ static void test_bare_lid_resolves(void **state)
     assert_int_equal(make(&e, "me", "static", peers), CX_OK);
     assert_int_equal(cx_send_msg(e, "far|0|0|0", "x", 1), CX_EPEER);
     assert_int_equal(cx_send_msg(e, "unlisted|0|0|0", "x", 1), CX_EINVAL);
-    assert_int_equal(cx_send_msg(e, "me|0|0|0", "x", 1), CX_EINVAL);     /* ourselves */
+    assert_int_equal(cx_send_msg(e, "me|0|0|0", "x", 1), CX_EINVAL); /* ourselves */
     cx_engine_destroy(e);
     close(hold);
 }
 
 /* The gateway's JSON and base64: what etcd sends is found, and malformed or truncated input is
  * "not found", never a read past the end (ASan runs this). */
-static cx_js_t js(const char *s) { return (cx_js_t){ s, s + strlen(s) }; }
+static cx_js_t js(const char *s)
+{
+    return (cx_js_t){ s, s + strlen(s) };
+}
 
 static void test_json_lite(void **state)
 {
@@ -240,8 +247,11 @@ static void test_json_lite(void **state)
         for (int k = 0; k < 10 && cx_js_next(cx_js_get(r, "events"), &e2, &x); k++) assert_true(x.end <= t + l);
         free(t);
     }
-    static const char *bad[] = { "", "{", "}", "[", "{\"a\"", "{\"a\":", "{\"a\":[1,2", "{\"a\":\"x", "\"",
-                                 "{\"a\" 1}", "{1:2}", "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[" };
+    static const char *bad[] = {
+        "",       "{",         "}",           "[",
+        "{\"a\"", "{\"a\":",   "{\"a\":[1,2", "{\"a\":\"x",
+        "\"",     "{\"a\" 1}", "{1:2}",       "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+    };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_null(cx_js_get(js(bad[i]), "a").s);
         cx_js_t e3 = { 0, 0 }, x;
@@ -249,8 +259,8 @@ static void test_json_lite(void **state)
     }
     assert_int_equal(cx_js_u64(js("\"12x\""), &v), -1);
     assert_int_equal(cx_js_u64(js("\"99999999999999999999999\""), &v), -1);
-    assert_int_equal(cx_js_str(js("\"a\\\"b\""), buf, sizeof buf), -1);   /* escapes: not ours */
-    assert_int_equal(cx_js_str(js("\"abcdef\""), buf, 4), -1);            /* too long */
+    assert_int_equal(cx_js_str(js("\"a\\\"b\""), buf, sizeof buf), -1); /* escapes: not ours */
+    assert_int_equal(cx_js_str(js("\"abcdef\""), buf, 4), -1);          /* too long */
 
     char enc[64];
     uint8_t dec[64];
@@ -263,20 +273,16 @@ static void test_json_lite(void **state)
         assert_memory_equal(dec, plain[i], (size_t)dl);
     }
     assert_int_equal(cx_b64_dec("YW!j", 4, dec, sizeof dec), -1);
-    assert_int_equal(cx_b64_dec("YWJjZGVm", 8, dec, 3), -1);   /* does not fit */
+    assert_int_equal(cx_b64_dec("YWJjZGVm", 8, dec, 3), -1); /* does not fit */
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_lid_patterns),
-        cmocka_unit_test(test_json_lite),
-        cmocka_unit_test(test_static_list),
-        cmocka_unit_test(test_static_default_and_env),
-        cmocka_unit_test(test_static_bad),
-        cmocka_unit_test(test_stale_version),
-        cmocka_unit_test(test_bare_lid_resolves),
-        cmocka_unit_test(test_etcd_unreachable),
+        cmocka_unit_test(test_lid_patterns),      cmocka_unit_test(test_json_lite),
+        cmocka_unit_test(test_static_list),       cmocka_unit_test(test_static_default_and_env),
+        cmocka_unit_test(test_static_bad),        cmocka_unit_test(test_stale_version),
+        cmocka_unit_test(test_bare_lid_resolves), cmocka_unit_test(test_etcd_unreachable),
     };
     return cxt_run_tests(tests, NULL, NULL);
 }

@@ -70,8 +70,14 @@ static const char *line_with(const char *a, const char *b, const char *c)
 
 static void start(cxt_peer_t *p, uint32_t replica, const char *connect, uint16_t port)
 {
-    cxt_peer_opts_t o = { .model = "ca", .replica = replica, .hb_ms = HB, .hb_timeout_ms = HBT,
-                          .op_timeout_ms = 5000, .seed = replica + 1, .region = 1 << 16, .connect = connect,
+    cxt_peer_opts_t o = { .model = "ca",
+                          .replica = replica,
+                          .hb_ms = HB,
+                          .hb_timeout_ms = HBT,
+                          .op_timeout_ms = 5000,
+                          .seed = replica + 1,
+                          .region = 1 << 16,
+                          .connect = connect,
                           .port = port };
     assert_int_equal(cxt_peer_start(p, &o, 15000), 0);
 }
@@ -100,14 +106,14 @@ static void test_list(void **state)
     assert_int_equal(ctl("--peers '%s,%s,%s'", p0.url, p1.url, p2.url), 0);
     assert_non_null(line_with("directory: static", "3 engines", NULL));
     assert_non_null(line_with(p1.url, "up", "backends zmq"));
-    assert_non_null(line_with("ca|0|0|1", " up ", "zmq"));   /* a peer row */
+    assert_non_null(line_with("ca|0|0|1", " up ", "zmq")); /* a peer row */
 
     assert_int_equal(ctl("--peers '%s,%s,%s' --json", p0.url, p1.url, p2.url), 0);
     assert_non_null(strstr(g_out, "{\"directory\": \"static\", \"engines\": ["));
     assert_non_null(strstr(g_out, "\"lid\": \"ca|0|0|2\", \"url\": \"127.0.0.1:"));
     assert_non_null(strstr(g_out, "\"state\": \"up\", \"backend\": \"zmq\""));
     assert_null(strstr(g_out, "\"reachable\": false"));
-    assert_null(strstr(g_out, "connex-ctl"));   /* its own engine is not listed */
+    assert_null(strstr(g_out, "connex-ctl")); /* its own engine is not listed */
 
     /* kill -9: failed at its survivor, unreachable itself, exit status 3 */
     cxt_peer_crash(&p2);
@@ -172,7 +178,7 @@ static void test_watch(void **state)
     assert_int_equal(expect(fd, g_out, &len, "watching", "1 peers", 10000), 0);
     cxt_peer_crash(&p1);
     assert_int_equal(expect(fd, g_out, &len, " failed ", "ca|0|0|1", 10000), 0);
-    start(&p1b, 1, p0.url, port);   /* the same LID, a new incarnation */
+    start(&p1b, 1, p0.url, port); /* the same LID, a new incarnation */
     assert_int_equal(expect(fd, g_out, &len, " joined ", "ca|0|0|1", 10000), 0);
     cxt_peer_stop(&p1b);
     assert_int_equal(expect(fd, g_out, &len, " left ", "ca|0|0|1", 10000), 0);
@@ -180,7 +186,7 @@ static void test_watch(void **state)
     cxt_peer_stop(&p0);
     assert_int_equal(expect(fd, g_out, &len, " lost ", NULL, 10000), 0);
     print_message("%.*s", (int)len, g_out);
-    kill(pid, SIGTERM);   /* watch runs until killed */
+    kill(pid, SIGTERM); /* watch runs until killed */
     int st;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     close(fd);
@@ -205,7 +211,7 @@ static void test_auth(void **state)
     chmod(good, 0600);
     chmod(bad, 0600);
 
-    setenv("CONNEX_AUTH_TOKEN", "s3cret-token", 1);   /* the peers inherit it */
+    setenv("CONNEX_AUTH_TOKEN", "s3cret-token", 1); /* the peers inherit it */
     cxt_peer_t p0, p1;
     start(&p0, 0, NULL, 0);
     start(&p1, 1, p0.url, 0);
@@ -246,14 +252,15 @@ static void test_unreachable(void **state)
     getsockname(ls, (struct sockaddr *)&a, &sl);
     uint64_t t0 = cxt_now_ns();
     assert_int_equal(ctl("--url '127.0.0.1:%u#ca|0|0|7' --url '127.0.0.1:%u#ca|0|0|8' --timeout-ms 700", refusing,
-                         ntohs(a.sin_port)), 3);
+                         ntohs(a.sin_port)),
+                     3);
     double ms = cxt_ms_since(t0);
     assert_non_null(line_with("ca|0|0|7", "UNREACHABLE", "refused"));
     assert_non_null(line_with("ca|0|0|8", "UNREACHABLE", "no answer in time"));
     assert_true(ms < 5000);
     /* bad usage */
     assert_int_equal(ctl("--timeout-ms"), 1);
-    assert_int_equal(ctl("--url 'not a url'"), 0);   /* said on stderr, nothing to ask */
+    assert_int_equal(ctl("--url 'not a url'"), 0); /* said on stderr, nothing to ask */
     close(ls);
     close(hold);
 }
@@ -267,7 +274,7 @@ static void test_etcd_directory(void **state)
     int rc = cxt_etcd_start(&x, 15000);
     if (rc == 1) cxt_skip("etcd", "%s missing", CXT_ETCD_BIN);
     assert_int_equal(rc, 0);
-    setenv("CONNEX_DIRECTORY", x.endpoint, 1);   /* the peers inherit it */
+    setenv("CONNEX_DIRECTORY", x.endpoint, 1); /* the peers inherit it */
     cxt_peer_t p0, p1;
     start(&p0, 0, NULL, 0);
     start(&p1, 1, p0.url, 0);
@@ -283,7 +290,7 @@ static void test_etcd_directory(void **state)
     assert_non_null(row);
     unsigned long long version = 0;
     assert_int_equal(sscanf(row + strlen(p1.lid), " %*s %llu", &version), 1);
-    assert_true(version > 0);   /* etcd's revision */
+    assert_true(version > 0); /* etcd's revision */
     assert_non_null(line_with("    ca|0|0|0", " up ", "zmq"));
     cxt_peer_stop(&p1);
     cxt_peer_stop(&p0);
@@ -315,7 +322,7 @@ static int answer(int fd, uint8_t type, int ms)
     uint32_t blen;
     uint8_t t;
     if (n != CX_CTL_HDR || cx_ctl_hdr_parse(h, &blen, &t) || t != type || blen > OUT_MAX) return -1;
-    return recv(fd, g_out, blen, MSG_WAITALL) == (ssize_t)blen ? 1 : -1;   /* the body, read */
+    return recv(fd, g_out, blen, MSG_WAITALL) == (ssize_t)blen ? 1 : -1; /* the body, read */
 }
 
 static void test_hostile_queries(void **state)

@@ -41,7 +41,10 @@ static int http(uint16_t port, const char *req, size_t req_len, int timeout_ms, 
         if (fd >= 0) close(fd);
         return 0;
     }
-    if (req_len && send(fd, req, req_len, MSG_NOSIGNAL) != (ssize_t)req_len) { close(fd); return 0; }
+    if (req_len && send(fd, req, req_len, MSG_NOSIGNAL) != (ssize_t)req_len) {
+        close(fd);
+        return 0;
+    }
     size_t cap = 1 << 16, len = 0;
     char *r = malloc(cap);
     uint64_t t0 = cxt_now_ns();
@@ -84,16 +87,26 @@ static void must_parse(const char *text)
     assert_null(bad);
 }
 
-struct traffic { cx_engine_t *e; const char *peer; uint64_t base; atomic_int stop; int ok, bad; };
+struct traffic {
+    cx_engine_t *e;
+    const char *peer;
+    uint64_t base;
+    atomic_int stop;
+    int ok, bad;
+};
 static void *traffic_main(void *arg)
 {
     struct traffic *t = arg;
     while (!atomic_load(&t->stop)) {
         int rc = cx_read(t->e, t->peer, g_buf, t->base, 4096);
-        if (rc == CX_OK) t->ok++;
-        else t->bad++;
-        if (cx_write(t->e, t->peer, g_buf + 8192, t->base + 8192, 65536) == CX_OK) t->ok++;
-        else t->bad++;
+        if (rc == CX_OK)
+            t->ok++;
+        else
+            t->bad++;
+        if (cx_write(t->e, t->peer, g_buf + 8192, t->base + 8192, 65536) == CX_OK)
+            t->ok++;
+        else
+            t->bad++;
     }
     return NULL;
 }
@@ -126,8 +139,9 @@ static void test_scrape_under_traffic(void **state)
     assert_int_equal(cx_register_memory(e, g_buf, BUF), CX_OK);
 
     cxt_peer_t p;
-    cxt_peer_opts_t o = { .model = "mtgt", .hb_ms = 200, .hb_timeout_ms = 1000, .op_timeout_ms = 5000,
-                          .seed = 5, .region = BUF };
+    cxt_peer_opts_t o = {
+        .model = "mtgt", .hb_ms = 200, .hb_timeout_ms = 1000, .op_timeout_ms = 5000, .seed = 5, .region = BUF
+    };
     assert_int_equal(cxt_peer_start(&p, &o, 15000), 0);
     assert_int_equal(cx_connect(e, p.url, 10000), CX_OK);
     const char *backend = cx_peer_backend(e, p.lid);
@@ -167,11 +181,11 @@ static void test_scrape_under_traffic(void **state)
         char hist[160];
         snprintf(hist, sizeof hist, "op=\"read\",backend=\"%s\"", backend);
         double hcount = prom_sum(body, "connex_op_latency_seconds_count", hist);
-        print_message("scrape %d: %zu bytes in %.2f ms, %.0f reads, histogram count %.0f\n", i, strlen(body), ms,
-                      reads, hcount);
-        assert_true(reads > last_reads);   /* traffic runs while it is scraped */
+        print_message("scrape %d: %zu bytes in %.2f ms, %.0f reads, histogram count %.0f\n", i, strlen(body), ms, reads,
+                      hcount);
+        assert_true(reads > last_reads); /* traffic runs while it is scraped */
         if (i == 5) assert_true(hcount > 0);
-        assert_true(hcount <= reads);   /* one ok read in 8 is timed */
+        assert_true(hcount <= reads); /* one ok read in 8 is timed */
         last_reads = reads;
         free(body);
     }
@@ -197,7 +211,7 @@ static void test_scrape_under_traffic(void **state)
     double inf;
     assert_int_equal(prom_value(body, s2, &inf), 0);
     print_message("writes: %.0f, timed: %.0f\n", v, inf);
-    assert_true(inf > v / 16 && inf < v / 4);   /* one in 8, picked at random */
+    assert_true(inf > v / 16 && inf < v / 4); /* one in 8, picked at random */
     free(body);
 
     /* the peer dies: FAILED is counted, for it and for the engine */
@@ -233,7 +247,7 @@ static void test_refuses_the_rest(void **state)
     free(body);
     assert_int_equal(get(port, "/metrics/x", &body), 404);
     free(body);
-    assert_int_equal(get(port, "/metrics?name[]=x", &body), 200);   /* a query string is ignored */
+    assert_int_equal(get(port, "/metrics?name[]=x", &body), 200); /* a query string is ignored */
     free(body);
     const char post[] = "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
     assert_int_equal(http(port, post, sizeof post - 1, 5000, &body), 405);
@@ -267,7 +281,7 @@ static void test_refuses_the_rest(void **state)
     char c;
     struct pollfd pf = { fd, POLLIN, 0 };
     assert_int_equal(poll(&pf, 1, 1000), 1);
-    assert_true(recv(fd, &c, 1, 0) <= 0);   /* closed by the listener */
+    assert_true(recv(fd, &c, 1, 0) <= 0); /* closed by the listener */
     close(fd);
     cx_engine_destroy(e);
     /* gone with its engine */
@@ -278,8 +292,8 @@ static void test_refuses_the_rest(void **state)
 static void test_bad_value(void **state)
 {
     (void)state;
-    const char *bad[] = { "127.0.0.1", "localhost:9100", "127.0.0.1:99999", "127.0.0.1:", ":9100",
-                          "::1:9100", "[::1]", "127.0.0.1:91x" };
+    const char *bad[] = { "127.0.0.1", "localhost:9100", "127.0.0.1:99999", "127.0.0.1:",
+                          ":9100",     "::1:9100",       "[::1]",           "127.0.0.1:91x" };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cx_config_t c;
         memset(&c, 0, sizeof c);

@@ -35,9 +35,18 @@ static const char *fail(char *err, size_t n, int line, const char *fmt, ...)
 
 static int value_ok(const char *s, double *v)
 {
-    if (!strcmp(s, "+Inf")) { *v = INFINITY; return 1; }
-    if (!strcmp(s, "-Inf")) { *v = -INFINITY; return 1; }
-    if (!strcmp(s, "NaN")) { *v = NAN; return 1; }
+    if (!strcmp(s, "+Inf")) {
+        *v = INFINITY;
+        return 1;
+    }
+    if (!strcmp(s, "-Inf")) {
+        *v = -INFINITY;
+        return 1;
+    }
+    if (!strcmp(s, "NaN")) {
+        *v = NAN;
+        return 1;
+    }
     char *end;
     *v = strtod(s, &end);
     return *s && !*end && !isspace((unsigned char)*s);
@@ -65,8 +74,8 @@ const char *prom_check(const char *text, char *err, size_t errlen)
     static char fam[MAXF][128], types[MAXF][16];
     static char *series[MAXS];
     int nf = 0, ns = 0, line = 0;
-    char cur[128] = "";           /* the family whose samples come now */
-    char done[MAXF][128];         /* families whose samples ended */
+    char cur[128] = "";   /* the family whose samples come now */
+    char done[MAXF][128]; /* families whose samples ended */
     int nd = 0;
     /* histogram state: the bucket series' labels without le, last count */
     char hkey[512] = "";
@@ -80,11 +89,17 @@ const char *prom_check(const char *text, char *err, size_t errlen)
         line++;
         char l[1024];
         size_t n = (size_t)(eol - p);
-        if (n >= sizeof l) { res = fail(err, errlen, line, "line too long"); break; }
+        if (n >= sizeof l) {
+            res = fail(err, errlen, line, "line too long");
+            break;
+        }
         memcpy(l, p, n);
         l[n] = 0;
         p = eol + 1;
-        if (!n) { res = fail(err, errlen, line, "empty line"); break; }
+        if (!n) {
+            res = fail(err, errlen, line, "empty line");
+            break;
+        }
         if (l[0] == '#') {
             char kw[16], name[128], rest[800] = "";
             int k = sscanf(l, "# %15s %127s %799[^\n]", kw, name, rest);
@@ -92,7 +107,10 @@ const char *prom_check(const char *text, char *err, size_t errlen)
                 res = fail(err, errlen, line, "a comment that is neither HELP nor TYPE: %s", l);
                 break;
             }
-            if (!name_ok(name, strlen(name), 0)) { res = fail(err, errlen, line, "bad metric name %s", name); break; }
+            if (!name_ok(name, strlen(name), 0)) {
+                res = fail(err, errlen, line, "bad metric name %s", name);
+                break;
+            }
             if (!strcmp(kw, "TYPE")) {
                 if (strcmp(rest, "counter") && strcmp(rest, "gauge") && strcmp(rest, "histogram") &&
                     strcmp(rest, "summary") && strcmp(rest, "untyped")) {
@@ -100,9 +118,15 @@ const char *prom_check(const char *text, char *err, size_t errlen)
                     break;
                 }
                 for (int i = 0; i < nf; i++)
-                    if (!strcmp(fam[i], name)) { res = fail(err, errlen, line, "TYPE of %s twice", name); break; }
+                    if (!strcmp(fam[i], name)) {
+                        res = fail(err, errlen, line, "TYPE of %s twice", name);
+                        break;
+                    }
                 if (res) break;
-                if (nf == MAXF) { res = fail(err, errlen, line, "too many families"); break; }
+                if (nf == MAXF) {
+                    res = fail(err, errlen, line, "too many families");
+                    break;
+                }
                 snprintf(fam[nf], sizeof fam[nf], "%s", name);
                 snprintf(types[nf], sizeof types[nf], "%s", rest);
                 nf++;
@@ -115,7 +139,10 @@ const char *prom_check(const char *text, char *err, size_t errlen)
         size_t i = 0;
         while (l[i] && l[i] != '{' && l[i] != ' ') i++;
         char name[128];
-        if (i >= sizeof name || !name_ok(l, i, 0)) { res = fail(err, errlen, line, "bad sample name: %s", l); break; }
+        if (i >= sizeof name || !name_ok(l, i, 0)) {
+            res = fail(err, errlen, line, "bad sample name: %s", l);
+            break;
+        }
         memcpy(name, l, i);
         name[i] = 0;
         char labels[800] = "", le[64] = "";
@@ -125,7 +152,10 @@ const char *prom_check(const char *text, char *err, size_t errlen)
             int first = 1;
             while (l[i] != '}') {
                 if (!first) {
-                    if (l[i] != ',') { res = fail(err, errlen, line, "labels not comma separated"); break; }
+                    if (l[i] != ',') {
+                        res = fail(err, errlen, line, "labels not comma separated");
+                        break;
+                    }
                     i++;
                 }
                 first = 0;
@@ -150,29 +180,49 @@ const char *prom_check(const char *text, char *err, size_t errlen)
                     i++;
                 }
                 if (res) break;
-                if (l[i] != '"') { res = fail(err, errlen, line, "unterminated label value"); break; }
-                if (!strcmp(lname, "le")) snprintf(le, sizeof le, "%.*s", (int)(i - vs), l + vs);
-                else lo += (size_t)snprintf(labels + lo, sizeof labels - lo, "%s%.*s", lo ? "," : "",
-                                            (int)(i - ns0 + 1), l + ns0);
+                if (l[i] != '"') {
+                    res = fail(err, errlen, line, "unterminated label value");
+                    break;
+                }
+                if (!strcmp(lname, "le"))
+                    snprintf(le, sizeof le, "%.*s", (int)(i - vs), l + vs);
+                else
+                    lo += (size_t)snprintf(labels + lo, sizeof labels - lo, "%s%.*s", lo ? "," : "", (int)(i - ns0 + 1),
+                                           l + ns0);
                 i++;
-                if (lo >= sizeof labels) { res = fail(err, errlen, line, "labels too long"); break; }
+                if (lo >= sizeof labels) {
+                    res = fail(err, errlen, line, "labels too long");
+                    break;
+                }
             }
             if (res) break;
             i++;
         }
-        if (l[i] != ' ') { res = fail(err, errlen, line, "no space before the value"); break; }
+        if (l[i] != ' ') {
+            res = fail(err, errlen, line, "no space before the value");
+            break;
+        }
         double v;
-        if (!value_ok(l + i + 1, &v)) { res = fail(err, errlen, line, "bad value '%s'", l + i + 1); break; }
+        if (!value_ok(l + i + 1, &v)) {
+            res = fail(err, errlen, line, "bad value '%s'", l + i + 1);
+            break;
+        }
         /* family bookkeeping */
         char f[128];
         family_of(name, fam, types, nf, f);
         int typed = -1;
         for (int k = 0; k < nf; k++)
             if (!strcmp(fam[k], f)) typed = k;
-        if (typed < 0) { res = fail(err, errlen, line, "sample of %s before its TYPE", name); break; }
+        if (typed < 0) {
+            res = fail(err, errlen, line, "sample of %s before its TYPE", name);
+            break;
+        }
         if (strcmp(cur, f)) {
             for (int k = 0; k < nd; k++)
-                if (!strcmp(done[k], f)) { res = fail(err, errlen, line, "samples of %s not contiguous", f); break; }
+                if (!strcmp(done[k], f)) {
+                    res = fail(err, errlen, line, "samples of %s not contiguous", f);
+                    break;
+                }
             if (res) break;
             if (cur[0] && nd < MAXF) snprintf(done[nd++], sizeof done[0], "%s", cur);
             snprintf(cur, sizeof cur, "%s", f);
@@ -181,7 +231,10 @@ const char *prom_check(const char *text, char *err, size_t errlen)
         char key[1024];
         snprintf(key, sizeof key, "%s{%s}le=%s", name, labels, le);
         for (int k = 0; k < ns; k++)
-            if (!strcmp(series[k], key)) { res = fail(err, errlen, line, "series twice: %s", key); break; }
+            if (!strcmp(series[k], key)) {
+                res = fail(err, errlen, line, "series twice: %s", key);
+                break;
+            }
         if (res) break;
         if (ns < MAXS) series[ns++] = strdup(key);
         /* histograms */
@@ -192,19 +245,34 @@ const char *prom_check(const char *text, char *err, size_t errlen)
             snprintf(hk, sizeof hk, "%s{%s}", f, labels);
             if (!strcmp(suf, "_bucket")) {
                 double b;
-                if (!le[0] || !value_ok(le, &b)) { res = fail(err, errlen, line, "bucket without a valid le"); break; }
+                if (!le[0] || !value_ok(le, &b)) {
+                    res = fail(err, errlen, line, "bucket without a valid le");
+                    break;
+                }
                 if (strcmp(hk, hkey)) {
-                    if (hkey[0] && !hinf) { res = fail(err, errlen, line, "%s: no +Inf bucket", hkey); break; }
+                    if (hkey[0] && !hinf) {
+                        res = fail(err, errlen, line, "%s: no +Inf bucket", hkey);
+                        break;
+                    }
                     snprintf(hkey, sizeof hkey, "%s", hk);
                     hlast = -1;
                     hinf = 0;
                 }
-                if (v < hlast) { res = fail(err, errlen, line, "buckets not cumulative"); break; }
+                if (v < hlast) {
+                    res = fail(err, errlen, line, "buckets not cumulative");
+                    break;
+                }
                 hlast = v;
                 hinf = isinf(b) != 0;
             } else if (!strcmp(suf, "_count")) {
-                if (strcmp(hk, hkey) || !hinf) { res = fail(err, errlen, line, "_count without its +Inf bucket"); break; }
-                if (v != hlast) { res = fail(err, errlen, line, "_count %g != +Inf bucket %g", v, hlast); break; }
+                if (strcmp(hk, hkey) || !hinf) {
+                    res = fail(err, errlen, line, "_count without its +Inf bucket");
+                    break;
+                }
+                if (v != hlast) {
+                    res = fail(err, errlen, line, "_count %g != +Inf bucket %g", v, hlast);
+                    break;
+                }
             } else if (strcmp(suf, "_sum")) {
                 res = fail(err, errlen, line, "histogram sample %s", name);
                 break;

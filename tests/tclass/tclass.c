@@ -21,26 +21,32 @@
 
 #include "cxt.h"
 
-#define RS ((size_t)(64u << 20) + (64u << 10))   /* 64 MiB plus room for odd offsets */
+#define RS ((size_t)(64u << 20) + (64u << 10)) /* 64 MiB plus room for odd offsets */
 #define TSEED 7
 #define PSEED 3
-#define CHUNK_BYTES (256u << 10)                 /* the main engine's background chunk */
-#define WAIT_MS 90000   /* an op's wait: past the 60 s op timeout, so a stall shows as CX_ETIMEDOUT */
+#define CHUNK_BYTES (256u << 10) /* the main engine's background chunk */
+#define WAIT_MS 90000            /* an op's wait: past the 60 s op timeout, so a stall shows as CX_ETIMEDOUT */
 
 static cx_engine_t *E;
 static uint8_t *R;
 static cxt_peer_t P;
 
-static const size_t sizes[] = { 1, 7, 4096, 65537, CHUNK_BYTES, CHUNK_BYTES + 1, (1u << 20) + 3,
-                                (16u << 20) + 3, 64u << 20 };
+static const size_t sizes[] = { 1,        7, 4096, 65537, CHUNK_BYTES, CHUNK_BYTES + 1, (1u << 20) + 3, (16u << 20) + 3,
+                                64u << 20 };
 #define NSIZES (sizeof sizes / sizeof sizes[0])
 
-static size_t loff(size_t len) { return len & 1 ? 5 : 0; }
-static size_t roff(size_t len) { return len & 1 ? 4096 + 13 : 4096; }
+static size_t loff(size_t len)
+{
+    return len & 1 ? 5 : 0;
+}
+static size_t roff(size_t len)
+{
+    return len & 1 ? 4096 + 13 : 4096;
+}
 
 /* An engine with class settings; the rest as cxt_engine makes it. */
-static int engine(cx_engine_t **e, const char *model, uint32_t hb, uint32_t hbt, uint32_t opt,
-                  uint32_t ccrit, uint32_t cbg, uint32_t chunk, int off)
+static int engine(cx_engine_t **e, const char *model, uint32_t hb, uint32_t hbt, uint32_t opt, uint32_t ccrit,
+                  uint32_t cbg, uint32_t chunk, int off)
 {
     cx_config_t c;
     memset(&c, 0, sizeof c);
@@ -77,7 +83,10 @@ static int group_setup(void **state)
     cxt_peer_opts_t o = { .replica = 1, .region = RS, .seed = PSEED, .hb_ms = 1000, .hb_timeout_ms = 10000 };
     if (cxt_peer_start(&P, &o, 10000)) return -1;
     int rc = cx_connect(E, P.url, 5000);
-    if (rc) { fprintf(stderr, "connect %s: %s\n", P.url, cx_strerror(rc)); return -1; }
+    if (rc) {
+        fprintf(stderr, "connect %s: %s\n", P.url, cx_strerror(rc));
+        return -1;
+    }
     return 0;
 }
 
@@ -93,7 +102,10 @@ static int group_teardown(void **state)
     return 0;
 }
 
-static uint64_t chunks_of(size_t n, size_t chunk) { return (n + chunk - 1) / chunk; }
+static uint64_t chunks_of(size_t n, size_t chunk)
+{
+    return (n + chunk - 1) / chunk;
+}
 
 static void read_sizes(cx_class_t cls)
 {
@@ -148,20 +160,36 @@ static void write_sizes(cx_class_t cls)
         assert_string_equal(rep, want);
         assert_int_equal(stat_chunks(E) - c0, cls == CX_CLASS_BACKGROUND ? chunks_of(n, CHUNK_BYTES) : 0);
     }
-    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED), 0);   /* the pattern back */
+    assert_int_equal(cxt_peer_cmd(&P, 10000, rep, sizeof rep, "FILL %u", PSEED), 0); /* the pattern back */
 }
 
-static void test_read_critical(void **s) { (void)s; read_sizes(CX_CLASS_CRITICAL); }
-static void test_read_background(void **s) { (void)s; read_sizes(CX_CLASS_BACKGROUND); }
-static void test_write_critical(void **s) { (void)s; write_sizes(CX_CLASS_CRITICAL); }
-static void test_write_background(void **s) { (void)s; write_sizes(CX_CLASS_BACKGROUND); }
+static void test_read_critical(void **s)
+{
+    (void)s;
+    read_sizes(CX_CLASS_CRITICAL);
+}
+static void test_read_background(void **s)
+{
+    (void)s;
+    read_sizes(CX_CLASS_BACKGROUND);
+}
+static void test_write_critical(void **s)
+{
+    (void)s;
+    write_sizes(CX_CLASS_CRITICAL);
+}
+static void test_write_background(void **s)
+{
+    (void)s;
+    write_sizes(CX_CLASS_BACKGROUND);
+}
 
 /* Many ops of both classes at once, each on its own range: all complete, all data right. */
 static void test_mixed_concurrent(void **state)
 {
     (void)state;
     enum { N = 24 };
-    const size_t n = (1u << 20) + 777;   /* ~1 MiB each: 24 fit the 64 MiB region twice over */
+    const size_t n = (1u << 20) + 777; /* ~1 MiB each: 24 fit the 64 MiB region twice over */
     cx_op_t *ops[N];
     memset(R, 0, RS);
     for (int i = 0; i < N; i++) {
@@ -190,8 +218,10 @@ static void ordering(int write)
     cx_stats_t st0, st1;
     assert_int_equal(cx_stats(E, &st0), CX_OK);
     cx_op_t *bg = NULL;
-    if (write) assert_int_equal(cx_write_async(E, P.lid, R, P.base, big, CX_CLASS_BACKGROUND, &bg), CX_OK);
-    else assert_int_equal(cx_read_async(E, P.lid, R, P.base, big, CX_CLASS_BACKGROUND, &bg), CX_OK);
+    if (write)
+        assert_int_equal(cx_write_async(E, P.lid, R, P.base, big, CX_CLASS_BACKGROUND, &bg), CX_OK);
+    else
+        assert_int_equal(cx_read_async(E, P.lid, R, P.base, big, CX_CLASS_BACKGROUND, &bg), CX_OK);
     /* Wait until the transfer is under way (its first chunk counted) before the critical op. */
     for (int i = 0; i < 2000; i++) {
         cx_stats_t st;
@@ -226,8 +256,16 @@ static void ordering(int write)
     }
 }
 
-static void test_critical_first_read(void **s) { (void)s; ordering(0); }
-static void test_critical_first_write(void **s) { (void)s; ordering(1); }
+static void test_critical_first_read(void **s)
+{
+    (void)s;
+    ordering(0);
+}
+static void test_critical_first_write(void **s)
+{
+    (void)s;
+    ordering(1);
+}
 
 /* One credit per class, chunks of 1 byte (rounded up to 4 KiB): many ops queue for credit,
  * every one completes with its data. */
@@ -243,10 +281,11 @@ static void test_small_credits(void **state)
     assert_int_equal(cx_connect(e, P.url, 5000), CX_OK);
     enum { N = 32 };
     cx_op_t *ops[N];
-    const size_t each = 10000;   /* 3 chunks of 4 KiB for a background op */
+    const size_t each = 10000; /* 3 chunks of 4 KiB for a background op */
     for (int i = 0; i < N; i++)
         assert_int_equal(cx_read_async(e, P.lid, r + (size_t)i * 16384, P.base + (size_t)i * 16384, each,
-                                       i % 2 ? CX_CLASS_BACKGROUND : CX_CLASS_CRITICAL, &ops[i]), CX_OK);
+                                       i % 2 ? CX_CLASS_BACKGROUND : CX_CLASS_CRITICAL, &ops[i]),
+                         CX_OK);
     for (int i = 0; i < N; i++) {
         int rc = cx_op_wait(ops[i], WAIT_MS);
         if (rc) fail_msg("op %d: %s", i, cx_strerror(rc));
@@ -301,8 +340,16 @@ static void classes_off(int via_env)
     munmap(r, len);
 }
 
-static void test_classes_off(void **s) { (void)s; classes_off(0); }
-static void test_classes_off_env(void **s) { (void)s; classes_off(1); }
+static void test_classes_off(void **s)
+{
+    (void)s;
+    classes_off(0);
+}
+static void test_classes_off_env(void **s)
+{
+    (void)s;
+    classes_off(1);
+}
 
 static void test_bad_input(void **state)
 {
@@ -376,7 +423,8 @@ static void test_kill9_mid_background(void **state)
     assert_int_equal(cx_write_async(f.e, f.p.lid, f.r + half, f.p.base + half, half, CX_CLASS_BACKGROUND, &wr), CX_OK);
     for (int i = 0; i < 4; i++)
         assert_int_equal(cx_read_async(f.e, f.p.lid, f.r + RS - 65536 + i * 4096, f.p.base + (size_t)i * 4096, 4096,
-                                       CX_CLASS_CRITICAL, &cr[i]), CX_OK);
+                                       CX_CLASS_CRITICAL, &cr[i]),
+                         CX_OK);
     /* Under way: some chunks done, the peer dies in the middle. */
     for (int i = 0; i < 2000; i++) {
         cx_stats_t st;
@@ -426,7 +474,7 @@ static int all_stopped(pid_t pid, int timeout_ms)
             size_t k = fread(buf, 1, sizeof buf - 1, f);
             fclose(f);
             buf[k] = 0;
-            char *rp = strrchr(buf, ')');   /* "pid (comm) S ..." */
+            char *rp = strrchr(buf, ')'); /* "pid (comm) S ..." */
             n++;
             if (!rp || rp[1] != ' ' || (rp[2] != 'T' && rp[2] != 't')) running = 1;
         }
@@ -455,8 +503,9 @@ static void test_sigstop_timeout(void **state)
     uint64_t t0 = cxt_now_ns();
     cx_op_t *bg = NULL, *cr = NULL, *bw = NULL;
     assert_int_equal(cx_read_async(f.e, f.p.lid, f.r, f.p.base, 16u << 20, CX_CLASS_BACKGROUND, &bg), CX_OK);
-    assert_int_equal(cx_write_async(f.e, f.p.lid, f.r + (32u << 20), f.p.base + (32u << 20), 16u << 20,
-                                    CX_CLASS_BACKGROUND, &bw), CX_OK);
+    assert_int_equal(
+        cx_write_async(f.e, f.p.lid, f.r + (32u << 20), f.p.base + (32u << 20), 16u << 20, CX_CLASS_BACKGROUND, &bw),
+        CX_OK);
     assert_int_equal(cx_read_async(f.e, f.p.lid, f.r + (20u << 20), f.p.base, 16384, CX_CLASS_CRITICAL, &cr), CX_OK);
     int rb = cx_op_wait(bg, 10000), rw = cx_op_wait(bw, 10000), rc = cx_op_wait(cr, 10000);
     double ms = cxt_ms_since(t0);

@@ -29,8 +29,8 @@ static const struct cx_backend_ops *ops = &cx_libfabric_ops;
 
 static cx_core_t ca, cb;
 static cx_backend_t *ba, *bb;
-static cx_bep_t *ab, *ba_ep;            /* A's endpoint to B, B's to A */
-static int cookie_a, cookie_b;          /* peer cookies: &cookie_b is "B" as A sees it */
+static cx_bep_t *ab, *ba_ep;   /* A's endpoint to B, B's to A */
+static int cookie_a, cookie_b; /* peer cookies: &cookie_b is "B" as A sees it */
 
 #define REG (4u << 20)
 static unsigned char *abuf, *bbuf;
@@ -53,8 +53,7 @@ static void settle(int ms)
     drive(&p, 1, ms);
 }
 
-static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote,
-                      const void *msg, size_t msg_len)
+static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote, const void *msg, size_t msg_len)
 {
     fc_xfer_init(f, kind, local, len, remote, msg, msg_len);
     f->x.local_mh = amh;
@@ -66,8 +65,7 @@ static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t 
 static int run1(fc_xfer_t *f, int timeout_ms)
 {
     int r = ops->submit(ba, ab, &f->x);
-    if (r)
-        return r;
+    if (r) return r;
     return drive(&f, 1, timeout_ms) ? CX_ETIMEDOUT : f->status;
 }
 
@@ -100,8 +98,7 @@ static void test_write_read(void **state)
     const size_t sizes[] = { 1, 4096, 65536, 1u << 20, REG };
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s];
-        for (size_t i = 0; i < n; i++)
-            abuf[i] = (unsigned char)(i * 7 + s);
+        for (size_t i = 0; i < n; i++) abuf[i] = (unsigned char)(i * 7 + s);
         fc_xfer_t w;
         xfer_init(&w, CX_XFER_WRITE, abuf, n, (uint64_t)(uintptr_t)bbuf, NULL, 0);
         assert_int_equal(run1(&w, 10000), CX_OK);
@@ -118,8 +115,7 @@ static void test_write_read(void **state)
     fc_xfer_t r;
     xfer_init(&r, CX_XFER_READ, abuf + 3, 100, (uint64_t)(uintptr_t)(bbuf + 1000), NULL, 0);
     assert_int_equal(run1(&r, 10000), CX_OK);
-    for (int i = 0; i < 100; i++)
-        assert_int_equal(abuf[3 + i], 0x5a);
+    for (int i = 0; i < 100; i++) assert_int_equal(abuf[3 + i], 0x5a);
 }
 
 /* Reads around the sizes where the way they travel changes (on tcp: answered in messages of up
@@ -129,8 +125,7 @@ static void test_read_boundaries(void **state)
 {
     (void)state;
     const size_t sizes[] = { 16359, 16360, 16361, 16384, 32720, 32721, 40000, 65535, 65536, 65537 };
-    for (size_t i = 0; i < REG; i++)
-        bbuf[i] = (unsigned char)(i * 13 + 5);
+    for (size_t i = 0; i < REG; i++) bbuf[i] = (unsigned char)(i * 13 + 5);
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
         size_t n = sizes[s], ro = 4096 * s + 3;
         memset(abuf, 0xee, n + 2);
@@ -161,11 +156,9 @@ static void test_read_refused_by_target(void **state)
         int checks = cb.region_checks;
         int st = run1(&r, 10000);
         assert_int_equal(r.done, 1);
-        if (cb.region_checks == checks)
-            continue;   /* fi_read (not tcp): the provider checks keys, not our core */
+        if (cb.region_checks == checks) continue; /* fi_read (not tcp): the provider checks keys, not our core */
         assert_int_equal(st, CX_EINVAL);
-        for (size_t i = 0; i < n; i++)
-            assert_int_equal(abuf[i], 0xee);
+        for (size_t i = 0; i < n; i++) assert_int_equal(abuf[i], 0xee);
     }
     memset(bbuf, 0x42, 100);
     fc_xfer_t r;
@@ -182,8 +175,7 @@ static void test_many_in_flight(void **state)
     fc_xfer_t *p[N];
     for (int i = 0; i < N; i++) {
         abuf[i * 4096] = (unsigned char)i;
-        xfer_init(&f[i], CX_XFER_WRITE, abuf + i * 4096, 4096,
-                  (uint64_t)(uintptr_t)(bbuf + i * 4096), NULL, 0);
+        xfer_init(&f[i], CX_XFER_WRITE, abuf + i * 4096, 4096, (uint64_t)(uintptr_t)(bbuf + i * 4096), NULL, 0);
         p[i] = &f[i];
         assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
     }
@@ -202,16 +194,14 @@ static void test_messages(void **state)
     unsigned char *m = malloc(CX_MSG_MAX);
     assert_non_null(m);
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        for (size_t i = 0; i < sizes[s]; i++)
-            m[i] = (unsigned char)(i ^ s);
+        for (size_t i = 0; i < sizes[s]; i++) m[i] = (unsigned char)(i ^ s);
         fc_xfer_t f;
         xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, m, sizes[s]);
         assert_int_equal(run1(&f, 10000), CX_OK);
         assert_int_equal(f.done, 1);
         assert_int_equal(cb.nmsg, (int)s + 1);
         assert_int_equal(cb.msg_len[s], sizes[s]);
-        if (sizes[s])
-            assert_memory_equal(cb.msg[s], m, sizes[s]);
+        if (sizes[s]) assert_memory_equal(cb.msg[s], m, sizes[s]);
     }
     free(m);
     assert_int_equal(cb.served_bad, 0);
@@ -247,8 +237,7 @@ static void test_put_signal(void **state)
         char msg[32];
         snprintf(msg, sizeof msg, "signal %zu", s);
         fc_xfer_t f;
-        xfer_init(&f, CX_XFER_PUT_SIGNAL, abuf, sizes[s], (uint64_t)(uintptr_t)bbuf, msg,
-                  strlen(msg));
+        xfer_init(&f, CX_XFER_PUT_SIGNAL, abuf, sizes[s], (uint64_t)(uintptr_t)bbuf, msg, strlen(msg));
         assert_int_equal(run1(&f, 10000), CX_OK);
         assert_int_equal(cb.nmsg, 1);
         assert_int_equal(cb.check_failed, 0);
@@ -271,18 +260,21 @@ static void test_tcp_read_choice(void **state)
 {
     (void)state;
     assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 0)));
-    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 1)));   /* a custom build of 1.17.0 */
-    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 10)));  /* 1.17.1: released before the fix */
+    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 1)));  /* a custom build of 1.17.0 */
+    assert_false(cx_fi_tcp_read_fixed(FI_VERSION(117, 10))); /* 1.17.1: released before the fix */
     assert_false(cx_fi_tcp_read_fixed(FI_VERSION(116, 10)));
     assert_true(cx_fi_tcp_read_fixed(FI_VERSION(118, 0)));
     assert_true(cx_fi_tcp_read_fixed(FI_VERSION(122, 0)));
 
-    static struct cx_backend b;   /* large: not on the stack */
+    static struct cx_backend b; /* large: not on the stack */
+    static cx_opts_t o;         /* what the backend reads CONNEX_FI_TCP_READ from */
     memset(&b, 0, sizeof b);
+    b.opts = &o;
     const char *old = getenv("CONNEX_FI_TCP_READ");
     char saved[64] = "";
     if (old) snprintf(saved, sizeof saved, "%s", old);
     unsetenv("CONNEX_FI_TCP_READ");
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     snprintf(b.prov, sizeof b.prov, "tcp;ofi_rxm");
     b.prov_version = FI_VERSION(117, 0);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
@@ -290,22 +282,29 @@ static void test_tcp_read_choice(void **state)
     b.prov_version = FI_VERSION(118, 0);
     assert_int_equal(cx_fi_wb_choose(&b), 0);
     setenv("CONNEX_FI_TCP_READ", "writeback", 1);
+    assert_int_equal(cx_fi_wb_choose(&b), 0); /* the table was parsed before: the change is not seen */
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
     b.prov_version = FI_VERSION(117, 0);
     setenv("CONNEX_FI_TCP_READ", "rma", 1);
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     assert_int_equal(cx_fi_wb_choose(&b), 0);
     setenv("CONNEX_FI_TCP_READ", "auto", 1);
+    assert_int_equal(cx_opts_load(&o), CX_OK);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
-    setenv("CONNEX_FI_TCP_READ", "bogus", 1);   /* refused with a warning: auto */
+    setenv("CONNEX_FI_TCP_READ", "bogus", 1); /* refused (an engine would not start): auto */
+    assert_int_equal(cx_opts_load(&o), CX_EINVAL);
     assert_int_equal(cx_fi_wb_choose(&b), 1);
-    b.mr_mode = FI_MR_LOCAL;   /* verbs: hardware reads, and no write-back without descriptors */
+    b.mr_mode = FI_MR_LOCAL; /* verbs: hardware reads, and no write-back without descriptors */
     assert_int_equal(cx_fi_wb_choose(&b), 0);
     b.mr_mode = 0;
     snprintf(b.prov, sizeof b.prov, "shm");
     assert_int_equal(cx_fi_wb_choose(&b), 0);
     assert_int_equal(b.rd_inline, 0);
-    if (saved[0]) setenv("CONNEX_FI_TCP_READ", saved, 1);
-    else unsetenv("CONNEX_FI_TCP_READ");
+    if (saved[0])
+        setenv("CONNEX_FI_TCP_READ", saved, 1);
+    else
+        unsetenv("CONNEX_FI_TCP_READ");
     /* the instance this suite opened decided the same way */
     if (!strncmp(ba->prov, "tcp", 3) && !(ba->mr_mode & FI_MR_LOCAL) && (!saved[0] || !strcmp(saved, "auto")))
         assert_int_equal(ba->wb, !cx_fi_tcp_read_fixed(ba->prov_version));
@@ -361,7 +360,7 @@ static void test_unknown_sender(void **state)
     xfer_init(&f, CX_XFER_MSG, NULL, 0, 0, "who", 3);
     assert_int_equal(ops->submit(ba, ab, &f.x), CX_OK);
     fc_xfer_t *p = &f;
-    assert_int_equal(drive(&p, 1, 300), -1);      /* no ack: the core's op timeout covers it */
+    assert_int_equal(drive(&p, 1, 300), -1); /* no ack: the core's op timeout covers it */
     assert_int_equal(cb.nmsg, 0);
     assert_true(cb.served_bad >= 1);
     cb.peer_inc = keep;
@@ -386,8 +385,7 @@ static void test_disconnect_in_flight(void **state)
     static fc_xfer_t f[N];
     for (int i = 0; i < N; i++) {
         int k = i % 3 == 0 ? CX_XFER_READ : i % 3 == 1 ? CX_XFER_WRITE : CX_XFER_MSG;
-        xfer_init(&f[i], k, abuf + i * 65536, 65536, (uint64_t)(uintptr_t)(bbuf + i * 65536),
-                  "m", 1);
+        xfer_init(&f[i], k, abuf + i * 65536, 65536, (uint64_t)(uintptr_t)(bbuf + i * 65536), "m", 1);
         assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
     }
     ops->disconnect(ba, ab, CX_EPEER);
@@ -397,8 +395,7 @@ static void test_disconnect_in_flight(void **state)
         assert_int_equal(f[i].status, CX_EPEER);
     }
     settle(300);
-    for (int i = 0; i < N; i++)
-        assert_int_equal(f[i].done, 1);
+    for (int i = 0; i < N; i++) assert_int_equal(f[i].done, 1);
     unsigned char addr[4096];
     size_t len = sizeof addr;
     assert_int_equal(ops->address(bb, addr, &len), CX_OK);
@@ -426,8 +423,7 @@ static pid_t stopped_holder(void)
     assert_true(c >= 0);
     if (c == 0) {
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (pthread_spin_trylock(lock))
-            _exit(2);
+        if (pthread_spin_trylock(lock)) _exit(2);
         raise(SIGSTOP);
         pthread_spin_unlock(lock);
         _exit(0);
@@ -455,16 +451,13 @@ typedef struct held_ops {
 
 static void held_ops_submit(held_ops_t *o, unsigned char pat)
 {
-    for (size_t i = 0; i < 4096; i++)
-        abuf[i] = (unsigned char)(i * 11 + pat);
+    for (size_t i = 0; i < 4096; i++) abuf[i] = (unsigned char)(i * 11 + pat);
     memset(bbuf + 65536, pat + 1, 4096);
     memset(bbuf + 131072, pat + 2, 4096);
     xfer_init(&o->w, CX_XFER_WRITE, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
-    xfer_init(&o->r, CX_XFER_READ, abuf + 8192, 4096, (uint64_t)(uintptr_t)(bbuf + 65536),
-              NULL, 0);
+    xfer_init(&o->r, CX_XFER_READ, abuf + 8192, 4096, (uint64_t)(uintptr_t)(bbuf + 65536), NULL, 0);
     xfer_init(&o->m, CX_XFER_MSG, NULL, 0, 0, "to B", 4);
-    fc_xfer_init(&o->bw, CX_XFER_WRITE, bbuf + 131072, 4096,
-                 (uint64_t)(uintptr_t)(abuf + 65536), NULL, 0);
+    fc_xfer_init(&o->bw, CX_XFER_WRITE, bbuf + 131072, 4096, (uint64_t)(uintptr_t)(abuf + 65536), NULL, 0);
     o->bw.x.local_mh = bmh;
     o->bw.x.remote_base = (uint64_t)(uintptr_t)abuf;
     o->bw.x.rkey = akey;
@@ -481,12 +474,10 @@ static void held_ops_submit(held_ops_t *o, unsigned char pat)
 
 static void held_ops_check(held_ops_t *o, unsigned char pat)
 {
-    for (int i = 0; i < 5; i++)
-        assert_int_equal(o->all[i]->status, CX_OK);
+    for (int i = 0; i < 5; i++) assert_int_equal(o->all[i]->status, CX_OK);
     assert_memory_equal(bbuf, abuf, 4096);
     assert_memory_equal(abuf + 8192, bbuf + 65536, 4096);
-    for (size_t i = 0; i < 4096; i++)
-        assert_int_equal(abuf[65536 + i], (unsigned char)(pat + 2));
+    for (size_t i = 0; i < 4096; i++) assert_int_equal(abuf[65536 + i], (unsigned char)(pat + 2));
     assert_int_equal(cb.nmsg, 1);
     assert_memory_equal(cb.msg[0], "to B", 4);
     assert_int_equal(ca.nmsg, 1);
@@ -519,7 +510,7 @@ static void test_region_lock_held_by_stopped_process(void **state)
     /* A thread spinning inside the provider never returns to a cmocka check: bounded here. */
     alarm(30);
     uint64_t rot_ns = ba->rot_ns;
-    ba->rot_ns = 0;   /* no rotation at all */
+    ba->rot_ns = 0; /* no rotation at all */
     pid_t c = stopped_holder();
     assert_true(cx_fi_lock_held(ba, ba->self_lockw));
     held_ops_t o;
@@ -530,10 +521,10 @@ static void test_region_lock_held_by_stopped_process(void **state)
     drive(o.all, 5, 300);
     uint64_t took = now_ms() - t0;
     print_message("progress while held: 300 ms asked, returned after %llu ms; done: write %d "
-                  "read %d msg %d B's write %d B's msg %d\n", (unsigned long long)took, o.w.done,
-                  o.r.done, o.m.done, o.bw.done, o.bm.done);
+                  "read %d msg %d B's write %d B's msg %d\n",
+                  (unsigned long long)took, o.w.done, o.r.done, o.m.done, o.bw.done, o.bm.done);
     assert_true(took < 2000);
-    assert_int_equal(o.bw.done, 0);   /* still in B's backlog: nothing was posted into A */
+    assert_int_equal(o.bw.done, 0); /* still in B's backlog: nothing was posted into A */
     assert_int_equal(o.bm.done, 0);
     assert_true(cx_fi_lock_held(ba, ba->self_lockw));
     continue_holder(c);
@@ -545,7 +536,7 @@ static void test_region_lock_held_by_stopped_process(void **state)
 
 /* The same stopped holder, with the rotation on (fi_rot.c): A moves to a new region, tells B,
  * and every op in both directions completes while the holder is still stopped. First as one of
- * A's peers (the test passes the holder's pid off as B's): A moves once it has been held
+ * A's peers (A's core answers for B with the holder's process): A moves once it has been held
  * rot_ns. Then a holder that is no peer of A's: A waits rot_any_ns, not rot_ns. */
 static void test_stopped_holder_new_region(void **state)
 {
@@ -555,7 +546,7 @@ static void test_stopped_holder_new_region(void **state)
     uint64_t rot_ns = ba->rot_ns, rot_any_ns = ba->rot_any_ns;
     ba->rot_ns = 100000000ull;
     ba->rot_any_ns = 10000000000ull;
-    uint32_t gen0 = ba->rot_gen, b_pid = ab->pid;
+    uint32_t gen0 = ba->rot_gen, b_pid = ca.peer_pid;
     char old_name[64], path[128];
     memcpy(old_name, ba->shm_self, sizeof old_name);
     snprintf(path, sizeof path, "/dev/shm/%s", old_name);
@@ -565,15 +556,15 @@ static void test_stopped_holder_new_region(void **state)
     assert_int_equal(ops->address(ba, addr0, &len0), CX_OK);
 
     pid_t c = stopped_holder();
-    ab->pid = (uint32_t)c;
+    ca.peer_pid = (uint32_t)c;
     held_ops_t o;
     held_ops_submit(&o, 3);
     uint64_t t0 = now_ms();
     int left = drive(o.all, 5, 5000);
     print_message("holder stopped (a peer): %d of 5 ops left after %llu ms; generation %u, "
-                  "region %s\n", left, (unsigned long long)(now_ms() - t0), ba->rot_gen,
-                  ba->shm_self);
-    ab->pid = b_pid;
+                  "region %s\n",
+                  left, (unsigned long long)(now_ms() - t0), ba->rot_gen, ba->shm_self);
+    ca.peer_pid = b_pid;
     assert_int_equal(left, 0);
     assert_true(now_ms() - t0 < 2000);
     held_ops_check(&o, 3);
@@ -614,8 +605,8 @@ static void test_stopped_holder_new_region(void **state)
     assert_int_equal(ba->rot_gen, gen0 + 1);
     left = drive(o.all, 5, 5000);
     uint64_t took = now_ms() - t0;
-    print_message("holder stopped (no peer): %d of 5 ops left after %llu ms; generation %u\n",
-                  left, (unsigned long long)took, ba->rot_gen);
+    print_message("holder stopped (no peer): %d of 5 ops left after %llu ms; generation %u\n", left,
+                  (unsigned long long)took, ba->rot_gen);
     assert_int_equal(left, 0);
     assert_true(took >= 400);
     held_ops_check(&o, 7);
@@ -629,19 +620,15 @@ static void test_stopped_holder_new_region(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    if (fc_open_pair(ops, &ca, &cb, &cookie_a, &cookie_b, &ba, &bb))
-        return -1;
+    if (fc_open_pair(ops, &ca, &cb, &cookie_a, &cookie_b, &ba, &bb)) return -1;
     unsigned char addr[4096];
     size_t len = sizeof addr;
-    if (ops->address(bb, addr, &len) || ops->connect(ba, &cookie_b, addr, len, &ab))
-        return -1;
+    if (ops->address(bb, addr, &len) || ops->connect(ba, &cookie_b, addr, len, &ab)) return -1;
     len = sizeof addr;
-    if (ops->address(ba, addr, &len) || ops->connect(bb, &cookie_a, addr, len, &ba_ep))
-        return -1;
+    if (ops->address(ba, addr, &len) || ops->connect(bb, &cookie_a, addr, len, &ba_ep)) return -1;
     abuf = aligned_alloc(4096, REG);
     bbuf = aligned_alloc(4096, REG);
-    if (!abuf || !bbuf)
-        return -1;
+    if (!abuf || !bbuf) return -1;
     akey_len = sizeof akey;
     bkey_len = sizeof bkey;
     if (ops->mem_reg(ba, abuf, REG, CX_MEM_HOST, &amh, akey, &akey_len) ||
@@ -655,8 +642,7 @@ static int group_teardown(void **state)
     (void)state;
     ops->mem_dereg(ba, amh);
     ops->mem_dereg(bb, bmh);
-    if (ab)
-        ops->disconnect(ba, ab, CX_EPEER);
+    if (ab) ops->disconnect(ba, ab, CX_EPEER);
     ops->disconnect(bb, ba_ep, CX_EPEER);
     ops->close(ba);
     ops->close(bb);
@@ -673,10 +659,8 @@ int main(int argc, char **argv)
      * CMake's add_test. */
     char prov[128] = "";
     for (int i = 1; i < argc; i++)
-        snprintf(prov + strlen(prov), sizeof prov - strlen(prov), "%s%s", i > 1 ? ";" : "",
-                 argv[i]);
-    if (argc > 1)
-        setenv("CONNEX_FI_PROVIDER", prov, 1);
+        snprintf(prov + strlen(prov), sizeof prov - strlen(prov), "%s%s", i > 1 ? ";" : "", argv[i]);
+    if (argc > 1) setenv("CONNEX_FI_PROVIDER", prov, 1);
     cx_log_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_open_and_address, setup),
@@ -694,6 +678,5 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_region_lock_held_by_stopped_process, setup),
         cmocka_unit_test_setup(test_stopped_holder_new_region, setup),
     };
-    return cmocka_run_group_tests_name(argc > 1 ? prov : "default", tests, group_setup,
-                                       group_teardown);
+    return cmocka_run_group_tests_name(argc > 1 ? prov : "default", tests, group_setup, group_teardown);
 }

@@ -15,8 +15,10 @@ char fx_last_log[512];
 __attribute__((constructor)) static void fx_log_init(void)
 {
     const char *l = getenv("CONNEX_LOG");
-    if (l && strcmp(l, "debug") == 0) cx_log_level = CX_LOG_DEBUG;
-    else if (l && strcmp(l, "info") == 0) cx_log_level = CX_LOG_INFO;
+    if (l && strcmp(l, "debug") == 0)
+        cx_log_level = CX_LOG_DEBUG;
+    else if (l && strcmp(l, "info") == 0)
+        cx_log_level = CX_LOG_INFO;
 }
 
 void cx_log_write(int level, const char *file, int line, const char *fmt, ...)
@@ -55,6 +57,21 @@ cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer)
     return NULL;
 }
 
+/* The UCX backend follows no peer process: nothing to tell. */
+int cx_core_peer_process(cx_core_t *c, void *peer)
+{
+    (void)c;
+    (void)peer;
+    return CX_PROC_UNKNOWN;
+}
+
+int cx_core_peer_exit_fd(cx_core_t *c, void *peer)
+{
+    (void)c;
+    (void)peer;
+    return -1;
+}
+
 void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
 {
     (void)c;
@@ -83,7 +100,9 @@ void cx_core_region_unpin(void *pin)
 
 int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
 {
-    (void)c; (void)addr; (void)len;
+    (void)c;
+    (void)addr;
+    (void)len;
     return CX_MEM_HOST;
 }
 
@@ -96,7 +115,11 @@ int cx_core_deliver_msg(cx_core_t *c, void *peer, const void *data, size_t len)
 
 void cx_core_count_served(cx_core_t *c, int kind, size_t bytes, int ok)
 {
-    (void)c; (void)kind; (void)bytes;
-    if (ok) fx.served_ok++;
-    else fx.served_bad++;
+    (void)c;
+    (void)kind;
+    (void)bytes;
+    if (ok)
+        fx.served_ok++;
+    else
+        fx.served_bad++;
 }

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "fake_core.h"
+#include "connex/options.h"
 
 #include <ucs/config/global_opts.h>
 #include <ucs/debug/log_def.h>
@@ -27,7 +28,7 @@
 
 extern const struct cx_backend_ops cx_ucx_ops;
 #define OPS cx_ucx_ops
-void cx_ucx_lanes_parse(const char *info, char *buf, size_t n);   /* ucx_ep.c */
+void cx_ucx_lanes_parse(const char *info, char *buf, size_t n); /* ucx_ep.c */
 
 #define BUF_LEN (16u << 20)
 #define PARENT_INC 0x1111222233334444ull
@@ -36,12 +37,13 @@ void cx_ucx_lanes_parse(const char *info, char *buf, size_t n);   /* ucx_ep.c */
 static int g_sock = -1;
 static pid_t g_child = -1;
 static cx_backend_t *g_b;
+static cx_opts_t g_opts; /* the CONNEX_* table g_b opened with, as an engine parses it */
 static cx_bep_t *g_ep;
-static uint8_t *g_buf;          /* local registered buffer */
+static uint8_t *g_buf; /* local registered buffer */
 static void *g_mh;
 static uint8_t g_caddr[4096], g_ckey[1024];
 static size_t g_caddr_len, g_ckey_len;
-static uint64_t g_rbuf;         /* the child's buffer address */
+static uint64_t g_rbuf; /* the child's buffer address */
 
 static uint64_t now_ms(void)
 {
@@ -50,7 +52,10 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-static uint8_t pat(size_t i, unsigned seed) { return (uint8_t)(i * 7 + 3 + seed * 13); }
+static uint8_t pat(size_t i, unsigned seed)
+{
+    return (uint8_t)(i * 7 + 3 + seed * 13);
+}
 
 /* ---- framing on the socketpair: u32 length, bytes ---- */
 static int xwrite(int fd, const void *p, size_t n)
@@ -136,15 +141,15 @@ static void child_main(void)
 {
     fx.peer_inc = PARENT_INC;
     fx.on_msg = child_on_msg;
-    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1",
-                              .incarnation = CHILD_INC };
+    if (cx_opts_load(&g_opts)) _exit(10);
+    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1", .incarnation = CHILD_INC, .opts = &g_opts };
     if (OPS.open(&p, &g_b) != CX_OK) _exit(10);
     g_buf = aligned_alloc(4096, BUF_LEN);
     for (size_t i = 0; i < BUF_LEN; i++) g_buf[i] = pat(i, 0);
     uint8_t key[1024], addr[4096], paddr[4096];
     size_t key_len = sizeof key, addr_len = sizeof addr, paddr_len;
     if (OPS.mem_reg(g_b, g_buf, BUF_LEN, CX_MEM_HOST, &g_mh, key, &key_len) != CX_OK) _exit(11);
-    fx.reg_lo = (uint64_t)(uintptr_t)g_buf;   /* what reads answered here may cover */
+    fx.reg_lo = (uint64_t)(uintptr_t)g_buf; /* what reads answered here may cover */
     fx.reg_hi = fx.reg_lo + BUF_LEN;
     if (OPS.address(g_b, addr, &addr_len) != CX_OK) _exit(12);
     uint64_t a = (uint64_t)(uintptr_t)g_buf;
@@ -154,8 +159,7 @@ static void child_main(void)
     if (recv_blob(g_sock, paddr, sizeof paddr, &paddr_len, 10000)) _exit(14);
     if (OPS.connect(g_b, &fx.peer_cookie, paddr, paddr_len, &g_ep) != CX_OK) _exit(15);
     uint64_t end = now_ms() + 120000;
-    struct pollfd pf[2] = { { .fd = OPS.wait_fd(g_b), .events = POLLIN },
-                            { .fd = g_sock, .events = POLLIN } };
+    struct pollfd pf[2] = { { .fd = OPS.wait_fd(g_b), .events = POLLIN }, { .fd = g_sock, .events = POLLIN } };
     OPS.progress(g_b);
     while (now_ms() < end) {
         if (poll(pf, 2, 100) < 0 && errno != EINTR) break;
@@ -164,7 +168,7 @@ static void child_main(void)
             uint8_t cmd[8];
             size_t n;
             if (recv_blob(g_sock, cmd, sizeof cmd, &n, 1000) || cmd[0] == 'Q') break;
-            if (cmd[0] == 'P') {   /* pins held and requests refused, for the parent's checks */
+            if (cmd[0] == 'P') { /* pins held and requests refused, for the parent's checks */
                 int32_t v[2] = { fx.pins, fx.served_bad };
                 send_blob(g_sock, v, sizeof v);
             }
@@ -194,8 +198,8 @@ static int setup(void **state)
     close(sv[1]);
     g_sock = sv[0];
     fx.peer_inc = CHILD_INC;
-    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1",
-                              .incarnation = PARENT_INC };
+    if (cx_opts_load(&g_opts)) return -1;
+    cx_backend_params_t p = { .core = FX_CORE, .listen_ip = "127.0.0.1", .incarnation = PARENT_INC, .opts = &g_opts };
     if (OPS.open(&p, &g_b) != CX_OK) return -1;
     g_buf = aligned_alloc(4096, BUF_LEN);
     memset(g_buf, 0, BUF_LEN);
@@ -204,8 +208,8 @@ static int setup(void **state)
     if (OPS.mem_reg(g_b, g_buf, BUF_LEN, CX_MEM_HOST, &g_mh, key, &key_len) != CX_OK) return -1;
     if (OPS.address(g_b, addr, &addr_len) != CX_OK) return -1;
     if (recv_blob(g_sock, g_caddr, sizeof g_caddr, &g_caddr_len, 10000) ||
-        recv_blob(g_sock, g_ckey, sizeof g_ckey, &g_ckey_len, 10000) ||
-        recv_blob(g_sock, &g_rbuf, 8, &n, 10000) || send_blob(g_sock, addr, (uint32_t)addr_len))
+        recv_blob(g_sock, g_ckey, sizeof g_ckey, &g_ckey_len, 10000) || recv_blob(g_sock, &g_rbuf, 8, &n, 10000) ||
+        send_blob(g_sock, addr, (uint32_t)addr_len))
         return -1;
     return OPS.connect(g_b, &fx.peer_cookie, g_caddr, g_caddr_len, &g_ep) == CX_OK ? 0 : -1;
 }
@@ -260,7 +264,7 @@ static void test_read_sizes(void **state)
         rma_init(&f, CX_XFER_READ, 0, 0, sizes[s]);
         uint64_t t0 = now_ms();
         assert_int_equal(run(&f, 5000), CX_OK);
-        assert_true(now_ms() - t0 < 1000);   /* the target woke up: no ~1.4 s stall */
+        assert_true(now_ms() - t0 < 1000); /* the target woke up: no ~1.4 s stall */
         if (getenv("CX_UCX_TEST_VERBOSE"))
             print_message("read %zu: %llu ms\n", sizes[s], (unsigned long long)(now_ms() - t0));
         for (size_t i = 0; i < sizes[s]; i++)
@@ -294,7 +298,7 @@ static void test_put_signal_data_first(void **state)
 {
     (void)state;
     for (unsigned round = 0; round < 3; round++) {
-        const size_t len = (size_t)(256u << 10) << (round * 2);   /* 256K, 1M, 4M */
+        const size_t len = (size_t)(256u << 10) << (round * 2); /* 256K, 1M, 4M */
         const unsigned seed = 9 + round;
         for (size_t i = 0; i < len; i++) g_buf[i] = pat(i, seed);
         uint8_t msg[21];
@@ -396,7 +400,7 @@ static void test_forget_region_reunpacks(void **state)
 {
     (void)state;
     OPS.forget_region(g_b, g_ep, 7);
-    OPS.forget_region(g_b, g_ep, 12345);   /* never seen: harmless */
+    OPS.forget_region(g_b, g_ep, 12345); /* never seen: harmless */
     fx_xfer_t f;
     rma_init(&f, CX_XFER_READ, 0, 0, 4096);
     assert_int_equal(run(&f, 5000), CX_OK);
@@ -408,8 +412,8 @@ static void test_forget_region_reunpacks(void **state)
 static int peer_mode_tls(void)
 {
     const char *tls = getenv("UCX_TLS");
-    return !tls || !*tls || strstr(tls, "tcp") || strstr(tls, "rc") || strstr(tls, "dc") ||
-           strstr(tls, "ud") || strstr(tls, "all");
+    return !tls || !*tls || strstr(tls, "tcp") || strstr(tls, "rc") || strstr(tls, "dc") || strstr(tls, "ud") ||
+        strstr(tls, "all");
 }
 
 /* Reads of at least this many bytes are answered by the target on endpoints without peer error
@@ -425,8 +429,7 @@ static int child_pins(int *refused)
 {
     int32_t v[2];
     size_t n;
-    if (send_blob(g_sock, "P", 1) || recv_blob(g_sock, v, sizeof v, &n, 2000) || n != sizeof v)
-        return -1;
+    if (send_blob(g_sock, "P", 1) || recv_blob(g_sock, v, sizeof v, &n, 2000) || n != sizeof v) return -1;
     if (refused) *refused = v[1];
     return v[0];
 }
@@ -437,17 +440,17 @@ static void test_read_target_checks_range(void **state)
     (void)state;
     int refused0 = 0, refused = 0;
     assert_int_equal(child_pins(&refused0), 0);
-    if (peer_mode_tls()) skip();   /* a get: UCX's rkey, not the target's registry, decides */
+    if (peer_mode_tls()) skip(); /* a get: UCX's rkey, not the target's registry, decides */
     const size_t len = answer_min() > 8192 ? answer_min() : 8192;
     fx_xfer_t f;
     memset(g_buf, 0xEE, len);
-    rma_init(&f, CX_XFER_READ, 0, BUF_LEN - len / 2, len);   /* half past the end */
+    rma_init(&f, CX_XFER_READ, 0, BUF_LEN - len / 2, len); /* half past the end */
     assert_int_equal(run(&f, 5000), CX_EINVAL);
     for (size_t i = 0; i < len; i++)
         if (g_buf[i] != 0xEE) fail_msg("byte %zu of a refused read written", i);
     assert_int_equal(child_pins(&refused), 0);
     assert_int_equal(refused, refused0 + 1);
-    rma_init(&f, CX_XFER_READ, 0, BUF_LEN - len, len);   /* the last bytes: inside */
+    rma_init(&f, CX_XFER_READ, 0, BUF_LEN - len, len); /* the last bytes: inside */
     assert_int_equal(run(&f, 5000), CX_OK);
     for (size_t i = 0; i < len; i++)
         if (g_buf[i] != pat(BUF_LEN - len + i, 0)) fail_msg("byte %zu of the last bytes differs", i);
@@ -459,7 +462,7 @@ static void test_read_target_checks_range(void **state)
 static void test_late_answer_never_lands(void **state)
 {
     (void)state;
-    if (peer_mode_tls()) skip();   /* there the forced close covers it (conformance_failure) */
+    if (peer_mode_tls()) skip(); /* there the forced close covers it (conformance_failure) */
     const size_t small = answer_min() > 4096 ? answer_min() : 4096, large = 6u << 20;
     memset(g_buf, 0xEE, small + large);
     assert_int_equal(kill(g_child, SIGSTOP), 0);
@@ -485,7 +488,7 @@ static void test_late_answer_never_lands(void **state)
     for (size_t i = 0; i < small + large; i++)
         if (g_buf[i] != 0xEE) fail_msg("byte %zu written after its read failed", i);
     int pins = -1;
-    for (int i = 0; i < 50 && pins != 0; i++) {   /* the dropped rendezvous answer is released */
+    for (int i = 0; i < 50 && pins != 0; i++) { /* the dropped rendezvous answer is released */
         OPS.progress(g_b);
         pins = child_pins(NULL);
         if (pins) usleep(20000);
@@ -493,7 +496,7 @@ static void test_late_answer_never_lands(void **state)
     assert_int_equal(pins, 0);
     assert_int_equal(OPS.connect(g_b, &fx.peer_cookie, g_caddr, g_caddr_len, &g_ep), CX_OK);
     fx_xfer_t r;
-    const uint64_t roff = 9u << 20;   /* no test wrote there */
+    const uint64_t roff = 9u << 20; /* no test wrote there */
     rma_init(&r, CX_XFER_READ, 0, roff, large);
     assert_int_equal(run(&r, 5000), CX_OK);
     for (size_t i = 0; i < large; i++)
@@ -509,8 +512,8 @@ static void test_disconnect_completes_outstanding(void **state)
     fx_xfer_t f[4];
     int started = 0;
     for (int i = 0; i < 4; i++) {
-        rma_init(&f[i], i == 3 ? CX_XFER_MSG : (i & 1 ? CX_XFER_WRITE : CX_XFER_READ),
-                 (size_t)i << 22, (size_t)i << 22, 4u << 20);
+        rma_init(&f[i], i == 3 ? CX_XFER_MSG : (i & 1 ? CX_XFER_WRITE : CX_XFER_READ), (size_t)i << 22, (size_t)i << 22,
+                 4u << 20);
         if (i == 3) {
             f[i].x.msg = "hello";
             f[i].x.msg_len = 5;
@@ -522,9 +525,9 @@ static void test_disconnect_completes_outstanding(void **state)
     OPS.disconnect(g_b, g_ep, CX_EPEER);
     g_ep = NULL;
     for (int i = 0; i < 4; i++) assert_int_equal(f[i].calls, 1);
-    print_message("stopped target: read %d write %d read %d msg %d\n", f[0].status, f[1].status,
-                  f[2].status, f[3].status);
-    assert_int_equal(f[3].status, CX_EPEER);   /* the stopped target never acked it */
+    print_message("stopped target: read %d write %d read %d msg %d\n", f[0].status, f[1].status, f[2].status,
+                  f[3].status);
+    assert_int_equal(f[3].status, CX_EPEER); /* the stopped target never acked it */
     assert_int_equal(kill(g_child, SIGCONT), 0);
     /* the message may have reached the child before it stopped or not: drop its report */
     uint8_t rep[16];
@@ -623,13 +626,16 @@ static void test_lanes_parse(void **state)
 {
     (void)state;
     char out[64];
-    cx_ucx_lanes_parse("#\n# UCP endpoint\n#               peer: <no debug data>\n"
-                       "#                 lane[0]:  1:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup\n"
-                       "#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..(inf)\n", out, sizeof out);
+    cx_ucx_lanes_parse(
+        "#\n# UCP endpoint\n#               peer: <no debug data>\n"
+        "#                 lane[0]:  1:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] am am_bw#0 keepalive wireup\n"
+        "#                 am_send: 0..<egr/short>..8185..<egr/zcopy>..(inf)\n",
+        out, sizeof out);
     assert_string_equal(out, "tcp/lo");
     cx_ucx_lanes_parse("#                 lane[0]:  8:posix/memory.0 md[4]  -> md[4]/posix am am_bw#0\n"
                        "#                 lane[1]:  9:cma/memory.0 md[5]  -> md[5]/cma rma_bw#0\n"
-                       "#                 lane[2]:  8:posix/memory.0 md[4]  -> md[4]/posix rma#0\n", out, sizeof out);
+                       "#                 lane[2]:  8:posix/memory.0 md[4]  -> md[4]/posix rma#0\n",
+                       out, sizeof out);
     assert_string_equal(out, "posix/memory,cma/memory");
     cx_ucx_lanes_parse("#  lane[0]:  3:rc_mlx5/mlx5_0:1.0 md[1] -> rma am\n", out, sizeof out);
     assert_string_equal(out, "rc_mlx5/mlx5_0:1");
@@ -637,7 +643,7 @@ static void test_lanes_parse(void **state)
     assert_string_equal(out, "");
     char tiny[8];
     cx_ucx_lanes_parse("# lane[0]:  1:tcp/eth0.0 md[0]\n# lane[1]:  2:tcp/lo.0 md[0]\n", tiny, sizeof tiny);
-    assert_string_equal(tiny, "tcp/lo");   /* what does not fit is left out, never cut */
+    assert_string_equal(tiny, "tcp/lo"); /* what does not fit is left out, never cut */
 }
 
 int main(void)

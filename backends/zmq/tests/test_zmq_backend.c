@@ -23,17 +23,16 @@ static const struct cx_backend_ops *ops = &cx_zmq_ops;
 
 static cx_core_t ca, cb;
 static cx_backend_t *ba, *bb;
-static cx_bep_t *ab;                    /* A's endpoint to B */
+static cx_bep_t *ab; /* A's endpoint to B */
 static int cookie_a, cookie_b;
-static void *rctx, *raw;                /* the test's own DEALER, connected to B's ROUTER */
+static void *rctx, *raw; /* the test's own DEALER, connected to B's ROUTER */
 
 #define REG 65536
-#define RAW_INC 0x7777ull               /* the raw DEALER's "incarnation" */
+#define RAW_INC 0x7777ull /* the raw DEALER's "incarnation" */
 static unsigned char abuf[REG], bbuf[REG];
 static void *amh, *bmh;
 
-static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote, const void *msg,
-                      size_t msg_len)
+static void xfer_init(fc_xfer_t *f, int kind, void *local, size_t len, uint64_t remote, const void *msg, size_t msg_len)
 {
     fc_xfer_init(f, kind, local, len, remote, msg, msg_len);
     f->x.local_mh = amh;
@@ -51,8 +50,7 @@ static int run1(fc_xfer_t *f)
  * READ's data frame in *data (at most cap bytes, *dlen its size); 1 when no reply came. */
 static int raw_req(const void *const *part, const size_t *len, int nparts, void *data, size_t cap, size_t *dlen)
 {
-    for (int i = 0; i < nparts; i++)
-        assert_true(zmq_send(raw, part[i], len[i], i + 1 < nparts ? ZMQ_SNDMORE : 0) >= 0);
+    for (int i = 0; i < nparts; i++) assert_true(zmq_send(raw, part[i], len[i], i + 1 < nparts ? ZMQ_SNDMORE : 0) >= 0);
     if (dlen) *dlen = 0;
     uint64_t end = fc_now_ms() + 1000;
     while (fc_now_ms() < end) {
@@ -79,8 +77,8 @@ static int raw_req(const void *const *part, const size_t *len, int nparts, void 
 }
 
 /* One frame: header, then body bytes. */
-static int raw1(uint8_t kind, uint64_t sender, uint64_t addr, uint64_t len, const void *body, size_t blen,
-                void *data, size_t cap, size_t *dlen)
+static int raw1(uint8_t kind, uint64_t sender, uint64_t addr, uint64_t len, const void *body, size_t blen, void *data,
+                size_t cap, size_t *dlen)
 {
     static uint8_t f[CX_ZMQ_REQ_HDR + REG + 64];
     static uint64_t id = 1000;
@@ -99,7 +97,7 @@ static int setup(void **state)
     fc_reset(&cb);
     memset(abuf, 0, sizeof abuf);
     memset(bbuf, 0, sizeof bbuf);
-    cb.peer_inc = ca.inc;   /* test_raw_* switch it to the raw DEALER's */
+    cb.peer_inc = ca.inc; /* test_raw_* switch it to the raw DEALER's */
     return 0;
 }
 
@@ -211,7 +209,8 @@ static void test_raw_garbage(void **state)
     assert_int_equal(raw1(CX_XFER_WRITE, RAW_INC, at, UINT64_MAX, d, 10, NULL, 0, NULL), CX_EINVAL);
     /* the multipart layout of earlier versions: header, data, message */
     uint8_t h[CX_ZMQ_REQ_HDR];
-    cx_zmq_req_put(h, &(cx_zmq_req_t){ .kind = CX_XFER_PUT_SIGNAL, .id = 1, .sender = RAW_INC, .addr = at, .len = 300 });
+    cx_zmq_req_put(h,
+                   &(cx_zmq_req_t){ .kind = CX_XFER_PUT_SIGNAL, .id = 1, .sender = RAW_INC, .addr = at, .len = 300 });
     const void *parts[3] = { h, d, "sig" };
     size_t lens[3] = { sizeof h, 300, 3 };
     assert_int_equal(raw_req(parts, lens, 3, NULL, 0, NULL), CX_EINVAL);
@@ -240,8 +239,7 @@ static void test_raw_garbage(void **state)
 static int group_setup(void **state)
 {
     (void)state;
-    if (fc_open_pair(ops, &ca, &cb, &cookie_a, &cookie_b, &ba, &bb))
-        return -1;
+    if (fc_open_pair(ops, &ca, &cb, &cookie_a, &cookie_b, &ba, &bb)) return -1;
     char addr[256];
     size_t len = sizeof addr - 1;
     if (ops->address(bb, addr, &len) || ops->connect(ba, &cookie_b, addr, len, &ab)) return -1;

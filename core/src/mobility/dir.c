@@ -47,7 +47,10 @@ int cx_dir_table_apply(cx_dir_t *d, const cx_dir_entry_t *ent, int kind)
             if (d->n == d->cap) {
                 size_t nc = d->cap ? d->cap * 2 : 16;
                 cx_dir_row_t *nr = realloc(d->rows, nc * sizeof *nr);
-                if (!nr) { rc = CX_ENOMEM; goto out; }
+                if (!nr) {
+                    rc = CX_ENOMEM;
+                    goto out;
+                }
                 d->rows = nr;
                 d->cap = nc;
             }
@@ -72,7 +75,10 @@ int cx_dir_table_snapshot(cx_dir_t *d, cx_dir_entry_t **out, size_t *n)
     pthread_mutex_lock(&d->mu);
     *n = 0;
     *out = malloc((d->n ? d->n : 1) * sizeof **out);
-    if (!*out) { pthread_mutex_unlock(&d->mu); return CX_ENOMEM; }
+    if (!*out) {
+        pthread_mutex_unlock(&d->mu);
+        return CX_ENOMEM;
+    }
     for (size_t i = 0; i < d->n; i++)
         if (!d->rows[i].deleted) (*out)[(*n)++] = d->rows[i].ent;
     pthread_mutex_unlock(&d->mu);
@@ -93,13 +99,22 @@ int cx_dir_start(cx_engine_t *e)
 {
     const char *spec = e->cfg.directory;
     const char *from = "config.directory";
-    if (!spec || !*spec) { spec = cx_opts_str(&e->opts, "CONNEX_DIRECTORY"); from = "CONNEX_DIRECTORY"; }
-    if (!spec || !*spec) { spec = "static"; from = "default"; }
+    if (!spec || !*spec) {
+        spec = cx_opts_str(&e->opts, "CONNEX_DIRECTORY");
+        from = "CONNEX_DIRECTORY";
+    }
+    if (!spec || !*spec) {
+        spec = "static";
+        from = "default";
+    }
     const cx_dir_ops_t *ops;
     const char *arg = NULL;
-    if (!strcmp(spec, "static")) ops = &cx_dir_static_ops;
-    else if (!strncmp(spec, "etcd://", 7)) { ops = &cx_dir_etcd_ops; arg = spec + 7; }
-    else {
+    if (!strcmp(spec, "static"))
+        ops = &cx_dir_static_ops;
+    else if (!strncmp(spec, "etcd://", 7)) {
+        ops = &cx_dir_etcd_ops;
+        arg = spec + 7;
+    } else {
         cx_error("directory: %s='%.100s' is neither \"static\" nor \"etcd://host:port\"", from, spec);
         return CX_EINVAL;
     }
@@ -119,7 +134,10 @@ int cx_dir_start(cx_engine_t *e)
     d->peers = e->cfg.peers;
     if (!d->peers) d->peers = cx_opts_str(&e->opts, "CONNEX_PEERS");
     int rc = ops->open(d, arg);
-    if (rc) { dir_free(d); return rc; }
+    if (rc) {
+        dir_free(d);
+        return rc;
+    }
     e->dir = d;
     cx_info("directory: %s%s%s, this engine registered as %s", ops->name, arg ? " at " : "", arg ? arg : "", e->url);
     return CX_OK;
@@ -167,7 +185,7 @@ int cx_dir_each(cx_engine_t *e, const cx_lid_pat_t *pat, void (*fn)(void *ctx, c
 void cx_dir_seen_at(cx_engine_t *e, const cx_lid_t *lid, const char *url)
 {
     cx_dir_t *d = e->dir;
-    if (!d || d->ops != &cx_dir_static_ops) return;   /* etcd is the authority where it runs */
+    if (!d || d->ops != &cx_dir_static_ops) return; /* etcd is the authority where it runs */
     pthread_mutex_lock(&d->mu);
     cx_dir_row_t *r = row_find(d, lid);
     cx_dir_entry_t ent = { .lid = *lid, .version = r ? r->ent.version + 1 : 1 };
@@ -196,7 +214,7 @@ static void on_put(cx_engine_t *e, cx_peer_t *p, const cx_dir_entry_t *ent)
         snprintf(why, sizeof why, "directory: now at %s", p->url);
         cx_event_emit(e, p, CX_EVENT_MOVED, why);
     }
-    if (live) return;   /* the transport still hears the old process: its failure redials */
+    if (live) return; /* the transport still hears the old process: its failure redials */
     if (p->ever_up && (moved || p->state == CX_PEER_FAILED || p->state == CX_PEER_LEFT)) {
         /* Gone from the old address: knock at the new one now (and keep knocking, as after a
          * failure), so ops waiting on the peer run as soon as it answers. */
@@ -261,8 +279,10 @@ void cx_dir_tick(cx_engine_t *e, uint64_t now)
                  (unsigned long long)ent->version);
         if (cx_lid_cmp(&ent->lid, &e->lid)) {
             cx_peer_t *p = cx_peer_find(e, &ent->lid);
-            if (p && q[i].kind == CX_DIR_PUT) on_put(e, p, ent);
-            else if (p) on_del(e, p);
+            if (p && q[i].kind == CX_DIR_PUT)
+                on_put(e, p, ent);
+            else if (p)
+                on_del(e, p);
         }
         cx_groups_on_dir(e, ent, q[i].kind);
     }
@@ -271,7 +291,10 @@ void cx_dir_tick(cx_engine_t *e, uint64_t now)
 
 /* ---------------------------------------------------------------- public */
 
-struct list_ctx { cx_dir_entry_t *out; int max, n; };
+struct list_ctx {
+    cx_dir_entry_t *out;
+    int max, n;
+};
 static void list_fn(void *ctx, const cx_dir_entry_t *ent)
 {
     struct list_ctx *c = ctx;
@@ -282,7 +305,10 @@ static void list_fn(void *ctx, const cx_dir_entry_t *ent)
 int cx_directory_list(cx_engine_t *e, const char *pattern, cx_dir_entry_t *out, int max)
 {
     if (!e) return CX_EINVAL;
-    if (max < 0 || (max > 0 && !out)) { cx_warn("directory_list: bad output buffer (max %d)", max); return CX_EINVAL; }
+    if (max < 0 || (max > 0 && !out)) {
+        cx_warn("directory_list: bad output buffer (max %d)", max);
+        return CX_EINVAL;
+    }
     cx_lid_pat_t pat;
     char err[256];
     if (pattern && cx_lid_pat_parse(pattern, &pat, err, sizeof err)) {

@@ -25,25 +25,27 @@
 #include <string.h>
 #include <time.h>
 
-#define KEY_END "/connex/lid0"          /* '/' + 1: the end of the prefix range */
+#define KEY_END "/connex/lid0" /* '/' + 1: the end of the prefix range */
 #define REQ_TIMEOUT_MS 1500L
 #define RESP_MAX (8u << 20)
 
 typedef struct etcd {
     cx_dir_t *d;
-    char base[200];           /* http://host:port */
+    char base[200]; /* http://host:port */
     char key_b64[256], val_b64[512], pfx_b64[32], end_b64[32];
     uint32_t ttl_s;
     uint64_t ttl_granted;
-    uint64_t lease;           /* 0: none */
-    uint64_t rev;             /* the last revision seen: a watch resumes after it */
+    uint64_t lease; /* 0: none */
+    uint64_t rev;   /* the last revision seen: a watch resumes after it */
     CURL *req;
     struct curl_slist *hdr;
-    char *rbuf; size_t rlen, rcap;
+    char *rbuf;
+    size_t rlen, rcap;
     CURLM *multi;
-    CURL *watch;              /* the streaming watch, NULL when not watching */
-    char *wbuf; size_t wlen, wcap;
-    int watch_broken;         /* etcd cancelled the watch (compaction): resync */
+    CURL *watch; /* the streaming watch, NULL when not watching */
+    char *wbuf;
+    size_t wlen, wcap;
+    int watch_broken; /* etcd cancelled the watch (compaction): resync */
     int bad_value_logged;
     atomic_int stop;
     pthread_t th;
@@ -63,7 +65,7 @@ static size_t req_data(char *p, size_t sz, size_t nm, void *arg)
 {
     etcd_t *x = arg;
     size_t n = sz * nm;
-    if (x->rlen + n + 1 > RESP_MAX) return 0;   /* abort: no sane answer is this big */
+    if (x->rlen + n + 1 > RESP_MAX) return 0; /* abort: no sane answer is this big */
     if (x->rlen + n + 1 > x->rcap) {
         size_t nc = x->rcap ? x->rcap : 4096;
         while (nc < x->rlen + n + 1) nc *= 2;
@@ -127,10 +129,13 @@ static int reg(etcd_t *x, char *why, size_t wn)
         return CX_ERR;
     }
     if (cx_js_u64(cx_js_get(r, "TTL"), &ttl) || !ttl) ttl = x->ttl_s;
-    snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRIu64 "\"}", x->key_b64,
-             x->val_b64, id);
+    snprintf(body, sizeof body, "{\"key\":\"%s\",\"value\":\"%s\",\"lease\":\"%" PRIu64 "\"}", x->key_b64, x->val_b64,
+             id);
     rc = post(x, "/v3/kv/put", body, &r, why, wn);
-    if (rc) { revoke(x, id); return rc; }
+    if (rc) {
+        revoke(x, id);
+        return rc;
+    }
     uint64_t old = x->lease;
     x->lease = id;
     x->ttl_granted = ttl;
@@ -181,7 +186,10 @@ static int resync(etcd_t *x, char *why, size_t wn)
     size_t nh;
     if (cx_dir_table_snapshot(x->d, &have, &nh)) return CX_ENOMEM;
     char *seen = calloc(nh ? nh : 1, 1);
-    if (!seen) { free(have); return CX_ENOMEM; }
+    if (!seen) {
+        free(have);
+        return CX_ENOMEM;
+    }
     cx_js_t it = { 0, 0 }, kv;
     while (cx_js_next(cx_js_get(r, "kvs"), &it, &kv)) {
         cx_dir_entry_t ent;
@@ -334,7 +342,8 @@ static void *etcd_main(void *arg)
             int k = keepalive(x, why, sizeof why);
             if (k == 1) {
                 cx_warn("directory: etcd lease %" PRIx64 " ran out (this process was paused or cut off "
-                        "longer than %" PRIu64 " s): registering again", x->lease, x->ttl_granted);
+                        "longer than %" PRIu64 " s): registering again",
+                        x->lease, x->ttl_granted);
                 x->lease = 0;
                 k = reg(x, why, sizeof why);
             }
@@ -353,8 +362,8 @@ static void *etcd_main(void *arg)
             CURLMsg *m;
             while ((m = cx_curl.multi_info_read(x->multi, &left)))
                 if (m->msg == CURLMSG_DONE && m->easy_handle == x->watch) {
-                    cx_warn("directory: etcd watch at %s ended (%s): keeping the entries known, reconnecting",
-                            x->base, cx_curl.easy_strerror(m->data.result));
+                    cx_warn("directory: etcd watch at %s ended (%s): keeping the entries known, reconnecting", x->base,
+                            cx_curl.easy_strerror(m->data.result));
                     x->watch_broken = 1;
                 }
             if (x->watch_broken) {
@@ -392,7 +401,7 @@ static int etcd_open(cx_dir_t *d, const char *spec)
         cx_error("directory: 'etcd://%.150s': expected etcd://host:port (one endpoint)", spec ? spec : "");
         return CX_EINVAL;
     }
-    if (cx_curl_load()) return CX_EUNSUPPORTED;   /* logged: libcurl is loaded only here */
+    if (cx_curl_load()) return CX_EUNSUPPORTED; /* logged: libcurl is loaded only here */
     etcd_t *x = calloc(1, sizeof *x);
     if (!x) return CX_ENOMEM;
     x->d = d;
@@ -410,7 +419,10 @@ static int etcd_open(cx_dir_t *d, const char *spec)
     x->req = cx_curl.easy_init();
     x->multi = cx_curl.multi_init();
     x->hdr = cx_curl.slist_append(NULL, "Content-Type: application/json");
-    if (!x->req || !x->multi || !x->hdr) { etcd_free(x); return CX_ENOMEM; }
+    if (!x->req || !x->multi || !x->hdr) {
+        etcd_free(x);
+        return CX_ENOMEM;
+    }
     cx_curl.easy_setopt(x->req, CURLOPT_HTTPHEADER, x->hdr);
     cx_curl.easy_setopt(x->req, CURLOPT_WRITEFUNCTION, req_data);
     cx_curl.easy_setopt(x->req, CURLOPT_WRITEDATA, x);

@@ -13,7 +13,7 @@
 typedef struct cx_dir cx_dir_t;
 
 typedef struct cx_dir_ops {
-    const char *name;                          /* "static", "etcd" */
+    const char *name; /* "static", "etcd" */
     /* Caller thread, at engine create: open, register this engine, fill the table. spec: what
      * follows "etcd://" (NULL for static). A failure logs why and returns a CX_* code. */
     int (*open)(cx_dir_t *d, const char *spec);
@@ -26,12 +26,12 @@ extern const cx_dir_ops_t cx_dir_etcd_ops;
 
 typedef struct cx_dir_row {
     cx_dir_entry_t ent;
-    int deleted;              /* a tombstone: keeps the version so an older PUT stays ignored */
+    int deleted; /* a tombstone: keeps the version so an older PUT stays ignored */
 } cx_dir_row_t;
 
 typedef struct cx_dir_chg {
     cx_dir_entry_t ent;
-    int kind;                 /* CX_DIR_PUT, CX_DIR_DEL */
+    int kind; /* CX_DIR_PUT, CX_DIR_DEL */
 } cx_dir_chg_t;
 
 struct cx_dir {
@@ -42,12 +42,12 @@ struct cx_dir {
     char url[CX_URL_MAX];
     uint64_t incarnation;
     uint32_t lease_ms;
-    const char *peers;        /* static: the configured list (cfg.peers or CONNEX_PEERS) */
+    const char *peers; /* static: the configured list (cfg.peers or CONNEX_PEERS) */
 
     pthread_mutex_t mu;
     cx_dir_row_t *rows;
     size_t n, cap;
-    cx_dir_chg_t *q;          /* changes the progress thread has not applied yet */
+    cx_dir_chg_t *q; /* changes the progress thread has not applied yet */
     size_t qn, qcap;
 };
 

@@ -19,7 +19,10 @@ static int static_open(cx_dir_t *d, const char *spec)
     while (s && *s) {
         const char *c = strchr(s, ',');
         size_t n = c ? (size_t)(c - s) : strlen(s);
-        while (n && (*s == ' ' || *s == '\t')) { s++; n--; }
+        while (n && (*s == ' ' || *s == '\t')) {
+            s++;
+            n--;
+        }
         while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
         idx++;
         if (n) {
@@ -28,10 +31,11 @@ static int static_open(cx_dir_t *d, const char *spec)
             if (n > CX_URL_MAX || (memcpy(one, s, n), one[n] = 0, cx_url_parse(one, &u, err, sizeof err))) {
                 if (n > CX_URL_MAX) snprintf(err, sizeof err, "URL #%d is longer than %d bytes", idx, CX_URL_MAX);
                 cx_error("directory: static peer list, entry #%d: %s (the list is comma-separated "
-                         "ip:port#model|stage|shard|replica)", idx, err);
+                         "ip:port#model|stage|shard|replica)",
+                         idx, err);
                 return CX_EINVAL;
             }
-            if (cx_lid_cmp(&u.lid, &d->lid)) {   /* this engine's own LID: its own URL wins */
+            if (cx_lid_cmp(&u.lid, &d->lid)) { /* this engine's own LID: its own URL wins */
                 cx_dir_entry_t ent = { .lid = u.lid, .version = 1 };
                 cx_url_format(&u, ent.url, sizeof ent.url);
                 if (cx_dir_table_apply(d, &ent, CX_DIR_PUT) < 0) return CX_ENOMEM;
@@ -42,6 +46,9 @@ static int static_open(cx_dir_t *d, const char *spec)
     return CX_OK;
 }
 
-static void static_close(cx_dir_t *d) { (void)d; }
+static void static_close(cx_dir_t *d)
+{
+    (void)d;
+}
 
 const cx_dir_ops_t cx_dir_static_ops = { "static", static_open, static_close };

@@ -21,8 +21,8 @@ int cx_etcd_kv_entry(cx_js_t kv, int is_del, cx_dir_entry_t *ent, char *err, siz
     }
     if (cx_lid_parse((char *)key + pl, &ent->lid, err, errlen) != CX_OK) return CX_EINVAL;
     if (is_del) return CX_OK;
-    int vl = cx_js_str(cx_js_get(kv, "value"), v64, sizeof v64) ? -1
-                                                                 : cx_b64_dec(v64, strlen(v64), val, sizeof val - 1);
+    int vl =
+        cx_js_str(cx_js_get(kv, "value"), v64, sizeof v64) ? -1 : cx_b64_dec(v64, strlen(v64), val, sizeof val - 1);
     if (vl <= 0) {
         snprintf(err, errlen, "value is not base64");
         return CX_EINVAL;

@@ -31,41 +31,41 @@ typedef struct cx_gmember {
     char lid_str[96];
     cx_url_t url;
     int has_url;
-    int marked;               /* cx_group_mark_failed: skipped until it joins (or comes up) again */
-    int gone;                 /* its directory entry was deleted */
-    unsigned inflight;        /* children of this group's steps at this member */
-    uint64_t next_dial_ns;    /* an unconnected member with a URL is dialled, this often at most */
+    int marked;            /* cx_group_mark_failed: skipped until it joins (or comes up) again */
+    int gone;              /* its directory entry was deleted */
+    unsigned inflight;     /* children of this group's steps at this member */
+    uint64_t next_dial_ns; /* an unconnected member with a URL is dialled, this often at most */
     struct cx_gmember *next;
 } cx_gmember_t;
 
 typedef struct cx_gstep cx_gstep_t;
 
 typedef struct cx_gchild {
-    cx_op_t op;               /* first: the completion hook gets the op */
+    cx_op_t op; /* first: the completion hook gets the op */
     cx_group_t *g;
-    cx_gstep_t *s;            /* NULL: orphaned (its step moved on or ended); just freed */
+    cx_gstep_t *s; /* NULL: orphaned (its step moved on or ended); just freed */
     cx_gmember_t *m;
     int status;
-    struct cx_gchild *dnext;  /* the group's list of completed children */
+    struct cx_gchild *dnext; /* the group's list of completed children */
 } cx_gchild_t;
 
-struct cx_gstep {             /* lives at the start of the parent op's msg_copy */
+struct cx_gstep { /* lives at the start of the parent op's msg_copy */
     cx_group_t *g;
     cx_op_t *parent;
     uint64_t id;
     int is_put;
-    const void *src;          /* put_signal: local source (registered), length, offset */
+    const void *src; /* put_signal: local source (registered), length, offset */
     size_t len;
     uint64_t roff;
-    const uint8_t *msg;       /* the payload copy, right after this struct */
+    const uint8_t *msg; /* the payload copy, right after this struct */
     size_t msg_len;
-    cx_gchild_t *child;       /* in flight, or NULL while waiting for a member */
-    cx_gmember_t *last;       /* the member that failed it last: others are tried first */
-    int lost;                 /* its member failed: the next send is a hand-over */
-    int handovers;            /* bounded: a member that fails every send at once cannot spin us */
-    uint64_t wait_deadline;   /* no usable member since: CX_EPEER after this */
-    uint64_t deadline;        /* CX_EAGAIN retries end here (the op timeout) */
-    uint64_t retry_at;        /* not before (after CX_EAGAIN from every member) */
+    cx_gchild_t *child;     /* in flight, or NULL while waiting for a member */
+    cx_gmember_t *last;     /* the member that failed it last: others are tried first */
+    int lost;               /* its member failed: the next send is a hand-over */
+    int handovers;          /* bounded: a member that fails every send at once cannot spin us */
+    uint64_t wait_deadline; /* no usable member since: CX_EPEER after this */
+    uint64_t deadline;      /* CX_EAGAIN retries end here (the op timeout) */
+    uint64_t retry_at;      /* not before (after CX_EAGAIN from every member) */
     cx_gstep_t *next, *prev;
 };
 
@@ -74,13 +74,13 @@ struct cx_group {
     cx_lid_pat_t pat;
     char pattern[CX_MODEL_MAX + 48];
     cx_pick_t policy;
-    cx_gmember_t *members;    /* in the order they were learned; never removed before close */
-    unsigned rr;              /* round robin: members picked so far */
-    cx_gstep_t steps;         /* sentinel: steps not yet complete */
+    cx_gmember_t *members; /* in the order they were learned; never removed before close */
+    unsigned rr;           /* round robin: members picked so far */
+    cx_gstep_t steps;      /* sentinel: steps not yet complete */
     cx_gchild_t *done, *done_tail;
-    unsigned children;        /* children not yet freed */
-    int closed;               /* the caller closed it: freed once its children are back */
-    int kick;                 /* a member came up: steps waiting for one are tried now */
+    unsigned children; /* children not yet freed */
+    int closed;        /* the caller closed it: freed once its children are back */
+    int kick;          /* a member came up: steps waiting for one are tried now */
     struct cx_group *next;
 };
 
@@ -98,7 +98,10 @@ static cx_gmember_t *member_get(cx_group_t *g, const cx_lid_t *lid)
     cx_gmember_t *m = member_find(g, lid);
     if (m) return m;
     m = calloc(1, sizeof *m);
-    if (!m) { cx_error("group %s: out of memory adding a member", g->pattern); return NULL; }
+    if (!m) {
+        cx_error("group %s: out of memory adding a member", g->pattern);
+        return NULL;
+    }
     m->lid = *lid;
     cx_lid_format(lid, m->lid_str, sizeof m->lid_str);
     cx_gmember_t **pp = &g->members;
@@ -189,7 +192,10 @@ static cx_gmember_t *pick(cx_group_t *g, const cx_gstep_t *s, const cx_gmember_t
     for (unsigned j = start; j; j--) m = m->next;
     for (unsigned k = 0; k < (unsigned)n; k++, m = m->next ? m->next : g->members) {
         if (!member_usable(g, m, s, why)) continue;
-        if (m == avoid) { if (!fallback) fallback = m; continue; }
+        if (m == avoid) {
+            if (!fallback) fallback = m;
+            continue;
+        }
         if (best && (g->policy != CX_PICK_LEAST_INFLIGHT || m->inflight >= best->inflight)) continue;
         best = m;
         best_k = k;
@@ -206,8 +212,10 @@ static void child_done(cx_op_t *op, int status)
     cx_group_t *g = c->g;
     c->status = status;
     c->dnext = NULL;
-    if (g->done_tail) g->done_tail->dnext = c;
-    else g->done = c;
+    if (g->done_tail)
+        g->done_tail->dnext = c;
+    else
+        g->done = c;
     g->done_tail = c;
 }
 
@@ -276,7 +284,7 @@ static int step_issue(cx_group_t *g, cx_gstep_t *s, cx_gmember_t *m, uint64_t no
     s->child = c;
     m->inflight++;
     g->children++;
-    cx_op_start(e, &c->op);   /* may complete at once: child_done only queues it */
+    cx_op_start(e, &c->op); /* may complete at once: child_done only queues it */
     return CX_OK;
 }
 
@@ -285,7 +293,7 @@ static void step_drive(cx_group_t *g, cx_gstep_t *s, uint64_t now)
 {
     int no_region = 0;
     cx_gmember_t *m = pick(g, s, s->last, 1, &no_region);
-    if (m && m == s->last && s->retry_at > now) return;   /* only the member that said EAGAIN */
+    if (m && m == s->last && s->retry_at > now) return; /* only the member that said EAGAIN */
     if (m) {
         s->wait_deadline = 0;
         int rc = step_issue(g, s, m, now);
@@ -293,8 +301,8 @@ static void step_drive(cx_group_t *g, cx_gstep_t *s, uint64_t now)
         return;
     }
     if (no_region) {
-        cx_warn("group %s: put_signal step %llu: no live member has a first region holding [+%llu, +%zu)",
-                g->pattern, (unsigned long long)s->id, (unsigned long long)s->roff, s->len);
+        cx_warn("group %s: put_signal step %llu: no live member has a first region holding [+%llu, +%zu)", g->pattern,
+                (unsigned long long)s->id, (unsigned long long)s->roff, s->len);
         step_finish(s, CX_EINVAL, NULL);
         return;
     }
@@ -315,16 +323,15 @@ static void child_settle(cx_group_t *g, cx_gchild_t *c, uint64_t now)
     cx_gstep_t *s = c->s;
     cx_gmember_t *m = c->m;
     int st = c->status;
-    cx_debug("group %s: step %llu at %s: %s", g->pattern, s ? (unsigned long long)s->id : 0ull, m->lid_str, cx_strerror(st));
+    cx_debug("group %s: step %llu at %s: %s", g->pattern, s ? (unsigned long long)s->id : 0ull, m->lid_str,
+             cx_strerror(st));
     m->inflight--;
     g->children--;
     child_free(c);
     if (!s) return;
     s->child = NULL;
     switch (st) {
-    case CX_OK:
-        step_finish(s, CX_OK, m);
-        return;
+    case CX_OK: step_finish(s, CX_OK, m); return;
     case CX_EPEER:
         /* The member failed or left before it acknowledged the step: another member gets it. */
         s->last = m;
@@ -348,9 +355,7 @@ static void child_settle(cx_group_t *g, cx_gchild_t *c, uint64_t now)
         s->retry_at = now + 5000000ull;
         step_drive(g, s, now);
         return;
-    default:
-        step_finish(s, st, m);
-        return;
+    default: step_finish(s, st, m); return;
     }
 }
 
@@ -367,7 +372,10 @@ static void group_free(cx_group_t *g)
 static void group_unlink(cx_engine_t *e, cx_group_t *g)
 {
     for (cx_group_t **pp = &e->groups; *pp; pp = &(*pp)->next)
-        if (*pp == g) { *pp = g->next; return; }
+        if (*pp == g) {
+            *pp = g->next;
+            return;
+        }
 }
 
 int cx_groups_progress(cx_engine_t *e)
@@ -424,7 +432,10 @@ void cx_group_op_start(cx_engine_t *e, cx_op_t *op)
     s->next = &g->steps;
     g->steps.prev->next = s;
     g->steps.prev = s;
-    if (g->closed) { step_finish(s, CX_ECLOSED, NULL); return; }
+    if (g->closed) {
+        step_finish(s, CX_ECLOSED, NULL);
+        return;
+    }
     step_drive(g, s, now);
 }
 
@@ -441,7 +452,7 @@ void cx_groups_on_event(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t)
             if (t != CX_EVENT_MOVED) {
                 m->marked = 0;
                 m->gone = 0;
-                g->kick = 1;   /* steps waiting for a member: cx_groups_progress tries them */
+                g->kick = 1; /* steps waiting for a member: cx_groups_progress tries them */
             }
         }
         /* FAILED, SUSPECT, LEFT: the peer's state says it; its children fail by themselves. */
@@ -493,7 +504,7 @@ void cx_groups_free_all(cx_engine_t *e)
 
 /* ---------------------------------------------------------------- public API */
 
-struct gq {                   /* a caller's question, answered on the progress thread */
+struct gq { /* a caller's question, answered on the progress thread */
     cx_group_t *g;
     const char *s;
     cx_url_t url;
@@ -526,7 +537,10 @@ static void open_fn(cx_engine_t *e, void *arg)
 int cx_group_open(cx_engine_t *e, const char *pattern, cx_pick_t policy, cx_group_t **out)
 {
     if (out) *out = NULL;
-    if (!e || !out) { cx_warn("group_open: NULL engine or output"); return CX_EINVAL; }
+    if (!e || !out) {
+        cx_warn("group_open: NULL engine or output");
+        return CX_EINVAL;
+    }
     if (policy != CX_PICK_ROUND_ROBIN && policy != CX_PICK_LEAST_INFLIGHT) {
         cx_warn("group_open: unknown pick policy %d", (int)policy);
         return CX_EINVAL;
@@ -545,7 +559,10 @@ int cx_group_open(cx_engine_t *e, const char *pattern, cx_pick_t policy, cx_grou
     g->steps.next = g->steps.prev = &g->steps;
     struct gq q = { .g = g };
     int rc = cx_exec(e, open_fn, &q);
-    if (rc) { free(g); return rc; }
+    if (rc) {
+        free(g);
+        return rc;
+    }
     *out = g;
     return CX_OK;
 }
@@ -573,9 +590,12 @@ static void add_fn(cx_engine_t *e, void *arg)
 {
     struct gq *q = arg;
     cx_gmember_t *m = member_get(q->g, &q->url.lid);
-    if (!m) { q->rc = CX_ENOMEM; return; }
+    if (!m) {
+        q->rc = CX_ENOMEM;
+        return;
+    }
     m->gone = 0;
-    m->marked = 0;   /* added again: the caller vouches for it */
+    m->marked = 0; /* added again: the caller vouches for it */
     member_set_url(q->g, m, &q->url);
     m->next_dial_ns = 0;
     member_dial(q->g, m, cx_now_ns(), 1);
@@ -630,7 +650,10 @@ static void pick_fn(cx_engine_t *e, void *arg)
     struct gq *q = arg;
     (void)e;
     cx_gmember_t *m = pick(q->g, NULL, NULL, 0, NULL);
-    if (!m) { q->rc = CX_EPEER; return; }
+    if (!m) {
+        q->rc = CX_EPEER;
+        return;
+    }
     q->lid = m->lid;
     q->rc = CX_OK;
 }
@@ -650,7 +673,10 @@ static void mark_fn(cx_engine_t *e, void *arg)
     struct gq *q = arg;
     cx_group_t *g = q->g;
     cx_gmember_t *m = member_find(g, &q->lid);
-    if (!m) { q->rc = CX_EINVAL; return; }
+    if (!m) {
+        q->rc = CX_EINVAL;
+        return;
+    }
     q->rc = CX_OK;
     m->marked = 1;
     /* Its steps go elsewhere now; the message already on its way there may still arrive (a
@@ -707,7 +733,7 @@ static int step_submit(cx_group_t *g, int is_put, const void *src, size_t len, u
     int rc = cx_submit(g->e, op);
     if (rc) {
         cx_op_complete(op, rc);
-        cx_op_wait(op, 0);   /* frees it */
+        cx_op_wait(op, 0); /* frees it */
         return rc;
     }
     *out = op;
@@ -717,7 +743,10 @@ static int step_submit(cx_group_t *g, int is_put, const void *src, size_t len, u
 int cx_group_send(cx_group_t *g, const void *msg, size_t len, cx_op_t **op)
 {
     if (op) *op = NULL;
-    if (!g || !op) { cx_warn("group_send: NULL group or op pointer"); return CX_EINVAL; }
+    if (!g || !op) {
+        cx_warn("group_send: NULL group or op pointer");
+        return CX_EINVAL;
+    }
     if (len > CX_MSG_MAX - CX_STEP_HDR || (len && !msg)) {
         cx_warn("group_send: bad message (%zu bytes; at most CX_MSG_MAX - %d)", len, CX_STEP_HDR);
         return CX_EINVAL;
@@ -729,13 +758,22 @@ int cx_group_put_signal(cx_group_t *g, const void *src, size_t len, uint64_t rem
                         size_t msg_len, cx_op_t **op)
 {
     if (op) *op = NULL;
-    if (!g || !op) { cx_warn("group_put_signal: NULL group or op pointer"); return CX_EINVAL; }
+    if (!g || !op) {
+        cx_warn("group_put_signal: NULL group or op pointer");
+        return CX_EINVAL;
+    }
     if (msg_len > CX_MSG_MAX - CX_STEP_HDR || (msg_len && !msg)) {
         cx_warn("group_put_signal: bad message (%zu bytes)", msg_len);
         return CX_EINVAL;
     }
-    if (!src || !len) { cx_warn("group_put_signal: NULL or empty local buffer"); return CX_EINVAL; }
-    if (remote_offset + len < remote_offset) { cx_warn("group_put_signal: remote range wraps around"); return CX_EINVAL; }
+    if (!src || !len) {
+        cx_warn("group_put_signal: NULL or empty local buffer");
+        return CX_EINVAL;
+    }
+    if (remote_offset + len < remote_offset) {
+        cx_warn("group_put_signal: remote range wraps around");
+        return CX_EINVAL;
+    }
     int kind;
     if (!cx_registry_contains(&g->e->reg, (uint64_t)(uintptr_t)src, len, &kind)) {
         cx_warn("group_put_signal: local buffer [%p, +%zu) is not inside one registered region", src, len);

@@ -17,7 +17,10 @@ static const char *skip(const char *p, const char *end, int depth)
     if (p >= end || depth > 64) return NULL;
     if (*p == '"') {
         for (p++; p < end; p++) {
-            if (*p == '\\') { p++; continue; }
+            if (*p == '\\') {
+                p++;
+                continue;
+            }
             if (*p == '"') return p + 1;
         }
         return NULL;
@@ -28,7 +31,7 @@ static const char *skip(const char *p, const char *end, int depth)
         if (p < end && *p == close) return p + 1;
         for (;;) {
             if (close == '}') {
-                p = skip(p, end, depth + 1);   /* the key */
+                p = skip(p, end, depth + 1); /* the key */
                 if (!p) return NULL;
                 p = ws(p, end);
                 if (p >= end || *p != ':') return NULL;
@@ -65,8 +68,10 @@ cx_js_t cx_js_get(cx_js_t v, const char *key)
         if (!ve) return none;
         if ((size_t)(ke - 1 - ks) == kl && !memcmp(ks, key, kl)) return (cx_js_t){ vs, ve };
         p = ws(ve, end);
-        if (p < end && *p == ',') p = ws(p + 1, end);
-        else break;
+        if (p < end && *p == ',')
+            p = ws(p + 1, end);
+        else
+            break;
     }
     return none;
 }
@@ -106,7 +111,10 @@ int cx_js_u64(cx_js_t v, uint64_t *out)
 {
     if (!v.s) return -1;
     const char *p = v.s, *e = v.end;
-    if (*p == '"') { p++; e--; }
+    if (*p == '"') {
+        p++;
+        e--;
+    }
     if (p >= e) return -1;
     uint64_t x = 0;
     for (; p < e; p++) {
@@ -117,7 +125,10 @@ int cx_js_u64(cx_js_t v, uint64_t *out)
     return 0;
 }
 
-int cx_js_bool(cx_js_t v) { return v.s && v.end - v.s == 4 && !memcmp(v.s, "true", 4); }
+int cx_js_bool(cx_js_t v)
+{
+    return v.s && v.end - v.s == 4 && !memcmp(v.s, "true", 4);
+}
 
 static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

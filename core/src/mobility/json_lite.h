@@ -7,7 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct cx_js { const char *s, *end; } cx_js_t;   /* one JSON value; s == NULL: none */
+typedef struct cx_js {
+    const char *s, *end;
+} cx_js_t; /* one JSON value; s == NULL: none */
 
 /* The value of member `key` of the object v (top level only). */
 cx_js_t cx_js_get(cx_js_t v, const char *key);
@@ -17,7 +19,7 @@ int cx_js_next(cx_js_t arr, cx_js_t *it, cx_js_t *out);
 int cx_js_str(cx_js_t v, char *buf, size_t n);
 /* An integer written as a number or as a string of digits. 0 or -1. */
 int cx_js_u64(cx_js_t v, uint64_t *out);
-int cx_js_bool(cx_js_t v);   /* 1 for true, else 0 */
+int cx_js_bool(cx_js_t v); /* 1 for true, else 0 */
 
 /* base64 (standard alphabet, padded). Encode: returns the length written (buf holds
  * 4 * ceil(n / 3) + 1). Decode: returns the length or -1. */

@@ -17,7 +17,7 @@ typedef struct cx_lid_pat {
     cx_lid_t lid;
     unsigned wild;
 } cx_lid_pat_t;
-int cx_lid_pat_parse(const char *s, cx_lid_pat_t *out, char *err, size_t errlen);  /* url.c */
+int cx_lid_pat_parse(const char *s, cx_lid_pat_t *out, char *err, size_t errlen); /* url.c */
 int cx_lid_pat_match(const cx_lid_pat_t *p, const cx_lid_t *lid);
 
 /* ---- directory (dir.c, dir_static.c, dir_etcd.c) ---- */
@@ -32,8 +32,7 @@ void cx_dir_tick(cx_engine_t *e, uint64_t now);
 /* The entry for one LID: 0 and *out, or CX_EINVAL when the directory has none. */
 int cx_dir_lookup(cx_engine_t *e, const cx_lid_t *lid, cx_dir_entry_t *out);
 /* Calls fn for every entry matching pat; returns the number of matches. */
-int cx_dir_each(cx_engine_t *e, const cx_lid_pat_t *pat,
-                void (*fn)(void *ctx, const cx_dir_entry_t *ent), void *ctx);
+int cx_dir_each(cx_engine_t *e, const cx_lid_pat_t *pat, void (*fn)(void *ctx, const cx_dir_entry_t *ent), void *ctx);
 
 /* ---- groups (group.c), called by the core ---- */
 /* A directory entry appeared, moved (CX_DIR_PUT) or went away (CX_DIR_DEL). */
@@ -41,7 +40,7 @@ void cx_groups_on_dir(cx_engine_t *e, const cx_dir_entry_t *ent, int kind);
 /* A transport event about peer p was just emitted. */
 void cx_groups_on_event(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t);
 void cx_groups_tick(cx_engine_t *e, uint64_t now);
-void cx_groups_free_all(cx_engine_t *e);      /* engine destroy: steps complete with CX_ECLOSED */
+void cx_groups_free_all(cx_engine_t *e); /* engine destroy: steps complete with CX_ECLOSED */
 /* Every progress-loop iteration: children of group steps that completed are dealt with here
  * (hand-over, completion), outside the paths that fail ops. Cheap when nothing completed.
  * Returns 1 when it did something (new sends may need the backends' next turn at once). */
@@ -53,9 +52,9 @@ void cx_group_op_start(cx_engine_t *e, cx_op_t *op);
 /* Receiver side, from cx_core_deliver_msg: if data is a step envelope addressed to this engine,
  * sets *payload, *plen and *step and returns 1 (or 2 when it is a duplicate: drop it, answer CX_OK);
  * 0 for a plain message. */
-int cx_step_accept(cx_engine_t *e, cx_peer_t *from, const void *data, size_t len,
-                   const void **payload, size_t *plen, uint64_t *step);
-void cx_step_forget_peer(cx_engine_t *e, cx_peer_t *p);   /* the sender's state is dropped; NULL: all */
+int cx_step_accept(cx_engine_t *e, cx_peer_t *from, const void *data, size_t len, const void **payload, size_t *plen,
+                   uint64_t *step);
+void cx_step_forget_peer(cx_engine_t *e, cx_peer_t *p); /* the sender's state is dropped; NULL: all */
 /* The step cx_step_accept passed could not be queued (CX_EAGAIN): forget it, the sender retries. */
 void cx_step_unaccept(cx_engine_t *e, cx_peer_t *from, uint64_t step);
 

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct cx_step_rx {            /* per sender: e->steps_rx */
+struct cx_step_rx { /* per sender: e->steps_rx */
     cx_lid_t lid;
     uint64_t incarnation;
     cx_step_win_t win;
@@ -43,14 +43,15 @@ int cx_step_win_accept(cx_step_win_t *w, uint64_t id)
     if (id == 0) return 0;
     if (id > w->top) {
         /* Slide: the ids between the old top and this one were not seen. */
-        if (id - w->top >= CX_STEP_WINDOW) memset(w->bits, 0, sizeof w->bits);
+        if (id - w->top >= CX_STEP_WINDOW)
+            memset(w->bits, 0, sizeof w->bits);
         else
             for (uint64_t k = w->top + 1; k < id; k++) w->bits[WBIT(k) / 64] &= ~(1ull << (WBIT(k) % 64));
         w->top = id;
         w->bits[WBIT(id) / 64] |= 1ull << (WBIT(id) % 64);
         return 1;
     }
-    if (w->top - id >= CX_STEP_WINDOW) return 0;   /* too old to tell: treated as seen */
+    if (w->top - id >= CX_STEP_WINDOW) return 0; /* too old to tell: treated as seen */
     uint64_t bit = 1ull << (WBIT(id) % 64);
     if (w->bits[WBIT(id) / 64] & bit) return 0;
     w->bits[WBIT(id) / 64] |= bit;
@@ -83,8 +84,8 @@ static struct cx_step_rx *rx_get(cx_engine_t *e, cx_peer_t *from)
     return r;
 }
 
-int cx_step_accept(cx_engine_t *e, cx_peer_t *from, const void *data, size_t len,
-                   const void **payload, size_t *plen, uint64_t *step)
+int cx_step_accept(cx_engine_t *e, cx_peer_t *from, const void *data, size_t len, const void **payload, size_t *plen,
+                   uint64_t *step)
 {
     *payload = data;
     *plen = len;
@@ -96,14 +97,14 @@ int cx_step_accept(cx_engine_t *e, cx_peer_t *from, const void *data, size_t len
     uint64_t id = get64(b + 16);
     if (id == 0) return 0;
     struct cx_step_rx *r = rx_get(e, from);
-    if (!r) return 0;   /* out of memory: deliver it, unchecked, rather than lose it */
+    if (!r) return 0; /* out of memory: deliver it, unchecked, rather than lose it */
     *payload = b + CX_STEP_HDR;
     *plen = len - CX_STEP_HDR;
     *step = id;
     if (!cx_step_win_accept(&r->win, id)) {
         e->st.steps_duplicates_dropped++;
-        cx_info("step %llu from %s (incarnation %016llx) seen before: dropped", (unsigned long long)id,
-                from->url, (unsigned long long)from->incarnation);
+        cx_info("step %llu from %s (incarnation %016llx) seen before: dropped", (unsigned long long)id, from->url,
+                (unsigned long long)from->incarnation);
         return 2;
     }
     return 1;

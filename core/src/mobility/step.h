@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CX_STEP_MAGIC 0x0a31504554535843ull   /* "CXSTEP1\n" read as little endian */
+#define CX_STEP_MAGIC 0x0a31504554535843ull /* "CXSTEP1\n" read as little endian */
 #define CX_STEP_HDR 24
 /* Step ids tracked per sender below the highest seen: older ones count as duplicates. */
 #define CX_STEP_WINDOW 4096u

@@ -62,15 +62,17 @@ void cx_peer_dial(cx_engine_t *e, cx_peer_t *p)
     c->peer = p;
     p->pending = c;
     /* With a token, HELLO (our regions and keys) waits until the acceptor proved it (auth.h). */
-    if (e->auth) cx_auth_dial_start(e, c);
-    else cx_hello_send(e, c, CX_CTL_HELLO, &p->lid);
+    if (e->auth)
+        cx_auth_dial_start(e, c);
+    else
+        cx_hello_send(e, c, CX_CTL_HELLO, &p->lid);
 }
 
 /* The pending outgoing connection failed before the handshake finished. */
 void cx_peer_dial_failed(cx_engine_t *e, cx_peer_t *p, const char *reason, int fail_status)
 {
     cx_debug("peer %s: %s", p->url, reason);
-    if (p->conn) return;   /* an inbound connection took over: nothing lost */
+    if (p->conn) return; /* an inbound connection took over: nothing lost */
     if (p->state == CX_PEER_CONNECTING || p->state == CX_PEER_UNKNOWN) {
         /* Nobody listening: the ops fail now. A connection closed during the handshake (say, a
          * simultaneous connect resolved the other way) is retried by the tick instead. */
@@ -89,7 +91,7 @@ void cx_conn_lost(cx_engine_t *e, cx_conn_t *c, const char *reason)
 {
     cx_peer_t *p = c->peer;
     if (p && p->conn == c) {
-        cx_peer_fail(e, p, reason);   /* closes c */
+        cx_peer_fail(e, p, reason); /* closes c */
         return;
     }
     int refused = c->outgoing && !c->tcp_up;
@@ -139,9 +141,10 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
     case CX_CTL_HB: cx_peer_on_hb(e, p, body, len); return 0;
     case CX_CTL_BYE: cx_peer_left(e, p); return 1;
     case CX_CTL_DEATH: cx_peer_on_death(e, p, body, len); return 0;
-    case CX_CTL_TS_REQ: case CX_CTL_TS_CHUNK: case CX_CTL_TS_ACK: case CX_CTL_TS_END:
-        cx_tstage_on_frame(e, p, type, body, len);
-        return 0;
+    case CX_CTL_TS_REQ:
+    case CX_CTL_TS_CHUNK:
+    case CX_CTL_TS_ACK:
+    case CX_CTL_TS_END: cx_tstage_on_frame(e, p, type, body, len); return 0;
     default:
         if (cx_rregion_on_frame(e, p, type, body, len)) return 0;
         cx_warn("peer %s: unexpected control frame %u after the handshake: closing", p->url, type);
@@ -166,12 +169,18 @@ void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
             size_t nc = c->rx_cap ? c->rx_cap * 2 : 65536;
             while (nc - c->rx_len < 65536) nc *= 2;
             uint8_t *nb = realloc(c->rx, nc);
-            if (!nb) { cx_conn_lost(e, c, "out of memory"); return; }
+            if (!nb) {
+                cx_conn_lost(e, c, "out of memory");
+                return;
+            }
             c->rx = nb;
             c->rx_cap = nc;
         }
         ssize_t n = recv(c->fd, c->rx + c->rx_len, c->rx_cap - c->rx_len, 0);
-        if (n == 0) { cx_conn_lost(e, c, "connection closed by peer"); return; }
+        if (n == 0) {
+            cx_conn_lost(e, c, "connection closed by peer");
+            return;
+        }
         if (n < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) return;
@@ -194,8 +203,9 @@ void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
             }
             /* Before the token is proven only small frames (AUTH, REFUSE) are buffered. */
             if (e->auth && !c->bound && !c->au.ok && blen > CX_AUTH_PRE_MAX) {
-                cx_hello_auth_failed(e, c, type == CX_CTL_HELLO ? "HELLO without authentication (token required)"
-                                                       : "oversized frame before authentication");
+                cx_hello_auth_failed(e, c,
+                                     type == CX_CTL_HELLO ? "HELLO without authentication (token required)"
+                                                          : "oversized frame before authentication");
                 return;
             }
             if (c->rx_len - off - CX_CTL_HDR < blen) break;
@@ -206,7 +216,10 @@ void cx_conn_readable(cx_engine_t *e, cx_conn_t *c)
         c->rx_len -= off;
         if (c->rx_cap > (1u << 20) && c->rx_len < 65536) {
             uint8_t *nb = realloc(c->rx, 131072);
-            if (nb) { c->rx = nb; c->rx_cap = 131072; }
+            if (nb) {
+                c->rx = nb;
+                c->rx_cap = 131072;
+            }
         }
     }
 }

@@ -28,7 +28,7 @@ int cx_event_gate(cx_peer_t *p, cx_event_type_t t, uint64_t inc, int watcher)
 {
     uint64_t tag = inc + 1;
     if (watcher) {
-        if (p->ev_dead == tag || p->ev_inc != tag || p->ev_ended) return 0;   /* told already, or a newer one */
+        if (p->ev_dead == tag || p->ev_inc != tag || p->ev_ended) return 0; /* told already, or a newer one */
         p->ev_dead = tag;
         p->ev_ended = 1;
         return 1;
@@ -71,8 +71,8 @@ void cx_event_emit(cx_engine_t *e, cx_peer_t *p, cx_event_type_t t, const char *
         cx_log(t == CX_EVENT_FAILED ? CX_LOG_WARN : CX_LOG_INFO, "peer %s: %s%s%s", p->url, cx_event_name(t),
                reason && *reason ? ": " : "", reason ? reason : "");
     else
-        cx_debug("peer %s: %s (%s) not reported: the same-host watch reported it dead", p->url,
-                 cx_event_name(t), reason ? reason : "");
+        cx_debug("peer %s: %s (%s) not reported: the same-host watch reported it dead", p->url, cx_event_name(t),
+                 reason ? reason : "");
     cx_groups_on_event(e, p, t);
 }
 

@@ -48,8 +48,10 @@ void cx_hello_send(cx_engine_t *e, cx_conn_t *c, uint8_t type, const cx_lid_t *t
                            (uint32_t)e->reg.n);
     for (size_t i = 0; i < e->reg.n; i++) cx_wire_put_region(&w, e->reg.v[i], e->bnames, e->nb);
     pthread_rwlock_unlock(&e->reg.lock);
-    if (w.ok) cx_conn_send(e, c, type, buf, w.len);
-    else cx_error("HELLO does not fit its buffer (bug)");
+    if (w.ok)
+        cx_conn_send(e, c, type, buf, w.len);
+    else
+        cx_error("HELLO does not fit its buffer (bug)");
     free(buf);
 }
 
@@ -59,9 +61,9 @@ static int choose_backend(cx_engine_t *e, cx_peer_t *p)
 {
     int order[CX_MAX_BACKENDS];
     char why[160];
-    int n = cx_select_pair_order((const char (*)[CX_CHOICE_MAX])e->bchoice, e->nb,
-                                 (const char (*)[CX_CHOICE_MAX])p->their_choice, p->n_their, p->same_host,
-                                 order, why, sizeof why);
+    int n = cx_select_pair_order((const char(*)[CX_CHOICE_MAX])e->bchoice, e->nb,
+                                 (const char(*)[CX_CHOICE_MAX])p->their_choice, p->n_their, p->same_host, order, why,
+                                 sizeof why);
     for (int k = 0; k < n; k++) {
         int i = order[k];
         if (!p->adv[i]) continue;
@@ -112,11 +114,19 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
         cx_peer_ops_fail(e, p, CX_EPEER);
         cx_event_emit(e, p, CX_EVENT_FAILED, "restarted (new incarnation)");
     }
-    if (!p->ever_up) ev = CX_EVENT_UP;
-    else if (new_inc) { ev = CX_EVENT_JOINED; why = "new incarnation"; }
-    else if (!was_up) { ev = CX_EVENT_JOINED; why = "reconnected"; }
-    else if (p->state == CX_PEER_SUSPECT) { ev = CX_EVENT_UP; why = "recovered"; }
-    else ev = (cx_event_type_t)-1;
+    if (!p->ever_up)
+        ev = CX_EVENT_UP;
+    else if (new_inc) {
+        ev = CX_EVENT_JOINED;
+        why = "new incarnation";
+    } else if (!was_up) {
+        ev = CX_EVENT_JOINED;
+        why = "reconnected";
+    } else if (p->state == CX_PEER_SUSPECT) {
+        ev = CX_EVENT_UP;
+        why = "recovered";
+    } else
+        ev = (cx_event_type_t)-1;
 
     if (new_inc || !was_up) {
         cx_peer_drop_ep(e, p, CX_EPEER);
@@ -129,6 +139,9 @@ static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
     p->n_their = h->nb;
     for (int j = 0; j < h->nb; j++) snprintf(p->their_choice[j], sizeof p->their_choice[j], "%s", h->b[j].choice);
     p->same_host = h->host_id[0] && !strcmp(h->host_id, e->host_id);
+    /* The pidfd first: where the watch then maps the page, the page proves that pid was this
+     * incarnation's when the pidfd was opened. */
+    cx_proc_follow(&p->proc, p->same_host ? h->live_pid : 0);
     if (p->same_host) cx_live_watch(e, p, h->live_pid, h->live_fd, h->incarnation);
     for (int j = 0; j < h->nb; j++)
         for (int i = 0; i < e->nb; i++) {
@@ -232,7 +245,10 @@ static int on_hello(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t le
     cx_peer_t *known = cx_peer_find(e, &u.lid);
     int moved = known && (strcmp(known->u.host, u.host) || known->u.port != u.port);
     cx_peer_t *p = cx_peer_get_url(e, &u);
-    if (!p) { cx_conn_close(e, c); return 1; }
+    if (!p) {
+        cx_conn_close(e, c);
+        return 1;
+    }
     /* The process behind our connection restarted: the old incarnation failed. */
     if (p->conn && p->incarnation != h.incarnation) cx_peer_fail(e, p, "restarted (new incarnation)");
     if (moved) {
@@ -240,7 +256,7 @@ static int on_hello(cx_engine_t *e, cx_conn_t *c, const uint8_t *body, size_t le
         char why[CX_URL_MAX + 48];
         snprintf(why, sizeof why, "dialled us from a new address (was %s)", p->url);
         cx_peer_set_url(p, &u);
-        if (p->pending) cx_conn_close(e, p->pending);   /* a dial to the old address */
+        if (p->pending) cx_conn_close(e, p->pending); /* a dial to the old address */
         cx_event_emit(e, p, CX_EVENT_MOVED, why);
         cx_dir_seen_at(e, &u.lid, p->url);
     }
@@ -312,7 +328,10 @@ int cx_hello_on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t 
         int st = (int)cx_rd_u32(&r);
         char why[256];
         cx_rd_str8(&r, why, sizeof why);
-        if (!r.ok || st >= 0 || st < -64) { st = CX_EPEER; snprintf(why, sizeof why, "refused"); }
+        if (!r.ok || st >= 0 || st < -64) {
+            st = CX_EPEER;
+            snprintf(why, sizeof why, "refused");
+        }
         if (st == CX_EAUTH) e->st.auth_refused++;
         cx_peer_t *p = c->peer;
         cx_error("peer %s refused the connection: %s", p->url, why);

@@ -107,6 +107,9 @@ void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason)
     cx_peer_drop_ep(e, p, CX_EPEER);
     cx_peer_ops_fail(e, p, CX_EPEER);
     cx_rregions_free(p);
+    /* Its endpoint is gone: no backend asks about this process any more (an exit fd handed out
+     * is the backend's own), and a failed peer holds no fd. Its next HELLO follows it again. */
+    cx_proc_forget(&p->proc);
     if (was_up) {
         p->state = CX_PEER_FAILED;
         cx_event_emit(e, p, CX_EVENT_FAILED, reason);
@@ -131,6 +134,7 @@ void cx_peer_left(cx_engine_t *e, cx_peer_t *p)
     cx_peer_drop_ep(e, p, CX_EPEER);
     cx_peer_ops_fail(e, p, CX_EPEER);
     cx_rregions_free(p);
+    cx_proc_forget(&p->proc);
     p->state = CX_PEER_LEFT;
     p->reconnect = 0;
     cx_event_emit(e, p, CX_EVENT_LEFT, "clean close (BYE)");
@@ -146,8 +150,6 @@ void cx_peer_heard(cx_engine_t *e, cx_peer_t *p)
         cx_event_emit(e, p, CX_EVENT_UP, "recovered");
     }
 }
-
-
 
 void cx_peers_tick(cx_engine_t *e, uint64_t now)
 {
@@ -191,7 +193,7 @@ void cx_peers_tick(cx_engine_t *e, uint64_t now)
                 p->next_reconnect_ns = now + cx_ms_to_ns(p->backoff_ms);
                 cx_peer_dial(e, p);
             } else if (p->state == CX_PEER_CONNECTING) {
-                cx_peer_dial(e, p);   /* a handshake that was cut: try again */
+                cx_peer_dial(e, p); /* a handshake that was cut: try again */
             }
         }
     }
@@ -213,8 +215,10 @@ void cx_peer_on_hb(cx_engine_t *e, cx_peer_t *p, const uint8_t *body, size_t len
     uint8_t kind = cx_rd_u8(&r);
     uint64_t id = cx_rd_u64(&r);
     if (!r.ok) return;
-    if (kind == CX_HB_PROBE && p->conn) send_probe(e, p->conn, CX_HB_ANSWER, id);
-    else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id) probe_answered(e, p, "answer");
+    if (kind == CX_HB_PROBE && p->conn)
+        send_probe(e, p->conn, CX_HB_ANSWER, id);
+    else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id)
+        probe_answered(e, p, "answer");
 }
 
 /* One hop, no forwarding: only a watcher reports what it saw itself. A report about another

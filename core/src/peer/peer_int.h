@@ -7,7 +7,7 @@
 /* table.c */
 void cx_peer_set_incarnation(cx_engine_t *e, cx_peer_t *p, uint64_t inc);
 void cx_peer_set_url(cx_peer_t *p, const cx_url_t *u);
-void cx_peer_adv_free(cx_peer_t *p);   /* the data addresses its HELLO advertised */
+void cx_peer_adv_free(cx_peer_t *p); /* the data addresses its HELLO advertised */
 
 /* rregion.c: the peer's regions as its HELLO and REG_* frames describe them */
 void cx_rregions_free(cx_peer_t *p);
@@ -34,7 +34,7 @@ void cx_peer_dial_failed(cx_engine_t *e, cx_peer_t *p, const char *reason, int f
 
 /* liveness.c */
 uint32_t cx_peer_next_backoff_ms(uint32_t ms);
-void cx_peer_left(cx_engine_t *e, cx_peer_t *p);      /* BYE: LEFT, no reconnect */
+void cx_peer_left(cx_engine_t *e, cx_peer_t *p); /* BYE: LEFT, no reconnect */
 void cx_peer_on_hb(cx_engine_t *e, cx_peer_t *p, const uint8_t *body, size_t len);
 void cx_peer_on_death(cx_engine_t *e, cx_peer_t *from, const uint8_t *body, size_t len);
 

@@ -36,7 +36,7 @@ void cx_peer_region_gone(cx_engine_t *e, cx_region_t *r)
     for (cx_peer_t *p = e->peers; p; p = p->next) {
         if (!p->conn) continue;
         cx_conn_send(e, p->conn, CX_CTL_REG_DEL, body, w.len);
-        if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) continue;   /* HELLO will tell it */
+        if (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT) continue; /* HELLO will tell it */
         if (p->n_owed == p->cap_owed) {
             size_t cap = p->cap_owed ? 2 * p->cap_owed : 4;
             cx_region_t **v = realloc(p->owed, cap * sizeof *v);
@@ -97,8 +97,8 @@ static void on_reg_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
             }
         }
         if (p->n_delack < p->cap_delack) {
-            cx_debug("peer %s: region %llu unregistered there while ops of ours are in it: acked when they end",
-                     p->url, (unsigned long long)id);
+            cx_debug("peer %s: region %llu unregistered there while ops of ours are in it: acked when they end", p->url,
+                     (unsigned long long)id);
             p->delack[p->n_delack++] = id;
             return;
         }
@@ -111,7 +111,7 @@ static void on_reg_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
 void cx_rregions_free(cx_peer_t *p)
 {
     owed_release(p);
-    free(p->delack);   /* its view of our ops is gone with the connection */
+    free(p->delack); /* its view of our ops is gone with the connection */
     p->delack = NULL;
     p->n_delack = p->cap_delack = 0;
     free(p->rr_by_addr);
@@ -136,8 +136,10 @@ static size_t rr_upper(const cx_peer_t *p, uint64_t addr)
     size_t lo = 0, hi = p->rr_n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (p->rr_by_addr[mid]->addr <= addr) lo = mid + 1;
-        else hi = mid;
+        if (p->rr_by_addr[mid]->addr <= addr)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return lo;
 }
@@ -159,7 +161,7 @@ static void rr_index_add(cx_peer_t *p, cx_rregion_t *r)
     if (p->rr_n == p->rr_cap) {
         size_t cap = p->rr_cap ? 2 * p->rr_cap : 8;
         cx_rregion_t **v = realloc(p->rr_by_addr, cap * sizeof *v);
-        if (!v) return;   /* found through the list */
+        if (!v) return; /* found through the list */
         p->rr_by_addr = v;
         p->rr_cap = cap;
     }
@@ -206,7 +208,7 @@ int cx_rregion_add(cx_engine_t *e, cx_peer_t *p, const cx_wire_region_t *w)
     for (int k = 0; k < w->nkeys; k++)
         for (int i = 0; i < e->nb; i++) {
             if (strcmp(w->keys[k].name, e->bnames[i])) continue;
-            if (r->key[i]) {   /* a second key for one backend: the first stands */
+            if (r->key[i]) { /* a second key for one backend: the first stands */
                 cx_warn("peer %s: region %llu carries two keys for %s; the second is ignored", p->url,
                         (unsigned long long)w->id, e->bnames[i]);
                 continue;
@@ -222,11 +224,13 @@ int cx_rregion_add(cx_engine_t *e, cx_peer_t *p, const cx_wire_region_t *w)
     return CX_OK;
 }
 
-
 static void on_reg_query(cx_engine_t *e, cx_peer_t *p, cx_rd_t *r)
 {
     uint64_t qid = cx_rd_u64(r), addr = cx_rd_u64(r), len = cx_rd_u64(r);
-    if (!cx_rd_done(r)) { cx_warn("peer %s: malformed REG_QUERY", p->url); return; }
+    if (!cx_rd_done(r)) {
+        cx_warn("peer %s: malformed REG_QUERY", p->url);
+        return;
+    }
     size_t cap = 64 + (size_t)e->nb * (CX_KEY_MAX + 24);
     uint8_t *buf = malloc(cap);
     if (!buf) return;
@@ -254,8 +258,10 @@ int cx_rregion_on_frame(cx_engine_t *e, cx_peer_t *p, uint8_t type, const uint8_
     switch (type) {
     case CX_CTL_REG_ADD: {
         cx_wire_region_t wr;
-        if (cx_wire_get_region(&r, &wr) == CX_OK) cx_rregion_add(e, p, &wr);
-        else cx_warn("peer %s: malformed REG_ADD ignored", p->url);
+        if (cx_wire_get_region(&r, &wr) == CX_OK)
+            cx_rregion_add(e, p, &wr);
+        else
+            cx_warn("peer %s: malformed REG_ADD ignored", p->url);
         return 1;
     }
     case CX_CTL_REG_DEL: {
@@ -272,8 +278,10 @@ int cx_rregion_on_frame(cx_engine_t *e, cx_peer_t *p, uint8_t type, const uint8_
     }
     case CX_CTL_REG_DEL_ACK: {
         uint64_t id = cx_rd_u64(&r);
-        if (cx_rd_done(&r)) on_reg_del_ack(p, id);
-        else cx_warn("peer %s: malformed REG_DEL_ACK ignored", p->url);
+        if (cx_rd_done(&r))
+            on_reg_del_ack(p, id);
+        else
+            cx_warn("peer %s: malformed REG_DEL_ACK ignored", p->url);
         return 1;
     }
     case CX_CTL_REG_QUERY: on_reg_query(e, p, &r); return 1;

@@ -53,7 +53,7 @@ static int reply(cx_engine_t *e, cx_conn_t *c)
         s.failures = p->m.failures;
         s.joins = p->m.joins;
         for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
-            s.in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;   /* as cx_stats */
+            s.in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK; /* as cx_stats */
         s.errors = p->m.errors;
         s.timeouts = p->m.timeouts;
         cx_wire_put_status_peer(&w, &s);

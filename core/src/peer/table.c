@@ -87,6 +87,7 @@ cx_peer_t *cx_peer_get_url(cx_engine_t *e, const cx_url_t *u)
     cx_peer_set_url(p, u);
     p->state = CX_PEER_UNKNOWN;
     p->bidx = -1;
+    cx_proc_init(&p->proc);
     p->ops.next = p->ops.prev = &p->ops;
     p->next = e->peers;
     e->peers = p;
@@ -121,6 +122,7 @@ void cx_peer_free_all(cx_engine_t *e)
         }
         cx_rregions_free(p);
         cx_peer_adv_free(p);
+        cx_proc_forget(&p->proc);
         free(p);
     }
     memset(e->peer_by_lid, 0, sizeof e->peer_by_lid);

@@ -9,7 +9,7 @@
  * sender, so the sender's group ("demo|1|*|*") learns them from the transport events, and prints
  * every step it receives. */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE   /* dprintf */
+#define _GNU_SOURCE /* dprintf */
 #endif
 #include "connex/connex.h"
 
@@ -39,7 +39,11 @@ static void sleep_ms(int ms)
 /* ---------------------------------------------------------------- replica */
 
 static volatile sig_atomic_t g_quit;
-static void on_term(int sig) { (void)sig; g_quit = 1; }
+static void on_term(int sig)
+{
+    (void)sig;
+    g_quit = 1;
+}
 
 static int replica_main(int idx, unsigned port, const char *sender, int notify_fd)
 {
@@ -72,7 +76,7 @@ static int replica_main(int idx, unsigned port, const char *sender, int notify_f
         fflush(stdout);
         cx_msg_release(&m);
     }
-    cx_engine_destroy(e);   /* clean close: the sender sees LEFT */
+    cx_engine_destroy(e); /* clean close: the sender sees LEFT */
     return 0;
 }
 
@@ -193,7 +197,7 @@ static int step(cx_engine_t *e, cx_group_t *g, const char *text, int want, int w
     cx_stats(e, &st);
     int handed = st.steps_handed_over > g_handed;
     g_handed = st.steps_handed_over;
-    sleep_ms(30);   /* let the replica's line come out first */
+    sleep_ms(30); /* let the replica's line come out first */
     if (rc != CX_OK) {
         printf("  sender: step \"%s\": %s after %" PRIu64 " ms\n", text, cx_strerror(rc), now_ms() - t0);
         if (want != -2) g_failures++;
@@ -219,7 +223,10 @@ static int sender_main(void)
     c.connect_timeout_ms = 2000;
     cx_engine_t *e;
     int rc = cx_engine_create(&c, &e);
-    if (rc) { fprintf(stderr, "engine: %s\n", cx_strerror(rc)); return 1; }
+    if (rc) {
+        fprintf(stderr, "engine: %s\n", cx_strerror(rc));
+        return 1;
+    }
     const char *me = cx_engine_local_url(e);
     printf("sender %s (backends %s)\n", me, cx_engine_backends(e));
     cx_group_t *g;
@@ -246,8 +253,10 @@ static int sender_main(void)
     cx_group_send(g, text, strlen(text), &op);
     cx_lid_t by;
     uint64_t id;
-    if (cx_group_wait(op, 200, &by, &id) != CX_EINPROGRESS) { printf("  !! the step did not wait for A\n"); g_failures++; }
-    else {
+    if (cx_group_wait(op, 200, &by, &id) != CX_EINPROGRESS) {
+        printf("  !! the step did not wait for A\n");
+        g_failures++;
+    } else {
         printf("  sender: step in flight at replica A; kill -9 A\n");
         uint64_t t0 = now_ms();
         kill9(&r[0]);
@@ -256,7 +265,8 @@ static int sender_main(void)
         cx_stats(e, &st);
         g_handed = st.steps_handed_over;
         sleep_ms(30);
-        printf("  sender: step %" PRIu64 " \"%s\": %s, taken by replica %c, handed over %" PRIu64 " ms after the kill\n",
+        printf("  sender: step %" PRIu64 " \"%s\": %s, taken by replica %c, handed over %" PRIu64
+               " ms after the kill\n",
                id, text, cx_strerror(rc), 'A' + (int)by.replica, now_ms() - t0);
         if (rc || by.replica != 1 || st.steps_handed_over != 1) g_failures++;
     }

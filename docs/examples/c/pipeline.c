@@ -7,7 +7,7 @@
  *
  *   connex-pipeline-example [steps]     run it (default 8 steps; exit 0 when every step checked) */
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE   /* dprintf */
+#define _GNU_SOURCE /* dprintf */
 #endif
 #include "connex/connex.h"
 
@@ -20,8 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define ROWS 256          /* tokens */
-#define COLS 512          /* hidden size: a 256 x 512 f32 tensor, 512 KiB */
+#define ROWS 256 /* tokens */
+#define COLS 512 /* hidden size: a 256 x 512 f32 tensor, 512 KiB */
 #define ELEMS (ROWS * COLS)
 #define BYTES (ELEMS * sizeof(float))
 #define SLOTS 2
@@ -37,7 +37,7 @@ static double layer_checksum(const float *x)
 {
     double s = 0;
     for (unsigned i = 0; i < ELEMS; i++) {
-        float y = x[i] > 0 ? 2.0f * x[i] : 0.0f;   /* ReLU, then a scale */
+        float y = x[i] > 0 ? 2.0f * x[i] : 0.0f; /* ReLU, then a scale */
         s += (double)y * (double)((i % COLS) + 1);
     }
     return s;
@@ -62,14 +62,17 @@ static int stage1_main(const char *stage0_url)
     for (;;) {
         cx_msg_t m;
         int rc = cx_recv_msg(e, &m, 10000);
-        if (rc) { fprintf(stderr, "stage 1: no step for 10 s: %s\n", cx_strerror(rc)); break; }
+        if (rc) {
+            fprintf(stderr, "stage 1: no step for 10 s: %s\n", cx_strerror(rc));
+            break;
+        }
         unsigned k, slot;
         char text[64];
         snprintf(text, sizeof text, "%.*s", (int)(m.len < 63 ? m.len : 63), (char *)m.data);
         cx_msg_release(&m);
         if (!strcmp(text, "END")) break;
         if (sscanf(text, "STEP %u SLOT %u", &k, &slot) != 2 || slot >= SLOTS) continue;
-        double sum = layer_checksum(in + (size_t)slot * ELEMS);   /* the tensor is in place */
+        double sum = layer_checksum(in + (size_t)slot * ELEMS); /* the tensor is in place */
         char done[96];
         n = snprintf(done, sizeof done, "DONE %u %.17g", k, sum);
         cx_send_msg(e, "pipe|0|0|0", done, (size_t)n);
@@ -95,7 +98,10 @@ int main(int argc, char **argv)
     c.stage = 0;
     cx_engine_t *e;
     int rc = cx_engine_create(&c, &e);
-    if (rc) { fprintf(stderr, "engine: %s\n", cx_strerror(rc)); return 1; }
+    if (rc) {
+        fprintf(stderr, "engine: %s\n", cx_strerror(rc));
+        return 1;
+    }
     float *out = aligned_alloc(4096, SLOTS * BYTES);
     if (!out || cx_register_memory(e, out, SLOTS * BYTES)) return 1;
     printf("stage 0 %s (backends %s)\n", cx_engine_local_url(e), cx_engine_backends(e));
@@ -133,15 +139,24 @@ int main(int argc, char **argv)
                 int n = snprintf(note, sizeof note, "STEP %u SLOT %u", k, slot);
                 rc = cx_put_signal(e, "pipe|1|0|0", x, remote + (uint64_t)slot * BYTES, BYTES, note, (size_t)n,
                                    &op[slot]);
-                if (rc) { printf("step %u: put_signal: %s\n", k, cx_strerror(rc)); break; }
+                if (rc) {
+                    printf("step %u: put_signal: %s\n", k, cx_strerror(rc));
+                    break;
+                }
             }
             if (k == 0) continue;
             /* step k - 1: its put_signal, then stage 1's answer */
             unsigned prev = (k - 1) % SLOTS;
             rc = cx_op_wait(op[prev], -1);
             op[prev] = NULL;
-            if (rc) { printf("step %u: put_signal: %s\n", k - 1, cx_strerror(rc)); break; }
-            if (cx_recv_msg(e, &m, 10000)) { printf("step %u: no answer from stage 1\n", k - 1); break; }
+            if (rc) {
+                printf("step %u: put_signal: %s\n", k - 1, cx_strerror(rc));
+                break;
+            }
+            if (cx_recv_msg(e, &m, 10000)) {
+                printf("step %u: no answer from stage 1\n", k - 1);
+                break;
+            }
             unsigned kk = 0;
             double got = 0;
             char text[96];
