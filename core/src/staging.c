@@ -201,7 +201,8 @@ static void chunk_cb(const cx_stage_chunk_t *c)
                                 op->deadline_ns,
                                 ts_chunk_done,
                                 j,
-                                c->index };
+                                c->index,
+                                1 };
         j->subs_out++;
         rc = cx_tstage_range(e, p, &r);
         if (rc)

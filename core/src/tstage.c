@@ -11,6 +11,10 @@
 #include <string.h>
 
 enum { TS_READ = 0, TS_WRITE = 1, TS_SIGNAL = 2 };
+/* In TS_REQ's kind byte: the range is one chunk of the initiator's own staging, which overlaps
+ * it with the others; the target stages it in chunks of its ring's full size (CX_STAGE_WHOLE),
+ * not split further: a split only multiplies the TS_CHUNK / TS_ACK round trips. */
+#define TS_F_PIECE 0x10u
 
 /* ---- initiator side: a range, and one backend xfer per chunk ---- */
 typedef struct ts_tx {
@@ -25,6 +29,7 @@ typedef struct ts_tx {
     int ended;      /* TS_END of the data received */
     int signalling; /* the message went out: waiting for its TS_END */
     unsigned subs_out;
+    uint64_t got;  /* a read: bytes its completed chunks brought in */
     uint8_t *rkey; /* the target's ring key, kept while chunks go */
     size_t rkey_len;
     uint64_t ring_id, ring_base;
@@ -44,6 +49,7 @@ typedef struct ts_srv {
     cx_peer_t *p;
     uint64_t inc, id;
     int kind, bidx, mem_kind, device;
+    unsigned flags; /* TS_F_* of its TS_REQ */
     uint64_t addr, len;
     void *pin;
     cx_staging_ring_t ring;
@@ -71,7 +77,7 @@ static cx_tstage_t *ts_state(cx_engine_t *e)
             return NULL;
         }
         unsigned long long v = cx_opts_num(&e->opts, "CONNEX_STAGE_PEER_JOBS", NULL);
-        e->ts->peer_jobs = v ? (unsigned)v : 2;
+        e->ts->peer_jobs = v ? (unsigned)v : 4;
     }
     return e->ts;
 }
@@ -130,7 +136,7 @@ static int send_req(cx_engine_t *e, ts_tx_t *tx, int kind)
     cx_wr_t w;
     cx_wr_init(&w, b, n);
     cx_wr_u64(&w, tx->id);
-    cx_wr_u8(&w, (uint8_t)kind);
+    cx_wr_u8(&w, (uint8_t)(kind | (kind != TS_SIGNAL && tx->r.piece ? TS_F_PIECE : 0)));
     cx_wr_u64(&w, kind == TS_SIGNAL ? 0 : tx->r.remote);
     cx_wr_u64(&w, kind == TS_SIGNAL ? 0 : tx->r.len);
     cx_wr_str8(&w, e->bnames[p->bidx]);
@@ -153,7 +159,10 @@ static ts_tx_t *tx_find(cx_tstage_t *s, const cx_peer_t *p, uint64_t id)
 static void tx_try_end(ts_tx_t *tx)
 {
     if (tx->subs_out) return;
-    int done = tx->status != CX_OK || (tx->ended && (!tx->r.signal || tx->signalling > 1));
+    /* A read is complete here once every byte is in: the target's TS_END, which says its slots
+     * are back, would only add a round trip (when it comes, it finds no range and is dropped). */
+    int read_in = tx->r.kind == CX_XFER_READ && !tx->r.signal && tx->got == tx->r.len;
+    int done = tx->status != CX_OK || read_in || (tx->ended && (!tx->r.signal || tx->signalling > 1));
     if (!done) return;
     cx_tstage_t *s = tx->e->ts;
     if (tx->prev)
@@ -179,6 +188,7 @@ static void sub_complete(ts_sub_t *sub)
     /* The slot goes back (a read) or is full (a write): the target hears either way. */
     if (peer_alive(tx->p, tx->inc)) send_ack(tx->e, tx->p, tx->id, sub->index, sub->status);
     if (sub->status != CX_OK && tx->status == CX_OK) tx->status = sub->status;
+    if (sub->status == CX_OK) tx->got += sub->op.x.len;
     free(sub);
     tx_try_end(tx);
 }
@@ -342,6 +352,7 @@ void cx_tstage_start(cx_engine_t *e, cx_op_t *op)
                             op->deadline_ns,
                             op_range_done,
                             op,
+                            0,
                             0 };
     op->stage = OPS_TSTAGE;
     int rc = cx_tstage_range(e, p, &r);
@@ -459,7 +470,7 @@ static int srv_begin(cx_engine_t *e, ts_srv_t *v)
     if (rc) return rc;
     cx_stage_cbs_t cbs = { srv_chunk, srv_done, v };
     rc = cx_stage_start(v->ring.st, v->kind == TS_READ ? CX_STAGE_OUT : CX_STAGE_IN, (void *)(uintptr_t)v->addr,
-                        (size_t)v->len, 0, &cbs, &v->sj);
+                        (size_t)v->len, v->flags & TS_F_PIECE ? CX_STAGE_WHOLE : 0, &cbs, &v->sj);
     return rc;
 }
 
@@ -495,6 +506,8 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     cx_core_t *core = cx_core_of(e);
     uint64_t id = cx_rd_u64(rd);
     int kind = cx_rd_u8(rd);
+    unsigned flags = (unsigned)kind & TS_F_PIECE;
+    kind &= ~(int)TS_F_PIECE;
     uint64_t addr = cx_rd_u64(rd), len = cx_rd_u64(rd);
     char bname[CX_BNAME_MAX + 1];
     cx_rd_str8(rd, bname, sizeof bname);
@@ -520,6 +533,7 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     v->inc = p->incarnation;
     v->id = id;
     v->kind = kind;
+    v->flags = flags;
     v->addr = addr;
     v->len = len;
     v->bidx = -1;

@@ -46,6 +46,7 @@ typedef struct cx_tstage_range {
     void (*done)(void *arg, uint32_t index, int status); /* exactly once, never from inside */
     void *arg;
     uint32_t index;
+    int piece; /* a chunk of this side's own staging: the target stages it whole, unsplit */
 } cx_tstage_range_t;
 int cx_tstage_range(cx_engine_t *e, cx_peer_t *p, const cx_tstage_range_t *r);
 
