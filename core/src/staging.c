@@ -466,6 +466,7 @@ static void debug_fn(cx_engine_t *e, void *arg)
     o->served = td.served;
     o->queued = td.queued;
     o->ranges = td.ranges;
+    o->quarantined = td.quarantined;
     o->subs = td.subs;
     cx_staging_t *s = e->stg;
     if (!s) return;

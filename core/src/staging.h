@@ -55,6 +55,7 @@ typedef struct cx_staging_debug {
     uint64_t jobs_ok, jobs_failed;
     unsigned served, queued; /* ranges staged here for peers (tstage.h): running, waiting */
     unsigned ranges;         /* ranges this side asked a peer to stage, not yet ended */
+    unsigned quarantined;    /* slots held for a same-host peer that went silent or failed (tstage.h) */
 } cx_staging_debug_t;
 int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out);
 

@@ -6,6 +6,7 @@
 #include "connex/wire.h"
 #include "cx_gpu.h"
 #include "cx_stage.h"
+#include "proc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,14 @@ typedef struct ts_srv {
     void *pin;
     cx_staging_ring_t ring;
     cx_stage_job_t *sj; /* NULL while queued, and once the pipeline freed it */
-    int started, failed;
+    int started, failed, cancelled;
+    /* Slots lent to a same-host peer that went silent or failed: its process may still move
+     * bytes in or out of them without this CPU (cma). Held until it acks each one or its
+     * process has exited; pid from its HELLO when the range came, proc followed from then. */
+    int quarantined;
+    uint64_t look_ns; /* quarantined: when its process is looked at next (a /proc read) */
+    uint32_t pid;
+    cx_proc_t proc;
     uint64_t last_ns; /* the peer's last word on it: silence past the op timeout ends it */
     uint32_t *out;    /* chunks handed to the peer, not yet acked */
     uint32_t nout, capout;
@@ -401,6 +409,7 @@ static void srv_unlink(cx_tstage_t *s, ts_srv_t *v)
 
 static void srv_free(ts_srv_t *v)
 {
+    cx_proc_forget(&v->proc);
     if (v->pin) cx_core_region_unpin(v->pin);
     free(v->out);
     free(v);
@@ -488,7 +497,7 @@ static void srv_start_queued(cx_engine_t *e, cx_peer_t *p)
     cx_tstage_t *s = e->ts;
     unsigned running = 0;
     for (ts_srv_t *v = s->srvs; v; v = v->next)
-        if (v->p == p && v->started) running++;
+        if (v->p == p && v->started && !v->failed) running++;
     for (ts_srv_t *v = s->srvs, *n; v && running < s->peer_jobs; v = n) {
         n = v->next;
         if (v->p != p || v->started) continue;
@@ -537,6 +546,8 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     v->addr = addr;
     v->len = len;
     v->bidx = -1;
+    v->pid = p->same_host ? p->proc.pid : 0;
+    cx_proc_init(&v->proc);
     v->last_ns = cx_now_ns();
     v->prev = s->srvs_tail;
     if (s->srvs_tail)
@@ -569,17 +580,39 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     if (v->started && v->sj) cx_stage_progress(v->ring.st); /* its first copies start now */
 }
 
+/* The slots the peer holds come back (their slots are free again once the cancel drained the
+ * copies). srv_done may free v inside: it runs from cx_stage_progress only. */
+static void srv_release(ts_srv_t *v, int status)
+{
+    cx_stage_job_t *sj = v->sj;
+    uint32_t n = v->nout;
+    v->nout = 0;
+    v->quarantined = 0;
+    for (uint32_t i = 0; i < n; i++) cx_stage_chunk_done(sj, v->out[i], status);
+}
+
 static void srv_fail(ts_srv_t *v, int status)
 {
     v->failed = 1;
     if (!v->sj) return;
-    /* The chunks the peer holds come back now: their slots are free again once the cancel
-     * drained the copies. srv_done may free v inside: it runs from cx_stage_progress only. */
-    cx_stage_job_t *sj = v->sj;
-    uint32_t n = v->nout;
-    v->nout = 0;
-    cx_stage_cancel(sj, status);
-    for (uint32_t i = 0; i < n; i++) cx_stage_chunk_done(sj, v->out[i], status);
+    if (!v->cancelled) {
+        v->cancelled = 1;
+        cx_stage_cancel(v->sj, status);
+    }
+    /* A same-host peer's process moves bytes with the kernel's help (cma), without this CPU and
+     * past any connection we close: the slots it holds wait for its acks or its exit. Engine
+     * teardown does not wait (the ring goes with it). */
+    if (status != CX_ECLOSED && v->nout && v->pid) {
+        if (!v->quarantined) {
+            v->quarantined = 1;
+            cx_proc_follow(&v->proc, v->pid);
+            cx_warn("peer %s: %u staging slot(s) it holds stay out of use until it gives them back or "
+                    "its process exits",
+                    v->p->url, v->nout);
+        }
+        return;
+    }
+    srv_release(v, status);
 }
 
 static void on_ack(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
@@ -642,6 +675,14 @@ void cx_tstage_progress(cx_engine_t *e)
     uint64_t quiet = cx_ms_to_ns(e->cfg.op_timeout_ms);
     for (ts_srv_t *v = s->srvs, *n; v; v = n) {
         n = v->next;
+        if (v->quarantined) {
+            /* Its process gone (or never followed: no pidfd, no /proc): nothing can land. */
+            if (now < v->look_ns) continue;
+            v->look_ns = now + cx_ms_to_ns(10);
+            int ps = cx_proc_state(&v->proc);
+            if (ps == CX_PROC_EXITED || ps == CX_PROC_UNKNOWN) srv_release(v, CX_EPEER);
+            continue;
+        }
         if (v->failed) continue;
         /* A queued range waits for its peer's credits as long as the peer lives. */
         int st = !peer_alive(v->p, v->inc) ? CX_EPEER : v->started && now - v->last_ns >= quiet ? CX_ETIMEDOUT : CX_OK;
@@ -652,7 +693,7 @@ void cx_tstage_progress(cx_engine_t *e)
             continue;
         }
         if (st == CX_ETIMEDOUT) {
-            cx_warn("peer %s: silent for %u ms on the %llu bytes staged for it: taking its slots back", v->p->url,
+            cx_warn("peer %s: silent for %u ms on the %llu bytes staged for it: its range ends", v->p->url,
                     e->cfg.op_timeout_ms, (unsigned long long)v->len);
             /* No late byte of its may land in a slot that is handed out again. */
             cx_peer_drop_ep(e, v->p, CX_ETIMEDOUT);
@@ -707,7 +748,9 @@ void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out)
     cx_tstage_t *s = e->ts;
     if (!s) return;
     for (ts_srv_t *v = s->srvs; v; v = v->next) {
-        if (v->started)
+        if (v->quarantined)
+            out->quarantined += v->nout;
+        else if (v->started)
             out->served++;
         else
             out->queued++;

@@ -64,6 +64,7 @@ void cx_tstage_free(cx_engine_t *e);
 /* For tests: ranges this engine stages as target, and as initiator. */
 typedef struct cx_tstage_debug {
     unsigned served, queued, ranges, subs;
+    unsigned quarantined; /* slots held for a same-host peer that went silent or failed */
 } cx_tstage_debug_t;
 void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out); /* on the progress thread */
 
