@@ -473,7 +473,14 @@ static void test_callers_drive(void **state)
      * thread asks for the lock: a tick, a control frame, or a backend without a wait object). */
     drive_reads("1", "100000", &driven, &done, &bound);
     assert_true(driven >= 1);
-    assert_true(done >= driven / 2);
+    /* The peer's region in device memory (CONNEX_TEST_MEM=sim|cuda) is staged by the peer
+     * (docs/gpu.md): such ops go to the progress thread, which holds the control connection
+     * their chunks are coordinated on, and none ends while its caller drives. */
+    const char *mem = getenv("CONNEX_TEST_MEM");
+    if (mem && *mem && strcmp(mem, "host"))
+        assert_int_equal(done, 0);
+    else
+        assert_true(done >= driven / 2);
     cxt_fill(R, 64 * 4096, TSEED, 0);
 }
 
