@@ -29,9 +29,11 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* "ucx_raw(ucx_shm)" or "fi_raw(libfabric_tcp)": a raw loop of variant v */
-static int raw_of(const char *baseline, const char *v)
+/* "ucx_raw(ucx_shm)" or "fi_raw(libfabric_tcp)": a raw loop of variant v. A ZeroMQ batch is
+ * paired with raw TCP moving the same blocks per call (raw_zmq does not batch). */
+static int raw_of(const char *baseline, const char *v, int batch)
 {
+    if (batch && !strcmp(v, "zmq")) return !strcmp(baseline, "raw_tcp");
     const char *p = strstr(baseline, "_raw(");
     if (!p) return 0;
     size_t n = strlen(v);
@@ -67,7 +69,7 @@ int cx_bench_ratios(cx_bench_ratio_t *out, int max)
                 /* A raw loop of N blocks per call is the counterpart of both the batch and the N
                  * async ops of connex-c. */
                 if (!b->baseline || b->round != c->round || strcmp(b->op, c->op) || b->size != c->size ||
-                    b->p50_us <= 0 || !raw_of(b->backend, c->backend) || b->batch != c->batch)
+                    b->p50_us <= 0 || !raw_of(b->backend, c->backend, c->batch) || b->batch != c->batch)
                     continue;
                 snprintf(r->raw, sizeof r->raw, "%s", b->backend);
                 cx[m] = c->p50_us;

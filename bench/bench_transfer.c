@@ -202,15 +202,16 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
         cx_bench_add_row(&r);
         return;
     }
-    /* Ops land at distinct remote offsets (4 KiB apart, wrapping inside the peer's region). */
-    size_t span = t->len - total + 1;
+    /* Ops land at distinct remote offsets (4 KiB apart, wrapping inside the peer's region; always
+     * a multiple of 4 KiB, which the pattern checks need: a multiple of 8). */
+    size_t slots = (t->len - total) / 4096 + 1;
     char bad[96] = "";
     uint64_t ns;
     /* Warm-up: connections, registration caches, page faults; bounded like the loop. */
     int rc = 0, warm = 0, wmax = o->iters / 10 < 2 ? 2 : o->iters / 10 > 20 ? 20 : o->iters / 10;
     uint64_t t_end = cx_bench_now_ns() + (uint64_t)o->budget_ms * 250000ull;
     while (warm < wmax && !rc && (warm < 1 || cx_bench_now_ns() < t_end)) {
-        rc = one_op(e, t, loc, op, size, ((size_t)warm * 4096) % span, &ns, bad, sizeof bad, sh);
+        rc = one_op(e, t, loc, op, size, ((size_t)warm % slots) * 4096, &ns, bad, sizeof bad, sh);
         warm += !rc;
     }
     int n = 0, failed_op = -1;
@@ -221,7 +222,7 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
     uint64_t spent = 0, budget = (uint64_t)o->budget_ms * 1000000ull, wall_end = cx_bench_now_ns() + 10 * budget;
     while (!rc && n < o->iters && (n < 3 || (spent < budget && cx_bench_now_ns() < wall_end))) {
         starts[n] = cx_bench_now_ns();
-        rc = one_op(e, t, loc, op, size, ((size_t)(warm + n) * 4096) % span, &ns, bad, sizeof bad, sh);
+        rc = one_op(e, t, loc, op, size, ((size_t)(warm + n) % slots) * 4096, &ns, bad, sizeof bad, sh);
         samples[n] = ns;
         spent += ns;
         if (rc) failed_op = warm + n;

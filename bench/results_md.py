@@ -145,7 +145,7 @@ def section_transfer(doc, commit, plot_rel):
     out += ["### connex-c against the raw loop of its transport (p50)", "",
             "Raw loops: `ucx_raw` (`ucp_get`/`ucp_put` under the variant's `UCX_TLS`), `fi_raw` "
             "(`fi_read`/`fi_write` on the variant's provider), `raw_zmq` (DEALER/ROUTER round "
-            "trip). They run in the same invocation, one after the other; put_signal has no raw "
+            "trip; for batches, `raw_tcp`: the same blocks per call over a TCP socket). They run in the same invocation, one after the other; put_signal has no raw "
             "counterpart.", "",
             "| op | size | backend | connex-c p50 | raw p50 | connex / raw |",
             "|---|---|---|---|---|---|"]
@@ -154,6 +154,8 @@ def section_transfer(doc, commit, plot_rel):
             for v in variants:
                 r = by.get((op, size, v))
                 raw = by.get((op, size, raw_baseline(v) or ""))
+                if not raw and v == "zmq":
+                    raw = by.get((op, size, "raw_tcp"))  # batches: raw_zmq does not batch
                 if not r:
                     continue
                 ratio = "-"

@@ -131,6 +131,9 @@ void cx_ucx_wk_destroy(cx_ucx_t *b, cx_ucx_wk_t *wk)
             cx_ucx_op_release(b, op); /* frees it (finished, delivered) */
         }
     }
+    /* finished ops not handed back yet (a rescue's, ucx_rot.c): no request of theirs is left */
+    for (cx_ucx_op_t *op = b->done.next; op && op != &b->done; op = op->next)
+        if (op->ue && op->ue->wk == wk) op->pending = 0;
     for (cx_ucx_ctl_t *c = b->ctl.next, *nx; c && c != &b->ctl; c = nx) {
         nx = c->next;
         if (c->wk == wk) cx_ucx_ctl_free(c);
@@ -334,7 +337,7 @@ static int cx_ucx_poll(cx_backend_t *bb)
     cx_ucx_t *b = (cx_ucx_t *)bb;
     int n = 0;
     for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next)
-        n += (int)cx_ucx_lib.ucp_worker_progress(wk->w);
+        if (!wk->wedged) n += (int)cx_ucx_lib.ucp_worker_progress(wk->w);
     cx_ucx_drain(b);
     return n > 0;
 }
@@ -352,7 +355,7 @@ static int cx_ucx_progress(cx_backend_t *bb)
     for (int round = 0; round < CX_UCX_PROGRESS_ROUNDS; round++) {
         /* the current worker, and the retired ones peers may still talk to (ucx_rot.c) */
         for (cx_ucx_wk_t *wk = b->cur; wk; wk = wk == b->cur ? b->old : wk->next) {
-            for (int i = 0; i < 1024 && cx_ucx_lib.ucp_worker_progress(wk->w); i++) {
+            for (int i = 0; i < 1024 && !wk->wedged && cx_ucx_lib.ucp_worker_progress(wk->w); i++) {
                 if ((i & 15) == 15 && cx_ucx_now_ns() > until) break;
             }
         }
@@ -362,7 +365,7 @@ static int cx_ucx_progress(cx_backend_t *bb)
         if (cx_ucx_pending_work(b)) continue;
         ucs_status_t st = UCS_OK;
         for (cx_ucx_wk_t *wk = b->cur; wk && st == UCS_OK; wk = wk == b->cur ? b->old : wk->next)
-            st = cx_ucx_lib.ucp_worker_arm(wk->w);
+            st = wk->wedged ? UCS_OK : cx_ucx_lib.ucp_worker_arm(wk->w);
         if (st == UCS_OK) return CX_OK;
         if (st != UCS_ERR_BUSY) {
             cx_error("ucx: ucp_worker_arm failed: %s", cx_ucx_lib.ucs_status_string(st));

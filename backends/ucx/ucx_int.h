@@ -45,7 +45,9 @@ typedef struct cx_ucx_rk { /* a peer region's unpacked rkey, per endpoint */
     struct cx_ucx_rk *next;
 } cx_ucx_rk_t;
 
-enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD };
+/* MOVED: taken off a retired worker whose FIFO is in doubt, posted again once it is destroyed
+ * (ucx_rot.c, cx_ucx_rescue) */
+enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD, CX_UCX_OPS_MOVED };
 
 /* CONNEX_UCX_ROTATE_ZOMBIES (16), CONNEX_UCX_ROTATE_GRACE_MS (5000) and
  * CONNEX_UCX_READ_ANSWER_MIN (1 MiB): defaults and ranges in the options table (core/src/options.c). */
@@ -88,6 +90,7 @@ struct cx_ucx_wk {
     int rx_doubt;        /* a peer that wrote into its shared-memory receive FIFO was
                                     dropped dead: a slot it reserved may never be filled
                                     (ucx_rot.c) */
+    int wedged;          /* CONNEX_UCX_FAULT_WEDGE: no longer progressed (ucx_rot.c) */
     uint64_t retired_ns; /* 0 while current */
     cx_ucx_wk_t *next;   /* b->old list */
 };
@@ -197,6 +200,8 @@ struct cx_ucx {
     int bounce_all;     /* CONNEX_UCX_READ_BOUNCE=1: every host read is a get into a bounce
                                     buffer (else reads without peer error handling: ucx_read.c) */
     uint64_t grace_ns;  /* CONNEX_UCX_ROTATE_GRACE_MS */
+    int fault_wedge;    /* CONNEX_UCX_FAULT_WEDGE (tests): a worker in doubt stops being progressed */
+    uint64_t rescued;   /* ops moved off retired workers in doubt (cx_ucx_rescue) */
     uint64_t last_rotate_ns;
     uint64_t rotations, zombies_freed;
     int retiring; /* beps with retiring ues or held ops: look at them in progress */
@@ -292,6 +297,7 @@ void cx_ucx_lanes_parse(const char *info, char *buf, size_t n);
 
 /* ucx_xfer.c */
 void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep);
+void cx_ucx_start_moved(cx_ucx_t *b, cx_bep_t *ep); /* posts its CX_UCX_OPS_MOVED ops again, in order */
 
 /* ucx_rot.c: worker rotation */
 void cx_ucx_rot_init(cx_ucx_t *b);
@@ -299,6 +305,7 @@ void cx_ucx_rot_tick(cx_ucx_t *b);                                              
 void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep, int why);                  /* from disconnect */
 void cx_ucx_hung_connect(cx_ucx_t *b, void *peer, const void *addr, size_t len); /* from connect */
 void cx_ucx_hung_free(cx_ucx_t *b);
+void cx_ucx_wk_doubt(cx_ucx_t *b, cx_ucx_wk_t *wk); /* its receive FIFO is in doubt */
 void cx_ucx_zombie(cx_ucx_t *b, cx_ucx_wk_t *wk, int retired);
 int cx_ucx_retarget(cx_ucx_t *b, cx_bep_t *ep); /* new ue on the current worker */
 int cx_ucx_send_update(cx_ucx_t *b, cx_ucx_ue_t *ue);

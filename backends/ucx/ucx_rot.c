@@ -40,8 +40,10 @@
  */
 #include "ucx_int.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 
 #define CX_UCX_UPD_MAX 256 /* updates waiting for their endpoint, at most */
 
@@ -49,6 +51,25 @@ void cx_ucx_rot_init(cx_ucx_t *b)
 {
     b->rotate_zombies = (int)cx_ucx_opt(b, "CONNEX_UCX_ROTATE_ZOMBIES");
     b->grace_ns = (uint64_t)cx_ucx_opt(b, "CONNEX_UCX_ROTATE_GRACE_MS") * 1000000ull;
+    b->fault_wedge = cx_ucx_opt(b, "CONNEX_UCX_FAULT_WEDGE") != 0;
+    if (b->fault_wedge)
+        cx_warn("ucx: CONNEX_UCX_FAULT_WEDGE: a worker whose receive FIFO is in doubt will no longer be "
+                "progressed (fault injection)");
+}
+
+/* A peer that could write into wk's receive FIFO is gone: a slot it claimed may never be filled.
+ * CONNEX_UCX_FAULT_WEDGE makes that so for the tests: the worker is no longer progressed (out of
+ * the epoll set too, or its pending events would wake the thread for nothing), as if everything
+ * sent to it queued behind such a slot. */
+void cx_ucx_wk_doubt(cx_ucx_t *b, cx_ucx_wk_t *wk)
+{
+    wk->rx_doubt = CX_UCX_DOUBT_GONE;
+    if (!b->fault_wedge || wk->wedged) return;
+    wk->wedged = 1;
+    if (wk->efd >= 0 && epoll_ctl(b->epfd, EPOLL_CTL_DEL, wk->efd, NULL) != 0)
+        cx_warn("ucx: epoll_ctl(DEL): %s", strerror(errno));
+    wk->efd = -1; /* UCX's: closed with the worker */
+    cx_warn("ucx: worker generation %u wedged (CONNEX_UCX_FAULT_WEDGE)", wk->gen);
 }
 
 /* Endpoints of dead peers count 1; ucp_eps retired because a live peer's worker rotated count
@@ -94,7 +115,7 @@ static void cx_ucx_doubt_cur(cx_ucx_t *b, const char *why)
         cx_debug("ucx: a peer reached over shared memory %s: the worker rotates (a slot of its "
                  "receive FIFO that peer claimed may not be filled)",
                  why);
-    b->cur->rx_doubt = CX_UCX_DOUBT_GONE;
+    cx_ucx_wk_doubt(b, b->cur);
     cx_ucx_signal(b);
 }
 
@@ -113,7 +134,7 @@ void cx_ucx_rx_doubt(cx_ucx_t *b, const cx_bep_t *ep, int why)
     int shm_cur = 0, h = cx_ucx_hung_find(b, ep->peer);
     for (cx_ucx_ue_t *ue = ep->ue; ue; ue = ue == ep->ue ? ep->old : ue->next) {
         if (ue->peer_mode) continue; /* tcp / RDMA lanes: no shared FIFO */
-        if (why == CX_EPEER) ue->wk->rx_doubt = CX_UCX_DOUBT_GONE;
+        if (why == CX_EPEER) cx_ucx_wk_doubt(b, ue->wk);
         shm_cur |= ue->wk == b->cur;
     }
     if (why == CX_EPEER) {
@@ -432,6 +453,109 @@ static void cx_ucx_retire_tick(cx_ucx_t *b)
     b->retiring = more;
 }
 
+/* An op still posted on a worker about to be destroyed (cx_ucx_rescue). One whose xfer may be
+ * posted again hands it to a new op in its place in the endpoint's list, marked MOVED; the old
+ * op ends without an xfer (kept, while a UCX request names it, until the worker is destroyed:
+ * a get's bounce buffer with it). A message already sent cannot be: it ends with CX_ERR.
+ * Returns 1 when moved. */
+static int cx_ucx_take_off(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    cx_xfer_t *x = op->x;
+    int again = x->kind == CX_XFER_READ || x->kind == CX_XFER_WRITE ||
+        (x->kind == CX_XFER_PUT_SIGNAL && op->stage != CX_UCX_OPS_AM);
+    cx_ucx_op_t *nop = again ? cx_objcache_get(&b->free_ops) : NULL;
+    if (!nop) { /* a message the peer may have delivered (its ack is what is missing), or no memory */
+        cx_ucx_op_finish(b, op, CX_ERR);
+        return 0;
+    }
+    nop->b = b;
+    nop->x = x;
+    nop->ep = op->ep;
+    nop->stage = CX_UCX_OPS_MOVED;
+    nop->next = op->next;
+    nop->prev = op->prev;
+    op->prev->next = nop;
+    op->next->prev = nop;
+    op->next = op->prev = NULL;
+    op->x = NULL;
+    op->ep = NULL;
+    int keep = op->pending > 0;
+    cx_ucx_op_finish(b, op, CX_ERR); /* out of the ack table; freed here unless UCX names it */
+    if (keep) cx_ucx_list_add(&b->zombies, op);
+    return 1;
+}
+
+/* Does an op of an endpoint still wait on wk? */
+static int cx_ucx_wk_posted(const cx_ucx_t *b, const cx_ucx_wk_t *wk)
+{
+    for (const cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
+        for (const cx_ucx_op_t *op = ep->ops.next; op != &ep->ops; op = op->next)
+            if (op->ue && op->ue->wk == wk && !op->finished) return 1;
+    return 0;
+}
+
+/* A retired worker whose receive FIFO is in doubt (a dead peer may have left a slot of it
+ * unfilled) had its grace, and ops of live peers are still posted on it: their answers (a get's
+ * data, a flush's completion, a message's ack) queue behind that slot and never come. So
+ * everything of it ends now: reads, writes and put_signals whose message is not sent yet are
+ * taken off, the worker is destroyed (nothing posted on it can move or land after that: UCX
+ * keeps no request of it, reads no caller's buffer for it, copies nothing into one), and they
+ * are posted again on their endpoint's current ucp_ep. A read is idempotent; a write writes the
+ * same bytes, and the copy of the first that may already be in the peer's FIFO lands before the
+ * second's, which the flush waits for (same FIFO), or never (a FIFO of the peer wedged the same
+ * way dies with its worker). A message (or put_signal) already sent may have been delivered, its
+ * ack being what is stuck: posting it again could deliver it twice, so it ends with CX_ERR,
+ * which the core turns into the verdict's status (CX_EPEER if the peer fails meanwhile).
+ * Returns CX_EAGAIN (nothing done) when no op waits there, or while an endpoint still has its
+ * current ucp_ep there. */
+static int cx_ucx_rescue(cx_ucx_t *b, cx_ucx_wk_t *wk)
+{
+    if (!cx_ucx_wk_posted(b, wk)) return CX_EAGAIN; /* retiring ucp_eps only: they close on their own */
+    for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next)
+        if (ep->ue && ep->ue->wk == wk && (ep->failed || cx_ucx_retarget(b, ep) != CX_OK)) return CX_EAGAIN;
+    int moved = 0, ended = 0;
+    for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next) {
+        for (cx_ucx_op_t *op = ep->ops.next, *nx; op != &ep->ops; op = nx) {
+            nx = op->next; /* op is replaced in place or taken off: nx stays */
+            if (!op->ue || op->ue->wk != wk || op->finished) continue;
+            if (cx_ucx_take_off(b, op))
+                moved++;
+            else
+                ended++;
+        }
+        for (cx_ucx_ue_t **pp = &ep->old; *pp;) {
+            cx_ucx_ue_t *ue = *pp;
+            if (ue->wk != wk) {
+                pp = &ue->next;
+                continue;
+            }
+            *pp = ue->next;
+            cx_ucx_ue_close(b, ue, 1);
+        }
+    }
+    for (cx_ucx_wk_t **pp = &b->old; *pp; pp = &(*pp)->next) {
+        if (*pp == wk) {
+            *pp = wk->next;
+            b->n_old--;
+            break;
+        }
+    }
+    uint32_t gen = wk->gen;
+    int z = wk->zombies;
+    uint64_t t0 = cx_ucx_now_ns();
+    cx_ucx_wk_destroy(b, wk);
+    b->zombies_freed += (uint64_t)z;
+    b->rescued += (uint64_t)moved;
+    for (cx_bep_t *ep = b->eps.next; ep != &b->eps; ep = ep->next) cx_ucx_start_moved(b, ep);
+    b->retiring = 1; /* messages held behind the ones that ended may go */
+    cx_ucx_signal(b);
+    cx_info("ucx: worker generation %u (its receive FIFO in doubt) still had ops of live peers after its "
+            "grace: %d posted again on the current worker, %d messages ended (CX_ERR: the peer may have "
+            "them); destroyed in %.2f ms with %d zombie endpoints (%llu ops posted again in all)",
+            gen, moved, ended, (double)(cx_ucx_now_ns() - t0) / 1e6, z, (unsigned long long)b->rescued);
+    return CX_OK;
+}
+
 void cx_ucx_rot_tick(cx_ucx_t *b)
 {
     if (b->retiring) cx_ucx_retire_tick(b);
@@ -439,11 +563,14 @@ void cx_ucx_rot_tick(cx_ucx_t *b)
     uint64_t now = cx_ucx_now_ns();
     for (cx_ucx_wk_t **pp = &b->old; *pp;) {
         cx_ucx_wk_t *wk = *pp;
+        uint64_t at = wk->retired_ns + cx_ucx_grace(b, wk);
+        if (wk->open_ues && wk->rx_doubt && now >= at && cx_ucx_rescue(b, wk) == CX_OK) continue; /* *pp moved on */
         if (wk->open_ues) { /* its endpoints' xfers still running: their completions call */
+            /* in doubt, they may never complete: come back for them at the grace's end */
+            if (wk->rx_doubt) cx_ucx_arm_timer(b, now < at ? (long)((at - now) / 1000000ull) + 1 : 100);
             pp = &wk->next;
             continue;
         }
-        uint64_t at = wk->retired_ns + cx_ucx_grace(b, wk);
         if (now < at) {
             cx_ucx_arm_timer(b, (long)((at - now) / 1000000ull) + 1);
             pp = &wk->next;

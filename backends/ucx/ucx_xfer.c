@@ -303,6 +303,21 @@ void cx_ucx_start_held(cx_ucx_t *b, cx_bep_t *ep)
     }
 }
 
+/* The ops a rescue took off a retired worker (ucx_rot.c, cx_ucx_rescue), posted again on the
+ * current ucp_ep in the order they were submitted; completions only recorded, as above. */
+void cx_ucx_start_moved(cx_ucx_t *b, cx_bep_t *ep)
+{
+    for (cx_ucx_op_t *op = ep->ops.next, *nx; op != &ep->ops; op = nx) {
+        nx = op->next; /* a failed start takes op off the list, nothing else */
+        if (op->stage != CX_UCX_OPS_MOVED) continue;
+        op->stage = CX_UCX_OPS_RMA;
+        if (ep->failed)
+            cx_ucx_not_started(b, op, CX_EPEER, 0);
+        else
+            (void)cx_ucx_start(b, op, 0);
+    }
+}
+
 /* A batch's xfers to one endpoint: every one posted, then one progress of the worker, which puts
  * them on the wire together (a get's request, a put's bytes) instead of each waiting for the
  * core's next poll. Completions it finds are delivered at the core's next turn (the signal wakes
@@ -311,5 +326,5 @@ void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, s
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit(bb, ep, xs[i]);
-    if (b && b->cur && cx_ucx_lib.ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
+    if (b && b->cur && !b->cur->wedged && cx_ucx_lib.ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
 }

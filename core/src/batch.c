@@ -83,6 +83,17 @@ static void child_init(cx_op_t *op, cx_engine_t *e, int kind, void (*done)(cx_op
     op->on_done = done;
 }
 
+/* An entry's transfer: named by its resolved peer (hint), never by `url` or `lid`, and without
+ * a mutex or condition variable, so only what comes before them is set (engine.h). */
+static void entry_init(cx_op_t *op, cx_engine_t *e, int kind, void (*done)(cx_op_t *, int))
+{
+    memset(op, 0, CX_OP_ENTRY_SIZE);
+    op->e = e;
+    op->kind = kind;
+    op->status = CX_ERR;
+    op->on_done = done;
+}
+
 static void phase_back(cx_batch_t *b)
 {
     if (--b->out_n) return;
@@ -365,7 +376,7 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
     b->out = status;
     b->st = malloc(n * sizeof *b->st);
     b->pidx = malloc(n * sizeof *b->pidx);
-    b->ent = calloc(n, sizeof *b->ent);
+    b->ent = malloc(n * sizeof *b->ent); /* each set up by entry_init below */
     if (!b->st || !b->pidx || !b->ent) {
         cx_batch_free(b);
         return CX_ENOMEM;
@@ -389,7 +400,7 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
         if (!en->len) rc = refuse(i, "zero length", &nbad);
         if (en->remote + en->len < en->remote) rc = refuse(i, "remote range wraps around", &nbad);
         cx_bent_t *c = &b->ent[i];
-        child_init(&c->op, e, xkind == CX_XFER_READ ? CX_OPK_READ : CX_OPK_WRITE, ent_done);
+        entry_init(&c->op, e, xkind == CX_XFER_READ ? CX_OPK_READ : CX_OPK_WRITE, ent_done);
         c->b = b;
         c->idx = (uint32_t)i;
         c->op.sc.cls = cls;

@@ -6,6 +6,7 @@
 #include "spin.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
@@ -132,6 +133,76 @@ static int others_in_flight(cx_engine_t *e, const cx_op_t *op)
     return 0;
 }
 
+/* Under plock: whether polling the transports can end `op`. Not while the progress thread has
+ * it (handed off, staged through the GPU ring, served over the control connection) or it waits
+ * for its peer or region: a driving caller would only keep that thread from it (staging does
+ * not even run while a caller drives). */
+static int pollable(const cx_op_t *op)
+{
+    return op->stage == OPS_QUEUED || op->stage == OPS_IN_BACKEND || op->stage == OPS_WAIT_CREDIT ||
+        op->stage == OPS_CHUNKED || op->stage == OPS_DONE;
+}
+
+/* Under plock, which it keeps: without a poll window, sleep on the transports' wait fds until
+ * `op` is done, instead of letting go and sleeping on the op's condition variable. The op's
+ * completion then wakes this thread directly: one wake-up where the hand-off takes two (the
+ * progress thread's, then this caller's), and none at all for an op that the backend ends within
+ * its post or its first progress (a same-host copy). The transports stay this caller's only while
+ * nothing else needs them: the progress thread, woken by anything but their wait fds (a tick, a
+ * control frame, a death, a queued exec), asks through `letgofd`, and this caller lets go at once
+ * and waits for the op as before. Commands of other callers are started here, as a polling
+ * caller starts them. Returns 1 when the queue holds what only the progress thread may start. */
+static int sleep_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int *armed)
+{
+    *armed = 0;
+    struct pollfd fds[CX_MAX_BACKENDS + 2];
+    nfds_t n = 0;
+    for (int i = 0; i < e->nb; i++)
+        if (e->be[i].w.kind && !e->be[i].ops->thread_bound)
+            fds[n++] = (struct pollfd){ .fd = e->be[i].ops->wait_fd(e->be[i].b), .events = POLLIN };
+    if (!n) return 0;
+    const nfds_t letgo = n, cmd = n + 1;
+    fds[n++] = (struct pollfd){ .fd = e->letgofd, .events = POLLIN };
+    fds[n++] = (struct pollfd){ .fd = e->cmdfd, .events = POLLIN };
+    int left = 0;
+    /* Ended within its post or by what has arrived already (a same-host copy): no arming, no
+     * sleep, and the transports stay polled for this caller's next op (drive_locked). */
+    cx_progress_turn(e, 1);
+    if (cx_op_is_done(op) || !pollable(op)) return 0;
+    *armed = 1;
+    cx_drive_unwatch(e); /* else every completion would wake the progress thread as well */
+    atomic_store(&e->sleeping, 1);
+    for (unsigned i = 0; i < CX_DRIVE_SLEEP_TURNS; i++) {
+        int more = cx_progress_turn(e, 0); /* which arms the wait fds */
+        if (cx_op_is_done(op) || !pollable(op) || e->handoff || atomic_load(&e->pwant)) break;
+        if (more) continue;
+        uint64_t now = cx_now_ns();
+        if (now >= end) break;
+        uint64_t ms = (end - now + CX_NS_PER_MS - 1) / CX_NS_PER_MS;
+        int r = poll(fds, n, ms > 1000 ? 1000 : (int)ms);
+        if (r < 0 && errno != EINTR) {
+            cx_error("drive: poll: %s", strerror(errno));
+            break;
+        }
+        uint64_t v;
+        if (r > 0 && fds[letgo].revents) {
+            if (read(e->letgofd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
+            break;
+        }
+        if (r > 0 && fds[cmd].revents) {
+            /* Read here, whoever kicked it: readable, it would end every poll at once. */
+            atomic_store(&e->cmd_kicked, 0);
+            if (read(e->cmdfd, &v, sizeof v) < 0 && errno != EAGAIN) cx_error("eventfd read: %s", strerror(errno));
+            if (!cx_progress_drain(e)) {
+                left = 1;
+                break;
+            }
+        }
+    }
+    atomic_store(&e->sleeping, 0);
+    return left;
+}
+
 /* Under plock, which it releases: poll the transports until `op` is done or `end`. Done, with
  * nothing else in flight: the transports stay polled for this caller's next op (drive.h). Else
  * they are armed again before the caller lets go. `left`: the queue holds what only the progress
@@ -139,7 +210,7 @@ static int others_in_flight(cx_engine_t *e, const cx_op_t *op)
  * wake it. `mine`: the op was not done yet as this caller took the lock (ops_driven_done).
  * `spin`: with `end` 0, poll for that long from now, the clock read only if the op is not done
  * within the first polls (a clock read is not free on a VM: most small shm ops need none). */
-static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, uint64_t spin)
+static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, int mine, uint64_t spin, int polled_only)
 {
     int polled = 0;
     uint64_t seen = 0; /* the last clock read, a few polls ago at most */
@@ -162,13 +233,16 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
     }
     int done = cx_op_is_done(op), wake;
     if (done && mine) e->st.ops_driven_done++;
-    /* Without a poll window (CONNEX_POLL_US=0, the default on small hosts) nobody polls between
-     * ops: arm, as before. */
-    int stay = done && op->w.spin_ns && !left;
+    /* A caller that polled the transports (its window, or an op that ended at the first look
+     * without one: `polled_only`) leaves them polled for its next op. One that armed them to
+     * sleep on, or did neither, arms them as it lets go: left polled after a sleep, what the
+     * backend still had to do for the op ran only with the caller's next op (16 KiB ucx_tcp
+     * writes 125 us against 82). */
+    int stay = done && (op->w.spin_ns || polled_only) && !left;
     /* Done at its start: what the start left (a backend that signals edge-style after its own
      * sends). What a poll finds is handled here: it is no reason to wake the progress thread
      * (a write's completion ack, every op: measured 30 us per 4 KiB shm write, against 1.3). */
-    if (stay && !polled) cx_progress_turn(e, 1);
+    if (stay && !polled && !polled_only) cx_progress_turn(e, 1);
     if (stay && !e->handoff && !others_in_flight(e, op)) {
         cx_drive_unwatch(e);
         uint64_t now = seen ? seen : cx_now_ns();
@@ -226,7 +300,9 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
     if (wait && op->w.spin_ns) cx_drive_unwatch(e);
     cx_op_start(e, op);
     /* Handed off (a thread-bound backend, a connect, device memory): the progress thread ends it. */
-    drive_locked(e, op, 0, 0, 1, wait && op->stage != OPS_HANDOFF ? op->w.spin_ns : 0);
+    int left = 0, armed = 1, sleep = wait && !op->w.spin_ns && e->drive_sleep && pollable(op);
+    if (sleep) left = sleep_locked(e, op, cx_drive_sleep_end(e), &armed);
+    drive_locked(e, op, 0, left, 1, wait && op->stage != OPS_HANDOFF ? op->w.spin_ns : 0, !armed);
     return 1;
 }
 
@@ -254,14 +330,17 @@ int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
     }
 }
 
-/* Under plock: whether polling the transports can end `op`. Not while the progress thread has
- * it (handed off, staged through the GPU ring, served over the control connection) or it waits
- * for its peer or region: a driving caller would only keep that thread from it (staging does
- * not even run while a caller drives). */
-static int pollable(const cx_op_t *op)
+int cx_drive_sleep_wait(cx_engine_t *e, cx_op_t *op, uint64_t limit_ns)
 {
-    return op->stage == OPS_QUEUED || op->stage == OPS_IN_BACKEND || op->stage == OPS_WAIT_CREDIT ||
-        op->stage == OPS_CHUNKED || op->stage == OPS_DONE;
+    if (!e->drive || !e->drive_sleep || cx_op_is_done(op) || !take(e)) return cx_op_is_done(op);
+    int mine = !cx_op_is_done(op);
+    int left = !cx_progress_drain_commands(e);
+    uint64_t end = cx_drive_sleep_end(e), lim = limit_ns ? cx_now_ns() + limit_ns : 0;
+    if (lim && lim < end) end = lim;
+    int armed = 1;
+    if (!left && pollable(op)) left = sleep_locked(e, op, end, &armed);
+    drive_locked(e, op, 0, left, mine, 0, !armed);
+    return cx_op_is_done(op);
 }
 
 int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns)
@@ -275,7 +354,7 @@ int cx_drive_wait(cx_engine_t *e, cx_op_t *op, uint64_t window_ns)
              * that only the progress thread runs). */
             int mine = !cx_op_is_done(op);
             int left = !cx_progress_drain_commands(e); /* this op, queued: start it now */
-            drive_locked(e, op, left || !pollable(op) ? 0 : end, left, mine, 0);
+            drive_locked(e, op, left || !pollable(op) ? 0 : end, left, mine, 0, 0);
             break;
         }
         if (!(i % CX_DRIVE_WAIT_CLOCK_EVERY)) {

@@ -8,7 +8,9 @@
  * iteration runs after its events (every backend's turn, staging, groups, traffic classes), so
  * everything the progress thread owns stays single-owner. The control connections, timers and
  * same-host watch stay with the progress thread, and so do execs, connecting data endpoints,
- * GPU staging and thread-bound backends (backend.h): a caller hands such ops off. */
+ * GPU staging and thread-bound backends (backend.h): a caller hands such ops off. Without a poll
+ * window, a caller sleeps on the transports' wait fds instead of polling them (drive.c,
+ * sleep_locked), and the progress thread asks it to let go through `letgofd`. */
 #ifndef CX_DRIVE_H
 #define CX_DRIVE_H
 
@@ -22,6 +24,22 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait);
 /* cx_drive(e, op, 1), tried again for a few microseconds while the progress thread holds the
  * transports (drive.c). */
 int cx_drive_soon(cx_engine_t *e, cx_op_t *op);
+
+/* How long a caller sleeps on the transports at most (drive.c, sleep_locked) before it lets go
+ * and waits for its op as before; the progress thread's tick asks it to let go sooner. A bound
+ * on the turns as well, for backends that keep reporting more work. */
+#define CX_DRIVE_SLEEP_TICKS 2
+#define CX_DRIVE_SLEEP_TURNS 4096u
+static inline uint64_t cx_drive_sleep_end(const cx_engine_t *e)
+{
+    return cx_now_ns() + CX_DRIVE_SLEEP_TICKS * e->tick_ns;
+}
+
+/* Without a poll window (CONNEX_DRIVE_SLEEP): a caller that waits for `op` (cx_op_wait, an async
+ * op or a batch) takes the transports when they are free and sleeps on their wait fds until the
+ * op is done, for `limit_ns` at most (0: no limit but the sleep's own). Returns 1 when the op is
+ * done. */
+int cx_drive_sleep_wait(cx_engine_t *e, cx_op_t *op, uint64_t limit_ns);
 
 /* A caller whose op went through cx_submit (the lock was busy), or that waits for an async op
  * (cx_op_wait): until the op is done or `window_ns` ends, take the lock when it comes free and

@@ -320,6 +320,7 @@ static void engine_free(cx_engine_t *e)
     if (e->cmdfd >= 0) close(e->cmdfd);
     if (e->timerfd >= 0) close(e->timerfd);
     if (e->dtimerfd >= 0) close(e->dtimerfd);
+    if (e->letgofd >= 0) close(e->letgofd);
     if (e->epfd >= 0) close(e->epfd);
     cx_registry_fini(&e->reg);
     cx_msgq_fini(&e->msgq);
@@ -347,11 +348,12 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
         free(e);
         return CX_EINVAL;
     }
-    e->epfd = e->lfd = e->cmdfd = e->timerfd = e->dtimerfd = -1;
+    e->epfd = e->lfd = e->cmdfd = e->timerfd = e->dtimerfd = e->letgofd = -1;
     pthread_mutex_init(&e->qmu, NULL);
     pthread_mutex_init(&e->plock, NULL);
     /* CONNEX_DRIVE=0 turns caller-driven progress off (every op goes through the progress thread). */
     e->drive = cx_opts_num(&e->opts, "CONNEX_DRIVE", NULL) != 0;
+    e->drive_sleep = cx_opts_num(&e->opts, "CONNEX_DRIVE_SLEEP", NULL) != 0;
     cx_registry_init(&e->reg);
     int rc = config_check(cfg, e);
     if (!rc) rc = cx_auth_load(&e->opts, cfg->auth_token, &e->auth);
@@ -375,7 +377,8 @@ static int engine_create(const cx_config_t *cfg, cx_engine_t **out)
     e->cmdfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     e->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     e->dtimerfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (e->epfd < 0 || e->cmdfd < 0 || e->timerfd < 0 || e->dtimerfd < 0) {
+    e->letgofd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e->epfd < 0 || e->cmdfd < 0 || e->timerfd < 0 || e->dtimerfd < 0 || e->letgofd < 0) {
         cx_error("engine: epoll/eventfd/timerfd: %s", strerror(errno));
         engine_free(e);
         return CX_ERR;
@@ -991,6 +994,9 @@ int cx_op_wait(cx_op_t *op, int timeout_ms)
         atomic_fetch_add(&e->drivers, 1);
         cx_drive_wait(e, op, win);
         atomic_fetch_sub(&e->drivers, 1);
+    } else if (timeout_ms && !win && e && op->kind != CX_OPK_EXEC && !cx_op_is_done(op)) {
+        /* No window to poll in: sleep on the transports instead, when they are free (drive.h). */
+        cx_drive_sleep_wait(e, op, timeout_ms > 0 ? cx_ms_to_ns((uint64_t)timeout_ms) : 0);
     } else if (timeout_ms) {
         cx_op_spin(op, win);
     }

@@ -310,7 +310,13 @@ void *cx_progress_main(void *arg)
                 if (mine == 2) sched_yield();
                 continue;
             }
-            if (want) atomic_store(&e->pwant, 1);
+            if (want) {
+                atomic_store(&e->pwant, 1);
+                /* A caller asleep on the transports (drive.c) sees pwant only when it wakes. */
+                uint64_t one = 1;
+                if (atomic_load(&e->sleeping) && write(e->letgofd, &one, sizeof one) < 0 && errno != EAGAIN)
+                    cx_error("eventfd: %s", strerror(errno));
+            }
             pthread_mutex_lock(&e->plock);
             atomic_store(&e->pwant, 0);
             break;
