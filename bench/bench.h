@@ -19,24 +19,25 @@
 typedef struct cx_bench_opts {
     size_t sizes[CX_BENCH_MAX_SIZES];
     int nsizes;
-    int iters;               /* timed iterations per point, at most */
-    int budget_ms;           /* time per point, at most (at least 3 iterations are always done) */
-    const char *backend;     /* "all" or a comma list of variants / backends */
-    const char *ops;         /* comma list: read,write,put_signal */
-    const char *baselines;   /* "all", "none" or a comma list */
-    const char *json;        /* --json FILE */
-    const char *plot;        /* --plot FILE.png */
-    const char *peer;        /* --peer URL: a remote `connex-bench serve` instead of a child */
-    int rounds;              /* transfer: every variant and baseline this many times, alternating */
-    int idle_peers;          /* transfer: peers named (never up) beside the target, as in a big cluster */
-    int batch;               /* transfer: N blocks of each size per call (cx_batch_*), beside N async ops; 0: one op */
-    int runs;                /* failover */
-    unsigned faults;         /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
-    int cycles;              /* soak: kills per variant */
-    int kill_window_ms;      /* soak: the kill comes at a random moment this long after the rejoin */
-    uint64_t seed;           /* soak: of the kill moments and op sizes (0: from the clock) */
-    size_t cls_bg, cls_crit; /* classes: background transfer and critical read sizes */
-    uint32_t cls_chunk;      /* classes: background_chunk of the engine (0: its default) */
+    int iters;             /* timed iterations per point, at most */
+    int budget_ms;         /* time per point, at most (at least 3 iterations are always done) */
+    const char *backend;   /* "all" or a comma list of variants / backends */
+    const char *ops;       /* comma list: read,write,put_signal */
+    const char *baselines; /* "all", "none" or a comma list */
+    const char *json;      /* --json FILE */
+    const char *plot;      /* --plot FILE.png */
+    const char *peer;      /* --peer URL: a remote `connex-bench serve` instead of a child */
+    int rounds;            /* transfer: every variant and baseline this many times, alternating */
+    int idle_peers;        /* transfer: peers named (never up) beside the target, as in a big cluster */
+    int batch;             /* transfer: N blocks of each size per call (cx_batch_*), beside N async ops; 0: one op */
+    int mem_local, mem_remote; /* transfer --mem: CX_MEM_* of this side's buffer and of the peer's region */
+    int runs;                  /* failover */
+    unsigned faults;           /* failover: bit per fault (sigkill 1, sigstop 2, linkdown 4) */
+    int cycles;                /* soak: kills per variant */
+    int kill_window_ms;        /* soak: the kill comes at a random moment this long after the rejoin */
+    uint64_t seed;             /* soak: of the kill moments and op sizes (0: from the clock) */
+    size_t cls_bg, cls_crit;   /* classes: background transfer and critical read sizes */
+    uint32_t cls_chunk;        /* classes: background_chunk of the engine (0: its default) */
     uint32_t hb_ms, hb_timeout_ms;
     int quiet;
     char self[4096];    /* this executable, re-exec'd as the peer */
@@ -71,6 +72,7 @@ typedef struct cx_bench_row {
     int round;                           /* transfer --rounds: which round measured it (0-based) */
     int batch;                           /* blocks per call (transfer --batch N); 0: one op per call */
     int async;                           /* 1: the call's blocks went as async ops, not one batch */
+    int mem_local, mem_remote;           /* CX_MEM_* of the two sides (transfer --mem); host: 0 */
 } cx_bench_row_t;
 
 /* connex-c against the raw loop of its transport (ucx_raw, fi_raw) at one point, paired per round
@@ -139,6 +141,8 @@ void cx_bench_print_transfer(void);
 void cx_bench_set_round(int round);                  /* stamped on the rows added from now on */
 int cx_bench_ratios(cx_bench_ratio_t *out, int max); /* bench_ratio.c: how many written */
 void cx_bench_print_ratios(int rounds);
+void cx_bench_copy_rates(const cx_bench_opts_t *o); /* transfer --mem: the device's copy rows */
+void cx_bench_print_staged(void);                   /* transfer --mem: staged beside host-to-host and copy rate */
 void cx_bench_print_failover(void);
 void cx_bench_print_targets(uint32_t hb_ms, uint32_t hb_to_ms);
 void cx_bench_print_soak(void);
@@ -158,6 +162,10 @@ void cx_bench_row_fill(cx_bench_row_t *r, uint64_t *ns, int n);
 void cx_bench_progress(const cx_bench_opts_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cx_bench_progress_done(const cx_bench_opts_t *o);
 int cx_bench_list_has(const char *list, const char *name); /* "all" matches everything */
+/* "host", "sim" or "cuda" -> CX_MEM_*; -1 for anything else. The simulated device is switched on
+ * (CONNEX_GPU_SIM=1, inherited by the peer process) when "sim" is named. */
+int cx_bench_parse_mem(const char *s);
+const char *cx_bench_mem_name(int kind);
 
 /* Fast pattern: word i of the region filled with seed. */
 void cx_bench_fill(void *buf, size_t len, uint32_t seed);
@@ -178,6 +186,7 @@ typedef struct cx_bench_child_opts {
     const char *connect; /* the survivor's URL, or NULL */
     uint32_t hb_ms, hb_timeout_ms;
     const char *netns; /* run it inside this network namespace (ip netns exec), or NULL */
+    int mem;           /* CX_MEM_* of its region */
 } cx_bench_child_opts_t;
 
 typedef struct cx_bench_child {

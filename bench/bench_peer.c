@@ -56,8 +56,21 @@ typedef struct peer {
     uint8_t *reg;
     size_t len;
     uint32_t seed;
+    int mem;         /* CX_MEM_* of reg */
+    uint8_t *shadow; /* device memory: the host copy that fills and checks go through */
     atomic_int stop;
 } peer_t;
+
+/* The pattern into the region: through the host copy when it is device memory. */
+static int peer_fill(peer_t *p)
+{
+    if (!p->shadow) {
+        cx_bench_fill(p->reg, p->len, p->seed);
+        return CX_OK;
+    }
+    cx_bench_fill(p->shadow, p->len, p->seed);
+    return cx_mem_copy(p->reg, p->shadow, p->len);
+}
 
 /* CHK/PSIG OFF LEN SEED: does [OFF, OFF+LEN) of the region hold cx_bench_fill's pattern of SEED? */
 static int peer_check(const peer_t *p, const char *args, unsigned long long *off, unsigned long long *len)
@@ -65,7 +78,8 @@ static int peer_check(const peer_t *p, const char *args, unsigned long long *off
     unsigned seed;
     if (sscanf(args, "%llu %llu %u", off, len, &seed) != 3 || *off % 8 || *off > p->len || *len > p->len - *off)
         return 0;
-    return cx_bench_check(p->reg + *off, (size_t)*len, seed, (size_t)*off);
+    if (p->shadow && cx_mem_copy(p->shadow + *off, p->reg + *off, (size_t)*len)) return 0;
+    return cx_bench_check((p->shadow ? p->shadow : p->reg) + *off, (size_t)*len, seed, (size_t)*off);
 }
 
 static void *peer_msgs(void *arg)
@@ -82,8 +96,8 @@ static void *peer_msgs(void *arg)
         else if (m.len == 5 && !memcmp(m.data, "COUNT", 5))
             snprintf(ans, sizeof ans, "COUNT %" PRIu64, count);
         else if (m.len == 4 && !memcmp(m.data, "FILL", 4)) {
-            cx_bench_fill(p->reg, p->len, p->seed); /* the pattern back, after writes */
-            snprintf(ans, sizeof ans, "FILL done");
+            int rc = peer_fill(p); /* the pattern back, after writes */
+            snprintf(ans, sizeof ans, rc ? "FILL failed" : "FILL done");
         } else if (!strncmp(txt, "CHK ", 4) || !strncmp(txt, "PSIG ", 5)) {
             /* A write's bytes (CHK, asked after it) or a put_signal's (PSIG, its own message,
              * checked as it arrives: the data must be in place before the signal). */
@@ -117,7 +131,7 @@ static void *peer_events(void *arg)
 /* extra: small regions registered after the main one (serve --extra-regions), as a serving
  * process registers each layer's K and V: the peer's lookup of the main one must not slow. */
 static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_t seed, const char *connect,
-                    uint32_t hb, uint32_t hbto, int serve, int extra)
+                    uint32_t hb, uint32_t hbto, int serve, int extra, int mem)
 {
     peer_t p;
     memset(&p, 0, sizeof p);
@@ -137,6 +151,7 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     uint64_t t_engine = cx_bench_now_ns();
     p.len = region;
     p.seed = seed;
+    p.mem = mem;
     /* CX_BENCH_PEER_ADDR (hex): the region at that address, so a restarted peer's remote
      * addresses stay what the survivor's threads already use (soak); elsewhere if it is taken. */
     const char *fixed = getenv("CX_BENCH_PEER_ADDR");
@@ -145,14 +160,29 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
 #ifdef MAP_FIXED_NOREPLACE
     if (want) flags |= MAP_FIXED_NOREPLACE;
 #endif
-    p.reg = mmap(want, region, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p.reg == MAP_FAILED && want)
-        p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p.reg == MAP_FAILED) {
-        perror("connex-bench peer: mmap");
+    if (mem != CX_MEM_HOST) {
+        /* Device memory (transfer --mem): the region where the requested device allocates it. */
+        void *d = NULL;
+        p.shadow = malloc(region);
+        if (!p.shadow || (rc = cx_mem_alloc(mem, 0, region, &d))) {
+            fprintf(stderr, "connex-bench peer: %zu bytes of %s memory: %s\n", region, cx_bench_mem_name(mem),
+                    cx_strerror(p.shadow ? rc : CX_ENOMEM));
+            return 1;
+        }
+        p.reg = d;
+    } else {
+        p.reg = mmap(want, region, PROT_READ | PROT_WRITE, flags, -1, 0);
+        if (p.reg == MAP_FAILED && want)
+            p.reg = mmap(NULL, region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p.reg == MAP_FAILED) {
+            perror("connex-bench peer: mmap");
+            return 1;
+        }
+    }
+    if ((rc = peer_fill(&p))) {
+        fprintf(stderr, "connex-bench peer: fill: %s\n", cx_strerror(rc));
         return 1;
     }
-    cx_bench_fill(p.reg, region, seed);
     if ((rc = cx_register_memory(p.e, p.reg, region))) {
         fprintf(stderr, "connex-bench peer: register %zu bytes: %s\n", region, cx_strerror(rc));
         return 1;
@@ -197,16 +227,21 @@ static int run_peer(const char *listen_ip, uint16_t port, size_t region, uint32_
     cx_unregister_memory(p.e, p.reg);
     for (int i = 0; i < extra; i++) cx_unregister_memory(p.e, xm + (size_t)i * 4096);
     cx_engine_destroy(p.e);
-    munmap(p.reg, region);
+    if (p.shadow) {
+        cx_mem_free(p.reg);
+        free(p.shadow);
+    } else
+        munmap(p.reg, region);
     if (xm) munmap(xm, (size_t)extra * 4096);
     return 0;
 }
 
-/* --child <port> <listen ip|-> <region> <seed> <connect url|-> <hb ms> <hb timeout ms> */
+/* --child <port> <listen ip|-> <region> <seed> <connect url|-> <hb ms> <hb timeout ms> <mem> */
 int cx_bench_child_main(int argc, char **argv)
 {
-    if (argc != 9) {
-        fprintf(stderr, "connex-bench --child: 7 arguments expected\n");
+    int mem = argc == 10 ? cx_bench_parse_mem(argv[9]) : -1;
+    if (mem < 0) {
+        fprintf(stderr, "connex-bench --child: 8 arguments expected\n");
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
@@ -214,7 +249,7 @@ int cx_bench_child_main(int argc, char **argv)
     const char *ip = strcmp(argv[3], "-") ? argv[3] : NULL;
     const char *conn = strcmp(argv[6], "-") ? argv[6] : NULL;
     return run_peer(ip, (uint16_t)atoi(argv[2]), strtoull(argv[4], NULL, 10), (uint32_t)atoi(argv[5]), conn,
-                    (uint32_t)atoi(argv[7]), (uint32_t)atoi(argv[8]), 0, 0);
+                    (uint32_t)atoi(argv[7]), (uint32_t)atoi(argv[8]), 0, 0, mem);
 }
 
 int cx_bench_serve_main(const cx_bench_opts_t *o, int argc, char **argv)
@@ -222,7 +257,7 @@ int cx_bench_serve_main(const cx_bench_opts_t *o, int argc, char **argv)
     const char *ip = NULL;
     uint16_t port = 0;
     size_t region = o->nsizes ? o->sizes[o->nsizes - 1] : (size_t)64 << 20;
-    int extra = 0;
+    int extra = 0, mem = CX_MEM_HOST;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--listen") && i + 1 < argc)
             ip = argv[++i];
@@ -241,13 +276,18 @@ int cx_bench_serve_main(const cx_bench_opts_t *o, int argc, char **argv)
                 return 2;
             }
             extra = (int)v;
+        } else if (!strcmp(argv[i], "--mem") && i + 1 < argc) {
+            if ((mem = cx_bench_parse_mem(argv[++i])) < 0) {
+                fprintf(stderr, "connex-bench serve: --mem host, sim or cuda\n");
+                return 2;
+            }
         }
     }
     signal(SIGPIPE, SIG_IGN);
     fprintf(stderr,
             "connex-bench serve: run `connex-bench transfer --peer <URL printed below>` elsewhere; "
             "Ctrl-C ends\n");
-    return run_peer(ip, port, region, 1, NULL, o->hb_ms, o->hb_timeout_ms, 1, extra);
+    return run_peer(ip, port, region, 1, NULL, o->hb_ms, o->hb_timeout_ms, 1, extra, mem);
 }
 
 /* ------------------------------------------------------------------ spawning */
@@ -285,6 +325,7 @@ int cx_bench_spawn(const cx_bench_opts_t *o, cx_bench_child_t *c, const cx_bench
     argv[n++] = co->connect ? co->connect : "-";
     argv[n++] = hb;
     argv[n++] = hbto;
+    argv[n++] = cx_bench_mem_name(co->mem);
     argv[n] = NULL;
     pid_t me = getpid();
     c->t_spawn_ns = cx_bench_now_ns();

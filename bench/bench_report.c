@@ -54,13 +54,13 @@ void cx_bench_add_soak(const cx_bench_soak_t *s)
     if (nsoaks < MAX_SOAK) soaks[nsoaks++] = *s;
 }
 
-static const char *op_order[] = { "read", "write", "put_signal", "copy", "-" };
+static const char *op_order[] = { "read", "write", "put_signal", "copy", "h2d", "d2h", "-" };
 
 static int op_rank(const char *op)
 {
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         if (!strcmp(op, op_order[i])) return i;
-    return 5;
+    return 7;
 }
 
 /* Grouped by op and size so every backend and baseline for one quantity sit together; within a
@@ -104,11 +104,79 @@ void cx_bench_print_transfer(void)
         char sz[32] = "-", a[32], b[32], c[32], bw[32] = "-";
         if (r->size) cx_bench_human(r->size, sz, sizeof sz);
         if (r->gbps > 0) snprintf(bw, sizeof bw, "%.3f", r->gbps);
-        printf("%-10s %8s  %-26s %-9s %6d %11s %11s %11s %9s  %s\n", r->op, sz, r->backend, r->baseline ? "-" : r->pair,
+        char name[64];
+        if (!r->baseline && (r->mem_local != CX_MEM_HOST || r->mem_remote != CX_MEM_HOST))
+            snprintf(name, sizeof name, "%s [%s,%s]", r->backend, cx_bench_mem_name(r->mem_local),
+                     cx_bench_mem_name(r->mem_remote));
+        else
+            snprintf(name, sizeof name, "%s", r->backend);
+        printf("%-10s %8s  %-26s %-9s %6d %11s %11s %11s %9s  %s\n", r->op, sz, name, r->baseline ? "-" : r->pair,
                r->iters, us(r->p50_us, a, sizeof a), us(r->p99_us, b, sizeof b), us(r->max_us, c, sizeof c), bw,
                r->note);
     }
     free(s);
+}
+
+/* A staged row (transfer --mem) and what bounds it in the same run and round: the same variant,
+ * op, size and shape host to host, and the device's copy rate (the slower direction of every
+ * device kind the row stages through); ratio = GB/s / min(host, copy). */
+typedef struct cx_bench_staged {
+    const cx_bench_row_t *r;
+    double host, copy, ratio;
+} cx_bench_staged_t;
+
+static double copy_rate(const cx_bench_row_t *r, int kind)
+{
+    char name[40];
+    snprintf(name, sizeof name, "copy_%s", cx_bench_mem_name(kind));
+    double g = 0;
+    for (int i = 0; i < nrows; i++)
+        if (rows[i].baseline && rows[i].size == r->size && rows[i].round == r->round &&
+            !strcmp(rows[i].backend, name) && rows[i].gbps > 0 && (g == 0 || rows[i].gbps < g))
+            g = rows[i].gbps;
+    return g;
+}
+
+static int staged_rows(cx_bench_staged_t *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < nrows && n < max; i++) {
+        const cx_bench_row_t *r = &rows[i];
+        if (r->baseline || (r->mem_local == CX_MEM_HOST && r->mem_remote == CX_MEM_HOST) || r->gbps <= 0) continue;
+        cx_bench_staged_t s = { r, 0, 0, 0 };
+        for (int j = 0; j < nrows; j++) {
+            const cx_bench_row_t *h = &rows[j];
+            if (!h->baseline && h->mem_local == CX_MEM_HOST && h->mem_remote == CX_MEM_HOST && h->size == r->size &&
+                h->round == r->round && h->batch == r->batch && h->async == r->async && !strcmp(h->op, r->op) &&
+                !strcmp(h->backend, r->backend))
+                s.host = h->gbps;
+        }
+        double cl = r->mem_local != CX_MEM_HOST ? copy_rate(r, r->mem_local) : 0;
+        double cr = r->mem_remote != CX_MEM_HOST ? copy_rate(r, r->mem_remote) : 0;
+        s.copy = cl && cr ? (cl < cr ? cl : cr) : cl ? cl : cr;
+        double bound = s.host && s.copy ? (s.host < s.copy ? s.host : s.copy) : s.host ? s.host : s.copy;
+        s.ratio = bound > 0 ? r->gbps / bound : 0;
+        out[n++] = s;
+    }
+    return n;
+}
+
+void cx_bench_print_staged(void)
+{
+    static cx_bench_staged_t st[MAX_ROWS];
+    int n = staged_rows(st, MAX_ROWS);
+    printf("\nstaged (--mem) beside host to host and the device's copy rate, GB/s; x bound = staged / "
+           "min(host, copy)\n");
+    printf("%-14s %-10s %8s %-10s %9s %9s %9s %8s\n", "backend", "op", "size", "mem", "staged", "host", "copy",
+           "x bound");
+    for (int i = 0; i < n; i++) {
+        const cx_bench_row_t *r = st[i].r;
+        char sz[32], mem[24];
+        cx_bench_human(r->size, sz, sizeof sz);
+        snprintf(mem, sizeof mem, "%s,%s", cx_bench_mem_name(r->mem_local), cx_bench_mem_name(r->mem_remote));
+        printf("%-14s %-10s %8s %-10s %9.3f %9.3f %9.3f %8.2f\n", r->backend, r->op, sz, mem, r->gbps, st[i].host,
+               st[i].copy, st[i].ratio);
+    }
 }
 
 static const char *ms3(const cx_bench_dist_t *d, char *b, size_t n)
@@ -287,9 +355,10 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
         cx_json_str(f, r->op);
         fprintf(f,
                 ", \"size\": %zu, \"iters\": %d, \"p50_us\": %.3f, \"p99_us\": %.3f, \"max_us\": %.3f, "
-                "\"gbps\": %.4f, \"round\": %d, \"batch\": %d, \"async\": %s, \"result\": ",
+                "\"gbps\": %.4f, \"round\": %d, \"batch\": %d, \"async\": %s, \"mem_local\": \"%s\", "
+                "\"mem_remote\": \"%s\", \"result\": ",
                 r->size, r->iters, r->p50_us, r->p99_us, r->max_us, r->gbps, r->round, r->batch,
-                r->async ? "true" : "false");
+                r->async ? "true" : "false", cx_bench_mem_name(r->mem_local), cx_bench_mem_name(r->mem_remote));
         cx_json_str(f, r->note);
         fputc('}', f);
     }
@@ -309,6 +378,21 @@ int cx_bench_write_json(const cx_bench_opts_t *o, const char *path)
                 "\"ratio_best\": %.3f}",
                 rs[i].size, rs[i].batch, rs[i].async ? "true" : "false", rs[i].n, rs[i].cx_p50, rs[i].raw_p50,
                 rs[i].ratio, rs[i].lo, rs[i].hi, rs[i].best);
+    }
+    static cx_bench_staged_t st[MAX_ROWS];
+    int ns = staged_rows(st, MAX_ROWS);
+    fprintf(f, "\n  ],\n  \"staged\": [");
+    for (int i = 0; i < ns; i++) {
+        const cx_bench_row_t *r = st[i].r;
+        fprintf(f, "%s\n    {\"backend\": ", i ? "," : "");
+        cx_json_str(f, r->backend);
+        fprintf(f, ", \"op\": ");
+        cx_json_str(f, r->op);
+        fprintf(f,
+                ", \"size\": %zu, \"round\": %d, \"mem_local\": \"%s\", \"mem_remote\": \"%s\", \"gbps\": %.4f, "
+                "\"host_gbps\": %.4f, \"copy_gbps\": %.4f, \"vs_bound\": %.3f}",
+                r->size, r->round, cx_bench_mem_name(r->mem_local), cx_bench_mem_name(r->mem_remote), r->gbps,
+                st[i].host, st[i].copy, st[i].ratio);
     }
     fprintf(f, "\n  ],\n  \"failover\": [");
     for (int i = 0; i < nfos; i++) {

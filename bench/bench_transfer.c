@@ -19,7 +19,19 @@ typedef struct target {
     size_t len;
     uint32_t seed;
     uint32_t op_seed; /* the next write's or put_signal's own pattern */
+    int lmem, rmem;   /* CX_MEM_* of the local buffer and of the peer's region */
+    uint8_t *shadow;  /* local device memory: the host copy that fills and checks go through */
 } target_t;
+
+/* The local buffer's bytes from / into host memory (outside any timing). */
+static int loc_put(const target_t *t, uint8_t *loc, size_t size)
+{
+    return t->shadow ? cx_mem_copy(loc, t->shadow, size) : CX_OK;
+}
+static uint8_t *loc_host(const target_t *t, uint8_t *loc)
+{
+    return t->shadow ? t->shadow : loc;
+}
 
 /* Bounded wait for a message that starts with prefix (the peer's replies); others are dropped. */
 static int await_reply(cx_engine_t *e, const char *prefix, char *ans, size_t n, int ms)
@@ -101,14 +113,15 @@ static int one_op(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t bsiz
     uint32_t seed = 0;
     size_t size = sh->nb ? bsize * (size_t)sh->nb : bsize; /* every byte of the call, checked as one range */
     if (op == OP_READ) {
-        memset(loc, 0xA5, size);
+        memset(loc_host(t, loc), 0xA5, size);
     } else {
         seed = t->op_seed++;
         if (seed == t->seed) seed = t->op_seed++; /* never the peer's own pattern */
-        cx_bench_fill_at(loc, size, seed, roff);
+        cx_bench_fill_at(loc_host(t, loc), size, seed, roff);
         snprintf(msg, sizeof msg, "PSIG %zu %zu %u", roff, size, seed);
     }
-    int rc;
+    int rc = loc_put(t, loc, size);
+    if (rc) return rc;
     uint64_t t0 = cx_bench_now_ns();
     if (sh->nb) {
         rc = timed_many(e, t, loc, op, bsize, roff, msg, sh);
@@ -124,7 +137,10 @@ static int one_op(cx_engine_t *e, target_t *t, uint8_t *loc, int op, size_t bsiz
     *ns = cx_bench_now_ns() - t0;
     if (rc) return rc;
     if (op == OP_READ) {
-        if (!cx_bench_check(loc, size, t->seed, roff)) snprintf(bad, badlen, "data differs");
+        if (t->shadow && cx_mem_copy(t->shadow, loc, size))
+            snprintf(bad, badlen, "device copy failed");
+        else if (!cx_bench_check(loc_host(t, loc), size, t->seed, roff))
+            snprintf(bad, badlen, "data differs");
     } else if (op == OP_WRITE) {
         snprintf(msg, sizeof msg, "CHK %zu %zu %u", roff, size, seed);
         if (ask(e, t->url, msg, ans, sizeof ans))
@@ -176,6 +192,8 @@ static void point(const cx_bench_opts_t *o, cx_engine_t *e, target_t *t, uint8_t
     snprintf(r.pair, sizeof r.pair, "%s", pair);
     snprintf(r.op, sizeof r.op, "%s%s", op_names[op], sh->async ? ".async" : "");
     r.size = size;
+    r.mem_local = t->lmem;
+    r.mem_remote = t->rmem;
     char hs[32];
     cx_bench_progress(o, "[%3d/%3d] %-14s %-10s %8s", ++*pdone, ptotal, vname, r.op,
                       cx_bench_human(size, hs, sizeof hs));
@@ -255,7 +273,7 @@ static int ops_mask(const char *ops)
 }
 
 /* One variant (or the remote peer): an engine, a peer, every op and size. */
-static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, int ptotal)
+static int run_variant(const cx_bench_opts_t *o, const char *vname, int lmem, int rmem, int *pdone, int ptotal)
 {
     size_t maxsz = 0;
     for (int i = 0; i < o->nsizes; i++)
@@ -278,18 +296,36 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
         cx_bench_add_row(&skip);
         return 0;
     }
-    uint8_t *loc = mmap(NULL, maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *loc = MAP_FAILED;
+    target_t t = { .lmem = lmem, .rmem = rmem };
+    if (lmem == CX_MEM_HOST) {
+        loc = mmap(NULL, maxsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    } else {
+        void *d = NULL;
+        if ((rc = cx_mem_alloc(lmem, 0, maxsz, &d)) == CX_OK) loc = d;
+        t.shadow = loc == MAP_FAILED ? NULL : malloc(maxsz);
+        if (!t.shadow && loc != MAP_FAILED) {
+            cx_mem_free(loc);
+            loc = MAP_FAILED;
+        }
+        if (loc == MAP_FAILED) {
+            snprintf(skip.note, sizeof skip.note, "skipped: %zu bytes of %s memory: %s", maxsz, cx_bench_mem_name(lmem),
+                     cx_strerror(rc ? rc : CX_ENOMEM));
+            cx_bench_add_row(&skip);
+            cx_engine_destroy(e);
+            return 0;
+        }
+    }
     uint64_t *samples = calloc(2 * ((size_t)o->iters + 1), sizeof *samples); /* latencies, then starts */
     int failed = 0;
     cx_bench_child_t ch = { .pid = -1, .in = -1, .out = -1 };
-    target_t t = { 0 };
     char info[128];
     if (loc == MAP_FAILED || !samples || (o->batch && (!bat.ents || !bat.st || !asy.ops))) {
         fprintf(stderr, "connex-bench: out of memory\n");
         failed = 1;
         goto out;
     }
-    memset(loc, 0, maxsz);
+    if (!t.shadow) memset(loc, 0, maxsz);
     t.op_seed = 1000;
     if ((rc = cx_register_memory(e, loc, maxsz))) {
         snprintf(skip.note, sizeof skip.note, "FAIL: register: %s", cx_strerror(rc));
@@ -316,7 +352,8 @@ static int run_variant(const cx_bench_opts_t *o, const char *vname, int *pdone, 
                                      .seed = 7,
                                      .connect = cx_engine_local_url(e),
                                      .hb_ms = o->hb_ms,
-                                     .hb_timeout_ms = o->hb_timeout_ms };
+                                     .hb_timeout_ms = o->hb_timeout_ms,
+                                     .mem = rmem };
         if (cx_bench_spawn(o, &ch, &co)) {
             snprintf(skip.note, sizeof skip.note, "FAIL: peer process did not start");
             cx_bench_add_row(&skip);
@@ -353,12 +390,75 @@ out:
     if (ch.pid > 0) cx_bench_stop(&ch);
     if (loc != MAP_FAILED) cx_unregister_memory(e, loc);
     cx_engine_destroy(e);
-    if (loc != MAP_FAILED) munmap(loc, maxsz);
+    if (t.shadow) {
+        cx_mem_free(loc);
+        free(t.shadow);
+    } else if (loc != MAP_FAILED)
+        munmap(loc, maxsz);
     free(samples);
     free(bat.ents);
     free(bat.st);
     free(asy.ops);
     return failed;
+}
+
+/* The device's copy rate at each size, host to device and back (cx_mem_copy: what a staged op's
+ * copies cost without the wire), as baseline rows "copy_<kind>" with op h2d / d2h. */
+void cx_bench_copy_rates(const cx_bench_opts_t *o)
+{
+    int kinds[2] = { o->mem_local, o->mem_remote };
+    for (int k = 0; k < 2; k++) {
+        int kind = kinds[k];
+        if (kind == CX_MEM_HOST || (k == 1 && kind == kinds[0])) continue;
+        for (int si = 0; si < o->nsizes; si++) {
+            size_t size = o->sizes[si];
+            void *d = NULL;
+            uint8_t *h = malloc(size);
+            uint64_t *ns = calloc((size_t)o->iters + 1, sizeof *ns);
+            int rc = h && ns ? cx_mem_alloc(kind, 0, size, &d) : CX_ENOMEM;
+            for (int dir = 0; dir < 2; dir++) {
+                cx_bench_row_t r;
+                memset(&r, 0, sizeof r);
+                snprintf(r.backend, sizeof r.backend, "copy_%s", cx_bench_mem_name(kind));
+                snprintf(r.op, sizeof r.op, "%s", dir ? "d2h" : "h2d");
+                r.size = size;
+                r.baseline = 1;
+                r.mem_local = dir ? CX_MEM_HOST : kind;
+                r.mem_remote = dir ? kind : CX_MEM_HOST;
+                int n = 0;
+                if (!rc) {
+                    memset(h, 0x5A, size);
+                    (void)(dir ? cx_mem_copy(h, d, size) : cx_mem_copy(d, h, size)); /* warm-up */
+                    uint64_t spent = 0, budget = (uint64_t)o->budget_ms * 1000000ull;
+                    while (!rc && n < o->iters && (n < 3 || spent < budget)) {
+                        uint64_t t0 = cx_bench_now_ns();
+                        rc = dir ? cx_mem_copy(h, d, size) : cx_mem_copy(d, h, size);
+                        ns[n] = cx_bench_now_ns() - t0;
+                        spent += ns[n];
+                        n += !rc;
+                    }
+                }
+                if (rc || !n) {
+                    snprintf(r.note, sizeof r.note, "skipped: %s", cx_strerror(rc ? rc : CX_ERR));
+                } else {
+                    cx_bench_row_fill(&r, ns, n);
+                    snprintf(r.note, sizeof r.note, "cx_mem_copy, synchronous");
+                    /* The simulated device's copies are memcpy; its copy engine, which staging
+                     * uses, runs at CONNEX_GPU_SIM_GBPS: the lower of the two is its rate. */
+                    const char *g = getenv("CONNEX_GPU_SIM_GBPS");
+                    double rated = kind == CX_MEM_SIM && g ? strtod(g, NULL) : 0;
+                    if (rated > 0 && rated < r.gbps) {
+                        r.gbps = rated;
+                        snprintf(r.note, sizeof r.note, "copy engine at CONNEX_GPU_SIM_GBPS=%g", rated);
+                    }
+                }
+                cx_bench_add_row(&r);
+            }
+            cx_mem_free(d);
+            free(h);
+            free(ns);
+        }
+    }
 }
 
 int cx_bench_transfer(const cx_bench_opts_t *o)
@@ -373,21 +473,25 @@ int cx_bench_transfer(const cx_bench_opts_t *o)
         return 2;
     }
     int rounds = o->rounds > 0 ? o->rounds : 1;
-    int total = (o->peer ? 1 : nv) * nops * o->nsizes * rounds, done = 0, failed = 0;
+    /* Staged memory (--mem): each variant host to host first, the reference of the same run. */
+    int staged = o->mem_local != CX_MEM_HOST || o->mem_remote != CX_MEM_HOST;
+    int total = (o->peer ? 1 : nv) * nops * o->nsizes * rounds * (staged && !o->peer ? 2 : 1), done = 0, failed = 0;
     for (int round = 0; round < rounds; round++) {
         cx_bench_set_round(round);
         /* odd rounds: the baselines first, so neither side always runs right after the other */
         if (!o->peer && round % 2) cx_bench_baselines(o, vs, nv);
         if (o->peer) {
-            failed |= run_variant(o, "remote", &done, total);
+            failed |= run_variant(o, "remote", o->mem_local, o->mem_remote, &done, total);
         } else {
             for (int i = 0; i < nv; i++) {
                 cx_bench_variant_env(vs[i], 1);
-                failed |= run_variant(o, vs[i]->name, &done, total);
+                if (staged) failed |= run_variant(o, vs[i]->name, CX_MEM_HOST, CX_MEM_HOST, &done, total);
+                failed |= run_variant(o, vs[i]->name, o->mem_local, o->mem_remote, &done, total);
                 cx_bench_variant_env(vs[i], 0);
             }
         }
         if (!o->peer && !(round % 2)) cx_bench_baselines(o, vs, nv);
+        if (staged) cx_bench_copy_rates(o);
     }
     cx_bench_progress_done(o);
     if (rounds == 1)
@@ -395,6 +499,7 @@ int cx_bench_transfer(const cx_bench_opts_t *o)
     else
         printf("\n(%d rounds: every row is in --json FILE; the table pairs each round's rows)\n", rounds);
     cx_bench_print_ratios(rounds);
+    if (staged) cx_bench_print_staged();
     for (int i = 0; i < cx_bench_nrows(); i++)
         if (!strncmp(cx_bench_rows()[i].note, "FAIL", 4)) failed = 1;
     if (o->json && cx_bench_write_json(o, o->json)) failed = 1;

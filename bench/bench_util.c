@@ -240,3 +240,15 @@ void cx_bench_variant_env(const cx_bench_variant_t *v, int set)
             unsetenv(k);
     }
 }
+
+int cx_bench_parse_mem(const char *s)
+{
+    int k = !strcmp(s, "host") ? CX_MEM_HOST : !strcmp(s, "sim") ? CX_MEM_SIM : !strcmp(s, "cuda") ? CX_MEM_CUDA : -1;
+    if (k == CX_MEM_SIM) setenv("CONNEX_GPU_SIM", "1", 1); /* before any engine: the device is read once */
+    return k;
+}
+
+const char *cx_bench_mem_name(int kind)
+{
+    return kind == CX_MEM_SIM ? "sim" : kind == CX_MEM_CUDA ? "cuda" : "host";
+}

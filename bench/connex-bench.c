@@ -20,6 +20,8 @@ static void usage(FILE *f)
             "                             [--rounds N: all of it N times, then connex-c / raw loop per round]\n"
             "                             [--idle-peers N: name N peers that never come up beside the target]\n"
             "                             [--batch N: N blocks of each size per call, beside N async ops]\n"
+            "                             [--mem KIND|LOCAL,REMOTE: host, sim or cuda memory on each side;\n"
+            "                              beside it host-to-host and the device's copy rate, same run]\n"
             "       connex-bench failover [--backend ...] [--runs N] [--faults sigkill,sigstop,linkdown]\n"
             "                             [--hb-ms MS] [--hb-timeout-ms MS] [--json FILE]\n"
             "       connex-bench soak     [--backend ...] [--kills N, default 1000] [--kill-window-ms MS]\n"
@@ -27,6 +29,7 @@ static void usage(FILE *f)
             "       connex-bench classes  [--backend ...] [--bg-size 1G] [--crit-size 16K] [--chunk 1M]\n"
             "                             [--iters N, default 100000] [--budget-ms MS per phase, default 20000]\n"
             "       connex-bench serve    [--listen IP] [--port P] [--region SIZE] [--extra-regions N]\n"
+            "                             [--mem host|sim|cuda: the region's memory]\n"
             "                             (the peer for --peer; N more 4 KiB regions registered after SIZE)\n"
             "backends: all, ucx, ucx_shm, ucx_tcp, libfabric, libfabric_shm, libfabric_tcp, zmq\n"
             "(failover and soak default to --backend all as well; each variant sets CONNEX_BACKEND and\n"
@@ -77,31 +80,19 @@ int main(int argc, char **argv)
     }
     const char *sizes = "4K,64K,1M,16M";
     if (!strcmp(cmd, "serve")) return cx_bench_serve_main(&o, argc - 2, argv + 2);
-    static const struct option lo[] = { { "backend", 1, 0, 'b' },
-                                        { "sizes", 1, 0, 's' },
-                                        { "iters", 1, 0, 'i' },
-                                        { "budget-ms", 1, 0, 'B' },
-                                        { "ops", 1, 0, 'o' },
-                                        { "baselines", 1, 0, 'L' },
-                                        { "peer", 1, 0, 'p' },
-                                        { "json", 1, 0, 'j' },
-                                        { "plot", 1, 0, 'P' },
-                                        { "runs", 1, 0, 'r' },
-                                        { "cycles", 1, 0, 'c' },
-                                        { "kills", 1, 0, 'c' },
-                                        { "hb-ms", 1, 0, 'h' },
-                                        { "hb-timeout-ms", 1, 0, 'H' },
-                                        { "quiet", 0, 0, 'q' },
-                                        { "bg-size", 1, 0, 'G' },
-                                        { "crit-size", 1, 0, 'C' },
-                                        { "chunk", 1, 0, 'K' },
-                                        { "faults", 1, 0, 'F' },
-                                        { "rounds", 1, 0, 'R' },
-                                        { "idle-peers", 1, 0, 'I' },
-                                        { "kill-window-ms", 1, 0, 'W' },
-                                        { "seed", 1, 0, 'S' },
-                                        { "batch", 1, 0, 'N' },
-                                        { 0, 0, 0, 0 } };
+    static const struct option lo[] = { { "backend", 1, 0, 'b' },    { "sizes", 1, 0, 's' },
+                                        { "iters", 1, 0, 'i' },      { "budget-ms", 1, 0, 'B' },
+                                        { "ops", 1, 0, 'o' },        { "baselines", 1, 0, 'L' },
+                                        { "peer", 1, 0, 'p' },       { "json", 1, 0, 'j' },
+                                        { "plot", 1, 0, 'P' },       { "runs", 1, 0, 'r' },
+                                        { "cycles", 1, 0, 'c' },     { "kills", 1, 0, 'c' },
+                                        { "hb-ms", 1, 0, 'h' },      { "hb-timeout-ms", 1, 0, 'H' },
+                                        { "quiet", 0, 0, 'q' },      { "bg-size", 1, 0, 'G' },
+                                        { "crit-size", 1, 0, 'C' },  { "chunk", 1, 0, 'K' },
+                                        { "faults", 1, 0, 'F' },     { "rounds", 1, 0, 'R' },
+                                        { "idle-peers", 1, 0, 'I' }, { "kill-window-ms", 1, 0, 'W' },
+                                        { "seed", 1, 0, 'S' },       { "batch", 1, 0, 'N' },
+                                        { "mem", 1, 0, 'M' },        { 0, 0, 0, 0 } };
     optind = 2;
     int c, budget_set = 0, iters_set = 0;
     o.cls_bg = (size_t)1 << 30;
@@ -128,6 +119,19 @@ int main(int argc, char **argv)
         case 'R': o.rounds = (int)v; break;
         case 'I': o.idle_peers = (int)v; break;
         case 'N': o.batch = (int)v; break;
+        case 'M': {
+            char tmp[32];
+            snprintf(tmp, sizeof tmp, "%s", optarg);
+            char *comma = strchr(tmp, ',');
+            if (comma) *comma = 0;
+            o.mem_local = cx_bench_parse_mem(tmp);
+            o.mem_remote = comma ? cx_bench_parse_mem(comma + 1) : o.mem_local;
+            if (o.mem_local < 0 || o.mem_remote < 0) {
+                fprintf(stderr, "connex-bench: --mem KIND or LOCAL,REMOTE, each host, sim or cuda\n");
+                return 2;
+            }
+            break;
+        }
         case 'c': o.cycles = (int)v; break;
         case 'W': o.kill_window_ms = (int)v; break;
         case 'S': o.seed = strtoull(optarg, NULL, 10); break;

@@ -41,6 +41,9 @@ enum { CX_STAGE_OUT = 0, CX_STAGE_IN = 1 };
 /* OUT only: give the last chunk's callback only after every other chunk's chunk_done, so the
  * caller can send it as the put_signal that must arrive after all the data. */
 #define CX_STAGE_LAST_AFTER_ALL 0x1u
+/* Chunks of the ring's full size, never split smaller for overlap: the job is itself one piece
+ * of a pipeline that overlaps elsewhere (a target's range for a peer that stages too). */
+#define CX_STAGE_WHOLE 0x2u
 
 typedef struct cx_stage cx_stage_t;
 typedef struct cx_stage_job cx_stage_job_t;
@@ -90,7 +93,7 @@ void cx_stage_ring(const cx_stage_t *st, void **base, size_t *len);
 void cx_stage_get_stats(const cx_stage_t *st, cx_stage_stats_t *out); /* any thread */
 
 /* Stage len bytes at device address dev (inside one allocation of this stage's kind and device)
- * in direction dir. flags: CX_STAGE_LAST_AFTER_ALL. CX_EINVAL for bad arguments (logged). */
+ * in direction dir. flags: CX_STAGE_LAST_AFTER_ALL, CX_STAGE_WHOLE. CX_EINVAL for bad arguments (logged). */
 int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flags, const cx_stage_cbs_t *cbs,
                    cx_stage_job_t **out);
 /* The network part of chunk `index` finished (status CX_OK or an error). */

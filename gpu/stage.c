@@ -239,7 +239,7 @@ int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flag
 {
     if (out) *out = NULL;
     if (!st || !dev || len == 0 || !cbs || !cbs->chunk || (dir != CX_STAGE_OUT && dir != CX_STAGE_IN) ||
-        (flags & ~CX_STAGE_LAST_AFTER_ALL)) {
+        (flags & ~(CX_STAGE_LAST_AFTER_ALL | CX_STAGE_WHOLE))) {
         cx_error("staging: bad transfer (dir %d, dev %p, len %zu, flags %#x)", dir, dev, len, flags);
         return CX_EINVAL;
     }
@@ -253,7 +253,7 @@ int cx_stage_start(cx_stage_t *st, int dir, void *dev, size_t len, unsigned flag
     /* Fewer than 8 chunks leave the pipeline mostly filling and draining (3 stages: D2H, net,
      * H2D); smaller pieces keep it busy, down to min_chunk where per-chunk costs would win. */
     size_t chunk = st->chunk;
-    if (len / 8 < chunk) {
+    if (len / 8 < chunk && !(flags & CX_STAGE_WHOLE)) {
         size_t c = ((len / 8) + 65535) & ~(size_t)65535;
         if (c < st->min_chunk) c = st->min_chunk;
         if (c < chunk) chunk = c;

@@ -471,6 +471,11 @@ static void test_callers_drive(void **state)
         assert_int_equal(done, 0);
         return;
     }
+    /* The peer's region in device memory (CONNEX_TEST_MEM=sim|cuda) is staged by the peer
+     * (docs/gpu.md): such ops go to the progress thread, which holds the control connection
+     * their chunks are coordinated on, and none ends while its caller drives. */
+    const char *mem = getenv("CONNEX_TEST_MEM");
+    int staged = mem && *mem && strcmp(mem, "host");
     /* Without a poll window the caller starts the op when the progress thread is not in the
      * middle of an iteration (it often is: it has just woken this caller for the previous read).
      * Handing it off then, it sleeps on the op; */
@@ -481,13 +486,19 @@ static void test_callers_drive(void **state)
      * only for a tick or a control frame, a few of 64 reads at most. */
     drive_reads("1", "0", &driven, &done, &bound);
     assert_true(driven >= 1);
-    assert_true(done >= driven / 2);
+    if (staged)
+        assert_int_equal(done, 0);
+    else
+        assert_true(done >= driven / 2);
     /* A 100 ms window: no 4 KiB read takes that long, even on a loaded 2-CPU host, so a read
      * its caller started ends while that caller drives (it lets go early only when the progress
      * thread asks for the lock: a tick, a control frame, or a backend without a wait object). */
     drive_reads("1", "100000", &driven, &done, &bound);
     assert_true(driven >= 1);
-    assert_true(done >= driven / 2);
+    if (staged)
+        assert_int_equal(done, 0);
+    else
+        assert_true(done >= driven / 2);
     cxt_fill(R, 64 * 4096, TSEED, 0);
 }
 

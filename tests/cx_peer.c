@@ -26,6 +26,8 @@
  *   HASH <off> <len>                     OK <hash>
  *   CONNECT <url> <timeout ms>           OK
  *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=.. ... dup_steps=..
+ *   RING                                 OK slots=.. free=.. jobs=.. subs=.. served=.. queued=.. ranges=..
+ *                                        (its staging rings and the ranges it stages for peers)
  *   QUIT                                 OK, then a clean close (BYE) and exit 0
  *   DIE <signal> / EXIT <status>         dies on that signal / exits with that status at once
  * The region is host memory, or device memory with --mem sim|cuda (default: CONNEX_TEST_MEM);
@@ -33,6 +35,7 @@
  * End of stdin also closes cleanly, so a test that dies leaves no peer behind. */
 #include "cxt.h"
 #include "cxt_mem.h"
+#include "staging.h" /* RING: cx_staging_debug */
 
 #include <getopt.h>
 #include <inttypes.h>
@@ -242,6 +245,11 @@ static void command(char *line)
               " staged_h2d=%" PRIu64 " staged_d2h=%" PRIu64 " gpudirect=%d dup_steps=%" PRIu64,
               st.regions, st.peers_up, st.peers_failed, st.peers_left, st.ops_in_flight, st.rejected_requests,
               st.staged_h2d_bytes, st.staged_d2h_bytes, st.gpudirect, st.steps_duplicates_dropped);
+    } else if (!strcmp(cmd, "RING")) {
+        cx_staging_debug_t d;
+        int rc = cx_staging_debug(g_e, &d);
+        reply(rc, "slots=%u free=%u jobs=%d subs=%u served=%u queued=%u ranges=%u", d.slots, d.slots_free, d.jobs,
+              d.subs, d.served, d.queued, d.ranges);
     } else {
         out("ERR %d unknown command '%s'", CX_EINVAL, cmd);
     }

@@ -65,6 +65,12 @@ run(bench_noop_write write 3 fail "write +4 KiB [^\n]*FAIL: op 3: written data n
 run(bench_noop_put_signal put_signal 3 fail
     "put_signal +4 KiB [^\n]*FAIL: op 3: data not in place when the signal arrived" ${BENCH} ${bench_args})
 run(bench_noop_read_later read 10 fail "read +64 KiB [^\n]*FAIL: op 2: data differs" ${BENCH} ${bench_args})
+# --mem sim: both sides' memory on the simulated device, checked through host copies; the host
+# run of the same variant goes first, and the staged table pairs the two.
+run(bench_mem "" 0 ok "write +64 KiB +zmq \\[sim,sim\\][^\n]*ok \\(every op checked at the peer[^\n]*\n.*zmq +write +64 KiB sim,sim"
+    ${BENCH} ${bench_args} --mem sim)
+run(bench_mem_noop_read read 3 fail "read +4 KiB +zmq \\[sim,sim\\][^\n]*FAIL: op 0: data differs" ${BENCH}
+    ${bench_args} --mem sim)
 
 if(failures GREATER 0)
   message(FATAL_ERROR "noop_verify: ${failures} case(s) failed")

@@ -93,57 +93,6 @@ int cx_wire_get_death(const uint8_t *body, size_t len, cx_lid_t *lid, uint64_t *
     return cx_rd_done(&r) && lid->model[0] && *inc ? CX_OK : CX_EINVAL;
 }
 
-void cx_wire_put_rma_req(uint8_t *hdr, uint64_t id, int kind, uint64_t addr, uint64_t len)
-{
-    cx_wr_t w;
-    cx_wr_init(&w, hdr, CX_RMA_REQ_HDR);
-    cx_wr_u64(&w, id);
-    cx_wr_u8(&w, (uint8_t)kind);
-    cx_wr_u64(&w, addr);
-    cx_wr_u64(&w, len);
-}
-
-void cx_wire_put_rma_resp(uint8_t *hdr, uint64_t id, int status)
-{
-    cx_wr_t w;
-    cx_wr_init(&w, hdr, CX_RMA_RESP_HDR);
-    cx_wr_u64(&w, id);
-    cx_wr_u32(&w, (uint32_t)status);
-}
-
-int cx_wire_get_rma_req(const uint8_t *body, size_t len, cx_wire_rma_t *m)
-{
-    cx_rd_t r;
-    cx_rd_init(&r, body, len);
-    memset(m, 0, sizeof *m);
-    m->id = cx_rd_u64(&r);
-    m->kind = cx_rd_u8(&r);
-    m->addr = cx_rd_u64(&r);
-    m->len = cx_rd_u64(&r);
-    if (!r.ok) return CX_EINVAL;
-    m->data = body + r.off;
-    m->data_len = len - r.off;
-    switch (m->kind) {
-    case CX_RMA_READ: return m->data_len == 0 && m->len ? CX_OK : CX_EINVAL;
-    case CX_RMA_WRITE: return m->len && m->data_len == m->len ? CX_OK : CX_EINVAL;
-    case CX_RMA_SIGNAL: return m->addr == 0 && m->len == 0 ? CX_OK : CX_EINVAL;
-    default: return CX_EINVAL;
-    }
-}
-
-int cx_wire_get_rma_resp(const uint8_t *body, size_t len, cx_wire_rma_t *m)
-{
-    cx_rd_t r;
-    cx_rd_init(&r, body, len);
-    memset(m, 0, sizeof *m);
-    m->id = cx_rd_u64(&r);
-    m->status = (int32_t)cx_rd_u32(&r);
-    if (!r.ok || m->status > 0 || m->status < -64) return CX_EINVAL;
-    m->data = body + r.off;
-    m->data_len = len - r.off;
-    return m->status && m->data_len ? CX_EINVAL : CX_OK;
-}
-
 void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const char *url, const cx_lid_t *target,
                             const char *host_id, uint32_t hb_ms, uint32_t hbt_ms, uint32_t live_pid, int32_t live_fd,
                             int nb, const char *const *names, const char *const *choices, const uint8_t *const *addrs,

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #define CX_CTL_MAGIC 0x31584e43u /* "CNX1" */
-#define CX_CTL_VERSION 2         /* 2: HELLO carries the same-host death watch (live.h) */
+#define CX_CTL_VERSION 3         /* 3: a target stages its device memory over the data backend (TS_*) */
 #define CX_CTL_HDR 8
 #define CX_CTL_MAX_BODY (64u << 20)
 #define CX_BNAME_MAX 16
@@ -24,19 +24,22 @@ enum {
     CX_CTL_REG_DEL = 4,   /* a region was unregistered */
     CX_CTL_REG_QUERY = 5, /* which region holds [addr, addr+len)? */
     CX_CTL_REG_REPLY = 6,
-    CX_CTL_HB = 7,            /* heartbeat; with a body (u8 kind, u64 id) a probe or its answer (peer/liveness.c) */
-    CX_CTL_BYE = 8,           /* clean close */
-    CX_CTL_REFUSE = 9,        /* handshake refused: i32 status, str8 reason; then the acceptor closes */
-    CX_CTL_AUTH = 10,         /* before HELLO when a token is set: the exchange in auth.h */
-    CX_CTL_DEATH = 11,        /* the sender's same-host watch saw a process die: LID, incarnation */
-    CX_CTL_RMA_REQ = 12,      /* a chunk of a one-sided op the target serves itself (rstage.h) */
-    CX_CTL_RMA_RESP = 13,     /* its answer: status, and a read's bytes */
+    CX_CTL_HB = 7,     /* heartbeat; with a body (u8 kind, u64 id) a probe or its answer (peer/liveness.c) */
+    CX_CTL_BYE = 8,    /* clean close */
+    CX_CTL_REFUSE = 9, /* handshake refused: i32 status, str8 reason; then the acceptor closes */
+    CX_CTL_AUTH = 10,  /* before HELLO when a token is set: the exchange in auth.h */
+    CX_CTL_DEATH = 11, /* the sender's same-host watch saw a process die: LID, incarnation */
+    /* 12, 13: retired (device memory once crossed the control connection in these) */
     CX_CTL_REG_DEL_ACK = 14,  /* u64 region id: the receiver of REG_DEL dropped that region */
     CX_CTL_STATUS_QUERY = 15, /* an operator's tool (connex-ctl), instead of HELLO: u8 CX_STATUS_* */
     CX_CTL_STATUS_REPLY = 16, /* the engine and its peers (cx_wire_status_*) */
-    CX_CTL_STATUS_EVENT = 17  /* after a STATUS_QUERY with CX_STATUS_WATCH: each event, as it goes out */
+    CX_CTL_STATUS_EVENT = 17, /* after a STATUS_QUERY with CX_STATUS_WATCH: each event, as it goes out */
+    CX_CTL_TS_REQ = 18,       /* stage a range of the receiver's device memory (tstage.h) */
+    CX_CTL_TS_CHUNK = 19,     /* a staged chunk: its ring slot holds the bytes (read) or awaits them */
+    CX_CTL_TS_ACK = 20,       /* the data backend is done with a chunk's slot */
+    CX_CTL_TS_END = 21        /* a staged range ended: every slot back (a write: after the last H2D) */
 };
-#define CX_CTL_LAST CX_CTL_STATUS_EVENT
+#define CX_CTL_LAST CX_CTL_TS_END
 
 #define CX_WCHOICE_MAX 64
 typedef struct cx_wire_backend {
@@ -89,23 +92,6 @@ void cx_wire_put_hello_head(cx_wr_t *w, uint64_t inc, const cx_lid_t *lid, const
 void cx_wire_put_death(cx_wr_t *w, const cx_lid_t *lid, uint64_t inc);
 int cx_wire_get_death(const uint8_t *body, size_t len, cx_lid_t *lid, uint64_t *inc);
 
-/* RMA_REQ: u64 id, u8 kind (CX_RMA_*), u64 addr, u64 len, then WRITE: len bytes; SIGNAL: the
- * message (addr and len 0); READ: nothing. RMA_RESP: u64 id, i32 status, then a successful
- * READ's bytes. Decoders check the framing and that a WRITE carries exactly len bytes. */
-enum { CX_RMA_READ = 0, CX_RMA_WRITE = 1, CX_RMA_SIGNAL = 2 };
-#define CX_RMA_REQ_HDR 25
-#define CX_RMA_RESP_HDR 12
-typedef struct cx_wire_rma {
-    uint64_t id, addr, len;
-    int kind;            /* REQ */
-    int status;          /* RESP */
-    const uint8_t *data; /* REQ: WRITE's bytes or SIGNAL's message; RESP: READ's bytes */
-    size_t data_len;
-} cx_wire_rma_t;
-void cx_wire_put_rma_req(uint8_t *hdr, uint64_t id, int kind, uint64_t addr, uint64_t len);
-void cx_wire_put_rma_resp(uint8_t *hdr, uint64_t id, int status);
-int cx_wire_get_rma_req(const uint8_t *body, size_t len, cx_wire_rma_t *m);
-int cx_wire_get_rma_resp(const uint8_t *body, size_t len, cx_wire_rma_t *m);
 /* STATUS_QUERY's body: u8, what the tool asks for. The reply: the engine (u64 incarnation, str8
  * url, str8 lid, str8 backends, u64 unix ms now, u32 peers), then per peer: str8 lid, str8 url,
  * u8 state, str8 backend, str8 transport, u64 incarnation, u64 unix ms of its last event (0:

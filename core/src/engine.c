@@ -11,10 +11,11 @@
 #include "mobility/mobility.h"
 #include "cx_sched.h"
 #include "staging.h"
+#include "tstage.h"
+#include "batch.h"
+#include "cx_gpu.h"
 #include "spin.h"
 #include "drive.h"
-#include "rstage.h"
-#include "batch.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -485,7 +486,9 @@ void cx_engine_destroy(cx_engine_t *e)
     cx_live_stop_all(e); /* before the peers its watchers point at go */
     /* The staging ring completes the ops it still holds: while their peers (op lists, credits)
      * still exist. */
+    cx_tstage_fini(e);
     cx_staging_fini(e);
+    cx_tstage_free(e);
     cx_peer_free_all(e);
     cx_batches_close(e); /* their children all came back: batches complete */
     cx_msgq_close(&e->msgq);
@@ -742,12 +745,16 @@ static void reg_fn(cx_engine_t *e, void *arg)
     cx_region_t *r;
     a->rc = cx_registry_add(&e->reg, a->addr, a->len, kind, &r);
     if (a->rc) return;
+    int staged = 0;
     for (int i = 0; i < e->nb; i++) {
         uint8_t key[CX_KEY_MAX];
         size_t klen = sizeof key;
-        /* Device memory a backend cannot reach itself is served by this core (rstage.h): no
+        /* Device memory a backend cannot reach itself is staged by this side (tstage.h): no
          * registration, so no key for that backend goes to peers. */
-        if (!cx_rstage_register_with(e, i, kind)) continue;
+        if (!cx_tstage_register_with(e, i, kind)) {
+            staged = 1;
+            continue;
+        }
         int rc = e->be[i].ops->mem_reg(e->be[i].b, a->addr, a->len, kind, &r->mh[i], key, &klen);
         if (rc == CX_OK && klen > CX_KEY_MAX) rc = CX_ERR;
         if (rc == CX_OK) {
@@ -767,6 +774,14 @@ static void reg_fn(cx_engine_t *e, void *arg)
             a->rc = rc;
             return;
         }
+    }
+    /* Its ring now, not at a peer's first op: allocating and registering it takes a while (tens
+     * to hundreds of ms for the default 32 MiB on a loaded host), which that op's timeout would
+     * pay. A failure here is logged; the first staged op tries again and reports it. */
+    cx_gpu_mem_t gm;
+    if (staged && cx_gpu_mem_query(a->addr, a->len, &gm) == CX_OK) {
+        cx_staging_ring_t ring;
+        (void)cx_staging_ring(e, gm.kind, gm.kind == CX_MEM_SIM ? 0 : gm.device, &ring);
     }
     uint8_t *buf = malloc(64 + (size_t)e->nb * (CX_KEY_MAX + 24));
     if (buf) {

@@ -109,13 +109,7 @@ struct cx_op {
         int bg_status;           /* background transfer: first error of a chunk */
         uint64_t bg_deadline_ns; /* background transfer: fails if no chunk starts before it */
     } sc;
-    struct cx_op_rstage { /* served by the target's core over the control connection (rstage.h) */
-        size_t off;       /* bytes asked for so far */
-        uint32_t out;     /* chunks asked for, not yet answered */
-        uint32_t nids;    /* ids taken from query_id on: one per chunk, + 1 for a signal */
-        int status;       /* first error of a chunk */
-        int signalled;    /* put_signal: the message went out */
-    } rs;
+    void *ts;       /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
     uint64_t t0_ns; /* a timed op (metrics.h): when the caller started it; 0: not timed */
     /* Last, so that a batch's entries, which are named by their resolved peer and woken through
      * on_done, set up only what comes before (CX_OP_ENTRY_SIZE): zeroing all of it cost more
@@ -131,6 +125,7 @@ struct cx_op {
 #define CX_OPK_SUB 102    /* one chunk of a staged op (staging.h); op->arg -> the chunk */
 #define CX_OPK_GROUP 110  /* a group step (mobility/group.c); op->msg_copy -> its state and payload */
 #define CX_OPK_CHUNK 103  /* one chunk of a background-class transfer (cx_sched.h); op->sc.parent */
+#define CX_OPK_TSUB 104   /* one chunk of a range staged by the target (tstage.h); op->ts */
 #define CX_OPK_BATCH 111  /* a batch of transfers (batch.h); op->msg_copy -> its state */
 #define CX_OPK_BQUERY 112 /* a batch's region query for one entry (batch.h) */
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
@@ -141,14 +136,15 @@ enum {
     OPS_IN_BACKEND,
     OPS_DONE,
     OPS_STAGING,
-    OPS_WAIT_CREDIT, /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
-    OPS_CHUNKED,     /* a background transfer moving in chunks, not linked to the peer */
-    OPS_RSTAGE,      /* served by the target's core over the control connection (rstage.h) */
-    OPS_HANDOFF,     /* started by a driving caller, left for the progress thread (drive.h) */
-    OPS_WAIT_VERDICT
-}; /* its connection failed under it while the peer is probed, or it ended with a local error
-    * (settle_ns): ends CX_EPEER if the peer fails, CX_ERR if the probe is answered or the
-    * settle time passes with the peer still up (cause.h, ops.c) */
+    OPS_WAIT_CREDIT,  /* in the peer's FIFO of its class, waiting for a credit (cx_sched.h) */
+    OPS_CHUNKED,      /* a background transfer moving in chunks, not linked to the peer */
+    OPS_HANDOFF,      /* started by a driving caller, left for the progress thread (drive.h) */
+    OPS_WAIT_VERDICT, /* its connection failed under it while the peer is probed, or it ended with
+                       * a local error (settle_ns): ends CX_EPEER if the peer fails, CX_ERR if the
+                       * probe is answered or the settle time passes with the peer still up
+                       * (cause.h, ops.c) */
+    OPS_TSTAGE        /* the target stages its device memory through its ring (tstage.h) */
+};                    /* the target stages its device memory through its ring (tstage.h) */
 
 struct cx_peer {
     cx_lid_t lid;
@@ -159,7 +155,7 @@ struct cx_peer {
     int ever_up;
     int bye;              /* BYE received on the active connection */
     uint64_t incarnation; /* of the current (or last) HELLO; 0 before any */
-    int rs_logged;        /* rstage.h: said once that its device memory goes through its core */
+    int ts_logged;        /* tstage.h: said once that it stages its device memory for us */
     cx_conn_t *conn;      /* active control connection */
     cx_conn_t *pending;   /* outgoing connection before HELLO_ACK */
     /* what the peer advertised, indexed by our backend index */
@@ -310,6 +306,7 @@ struct cx_engine {
     struct cx_metrics_srv *msrv; /* the GET /metrics listener (CONNEX_METRICS), NULL: none */
 
     struct cx_staging *stg; /* staging.c: GPU staging rings and jobs, NULL until first use */
+    struct cx_tstage *ts;   /* tstage.c: ranges staged by a target, both roles; NULL until used */
 
     /* mobility (mobility/mobility.h) */
     struct cx_dir *dir;          /* the identity directory (dir.c) */

@@ -6,7 +6,7 @@
 #include "cx_sched.h"
 #include "cause.h"
 #include "staging.h"
-#include "rstage.h"
+#include "tstage.h"
 #include "batch.h"
 #include "drive.h"
 #include "mobility/mobility.h"
@@ -38,6 +38,7 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     if (e->handoff) cx_drive_handoff_drop(e, op);
     unlink_op(op);
     if (op->peer && op->peer->n_delack) cx_peer_delack_check(e, op->peer);
+    if (op->ts && cx_tstage_op_finish(e, op, status)) return;
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
     if (cx_sched_op_finish(e, op, status)) return; /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
@@ -175,7 +176,8 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
             cx_op_finish(e, op, CX_EINVAL);
             return;
         }
-        if (e->driving && x->local_mem != CX_MEM_HOST) {
+        int remote_staged = cx_tstage_wanted(e, p, rr);
+        if (e->driving && (x->local_mem != CX_MEM_HOST || remote_staged)) {
             cx_drive_handoff(e, op);
             return;
         }
@@ -183,12 +185,14 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         x->remote_base = rr->addr;
         x->rkey = rr->key[p->bidx];
         x->rkey_len = rr->key_len[p->bidx];
-        if (cx_rstage_wanted(e, p, rr)) {
-            cx_rstage_start(e, op);
-            return;
-        }
+        /* Device memory on this side goes through this side's ring; on the peer's side (when
+         * its backend has no key for it) through the peer's ring, both at once if need be. */
         if (cx_staging_needed(e, p->bidx, x->local_mem)) {
             cx_staging_submit(e, op, rr);
+            return;
+        }
+        if (remote_staged) {
+            cx_tstage_start(e, op);
             return;
         }
     }
@@ -413,10 +417,6 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_CREDIT) {
                 cx_warn("peer %s: op waited for a credit past the op timeout", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
-            } else if (now >= op->deadline_ns && op->stage == OPS_RSTAGE) {
-                /* Its answers land only while it waits (rstage.c): nothing to close. */
-                cx_warn("peer %s: op served by the peer's core timed out", p->url);
-                cx_op_finish(e, op, CX_ETIMEDOUT);
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_VERDICT) {
                 cx_warn("peer %s: op timed out while the peer was probed", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);
@@ -507,6 +507,10 @@ int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
         *pin = r;
     }
     pthread_rwlock_unlock(&e->reg.lock);
+    if (!r && cx_staging_ring_holds(e, addr, len)) {
+        if (pin) *pin = NULL; /* a staging slot lent to a peer (tstage.h): lives with the engine */
+        return CX_OK;
+    }
     if (!r) {
         cx_warn("refused a request for [0x%llx, +%zu): not inside one region registered here", (unsigned long long)addr,
                 len);

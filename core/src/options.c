@@ -96,6 +96,8 @@ static const cx_opt_def_t g_opts[] = {
     { "CONNEX_STAGE_SLOTS", U, "8", 1, 1024, NULL, "gpu", "staging slots", 0 },
     { "CONNEX_STAGE_PER_JOB", U, NULL, 1, 1024, NULL, "gpu",
       "staging slots one transfer may hold (unset: slots/2, at least 2)", 0 },
+    { "CONNEX_STAGE_PEER_JOBS", U, "4", 1, 1024, NULL, "gpu",
+      "ranges of its device memory a target stages for one peer at once; more wait", 0 },
 };
 
 #define N_OPTS (sizeof g_opts / sizeof g_opts[0])

@@ -1,6 +1,7 @@
 /* Host staging of GPU memory (see staging.h for how it ties into the op lifecycle, gpu/cx_stage.h
  * for the pipeline's contract, docs/gpu.md for the design). */
 #include "staging.h"
+#include "tstage.h"
 
 #include "connex/log.h"
 #include "cx_gpu.h"
@@ -20,6 +21,8 @@ typedef struct stg_pipe {
     void *ring;
     size_t ring_len;
     void *mh[CX_MAX_BACKENDS];
+    uint8_t *key[CX_MAX_BACKENDS];   /* the ring's key per backend: a target hands it to */
+    size_t key_len[CX_MAX_BACKENDS]; /* the peer that reads or writes a slot (tstage.h) */
 } stg_pipe_t;
 
 typedef struct stg_job {
@@ -29,6 +32,7 @@ typedef struct stg_job {
     int bidx;           /* the backend the key is for */
     cx_stage_job_t *sj; /* NULL once the pipeline freed it (fini) */
     int cancelled;
+    int remote_staged; /* the peer stages its side too: chunks go through tstage.h */
     unsigned subs_out; /* sub-xfers handed to a backend, not yet completed */
     /* The peer may drop the region (REG_DEL, failure) while chunks are still to go: keep the
      * key for the whole transfer. */
@@ -112,6 +116,14 @@ static stg_pipe_t *pipe_get(cx_engine_t *e, cx_staging_t *s, int kind, int devic
         uint8_t key[CX_KEY_MAX];
         size_t klen = sizeof key;
         *rc = e->be[b].ops->mem_reg(e->be[b].b, pp->ring, pp->ring_len, CX_MEM_HOST, &pp->mh[b], key, &klen);
+        if (!*rc && klen) {
+            pp->key[b] = malloc(klen);
+            if (pp->key[b])
+                memcpy(pp->key[b], key, klen);
+            else
+                *rc = CX_ENOMEM;
+            pp->key_len[b] = klen;
+        }
         if (*rc)
             cx_error("staging: backend %s cannot register the %zu-byte ring (%s)", e->bnames[b], pp->ring_len,
                      cx_strerror(*rc));
@@ -119,8 +131,10 @@ static stg_pipe_t *pipe_get(cx_engine_t *e, cx_staging_t *s, int kind, int devic
     pp->w = (cx_watch_t){ CX_W_STAGE, pp, s->npipes };
     if (!*rc) *rc = cx_watch_add(e, cx_stage_fd(pp->st), EPOLLIN, &pp->w);
     if (*rc) {
-        for (int b = 0; b < e->nb; b++)
+        for (int b = 0; b < e->nb; b++) {
             if (pp->mh[b]) e->be[b].ops->mem_dereg(e->be[b].b, pp->mh[b]);
+            free(pp->key[b]);
+        }
         cx_stage_destroy(pp->st);
         memset(pp, 0, sizeof *pp);
         return NULL;
@@ -129,7 +143,32 @@ static stg_pipe_t *pipe_get(cx_engine_t *e, cx_staging_t *s, int kind, int devic
     return pp;
 }
 
+int cx_staging_ring(cx_engine_t *e, int kind, int device, cx_staging_ring_t *out)
+{
+    cx_staging_t *s = state(e);
+    if (!s) return CX_ENOMEM;
+    int rc = CX_OK;
+    stg_pipe_t *pp = pipe_get(e, s, kind, device, &rc);
+    if (!pp) return rc;
+    out->st = pp->st;
+    out->base = pp->ring;
+    out->len = pp->ring_len;
+    out->id = CX_STAGING_RING_ID0 + (uint64_t)(pp - s->pipes);
+    out->mh = pp->mh;
+    out->key = pp->key;
+    out->key_len = pp->key_len;
+    return CX_OK;
+}
+
 /* ---------------------------------------------------------------- sub-xfers */
+
+/* A chunk of a job whose peer stages its side too (tstage.h) has gone both ways. */
+static void ts_chunk_done(void *arg, uint32_t index, int status)
+{
+    stg_job_t *j = arg;
+    j->subs_out--;
+    if (j->sj) cx_stage_chunk_done(j->sj, index, status);
+}
 
 static void sub_complete(stg_sub_t *sub)
 {
@@ -148,6 +187,29 @@ static void chunk_cb(const cx_stage_chunk_t *c)
     int up = p && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT);
     int rc = !up ? CX_EPEER : j->cancelled ? CX_ECLOSED : cx_peer_ensure_ep(e, p);
     if (!rc && p->bidx != j->bidx) rc = CX_EPEER; /* reconnected on another backend: key is stale */
+    if (!rc && j->remote_staged) {
+        const cx_xfer_t *px = &op->x;
+        int sig = px->kind == CX_XFER_PUT_SIGNAL && c->last;
+        cx_tstage_range_t r = { px->kind == CX_XFER_READ ? CX_XFER_READ : CX_XFER_WRITE,
+                                c->host,
+                                j->pp->mh[p->bidx],
+                                px->remote + c->off,
+                                c->len,
+                                sig ? px->msg : NULL,
+                                sig ? px->msg_len : 0,
+                                sig,
+                                op->deadline_ns,
+                                ts_chunk_done,
+                                j,
+                                c->index,
+                                1 };
+        j->subs_out++;
+        rc = cx_tstage_range(e, p, &r);
+        if (rc)
+            j->subs_out--;
+        else
+            return;
+    }
     stg_sub_t *sub = rc ? NULL : calloc(1, sizeof *sub);
     if (!sub) {
         cx_stage_chunk_done(c->job, c->index, rc ? rc : CX_ENOMEM);
@@ -273,6 +335,7 @@ void cx_staging_submit(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     j->op = op;
     j->pp = pp;
     j->bidx = p->bidx;
+    j->remote_staged = cx_tstage_wanted(e, p, rr);
     cx_stage_cbs_t cbs = { chunk_cb, job_done, j };
     op->stage = OPS_STAGING;
     op->arg = j;
@@ -319,6 +382,7 @@ int cx_staging_op_finish(cx_engine_t *e, cx_op_t *op, int status)
 
 void cx_staging_progress(cx_engine_t *e)
 {
+    cx_tstage_progress(e);
     cx_staging_t *s = e->stg;
     if (!s) return;
     for (int i = 0; i < s->npipes; i++) cx_stage_progress(s->pipes[i].st);
@@ -364,8 +428,10 @@ void cx_staging_fini(cx_engine_t *e)
         cx_watch_del(e, cx_stage_fd(pp->st));
         /* Every endpoint is closed by now (the backends' disconnect contract): no byte moves
          * into or out of the ring any more. */
-        for (int b = 0; b < e->nb; b++)
+        for (int b = 0; b < e->nb; b++) {
             if (pp->mh[b]) e->be[b].ops->mem_dereg(e->be[b].b, pp->mh[b]);
+            free(pp->key[b]);
+        }
         /* Cancels what is left; job_done completes the users' ops of jobs that drain. */
         cx_stage_destroy(pp->st);
     }
@@ -395,6 +461,13 @@ static void debug_fn(cx_engine_t *e, void *arg)
 {
     cx_staging_debug_t *o = ((struct dbg_arg *)arg)->out;
     memset(o, 0, sizeof *o);
+    cx_tstage_debug_t td;
+    cx_tstage_debug(e, &td);
+    o->served = td.served;
+    o->queued = td.queued;
+    o->ranges = td.ranges;
+    o->quarantined = td.quarantined;
+    o->subs = td.subs;
     cx_staging_t *s = e->stg;
     if (!s) return;
     o->pipes = s->npipes;
@@ -462,5 +535,17 @@ int cx_core_region_kind(cx_core_t *c, uint64_t addr, size_t len)
     cx_region_t *r = cx_registry_find_locked(&e->reg, addr, len);
     int k = r ? r->mem_kind : CX_EINVAL;
     pthread_rwlock_unlock(&e->reg.lock);
+    if (!r && cx_staging_ring_holds(e, addr, len)) k = CX_MEM_HOST;
     return k;
+}
+
+int cx_staging_ring_holds(cx_engine_t *e, uint64_t addr, size_t len)
+{
+    cx_staging_t *s = e->stg;
+    if (!s) return 0;
+    for (int i = 0; i < s->npipes; i++) {
+        uint64_t b = (uint64_t)(uintptr_t)s->pipes[i].ring;
+        if (addr >= b && len <= s->pipes[i].ring_len && addr - b <= s->pipes[i].ring_len - len) return 1;
+    }
+    return 0;
 }

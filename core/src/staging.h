@@ -29,6 +29,23 @@ void cx_staging_stats(cx_engine_t *e, cx_stats_t *st);
 /* Engine teardown: cancel jobs, free rings (after the backends stopped using them). */
 void cx_staging_fini(cx_engine_t *e);
 
+/* The pinned ring of (kind, device), created and registered with every backend at first use:
+ * target-side staging (tstage.h) lends its slots to a peer's data backend. */
+#define CX_STAGING_RING_ID0 (UINT64_C(1) << 63) /* region ids of rings: never a user region's */
+typedef struct cx_staging_ring {
+    struct cx_stage *st;
+    void *base;
+    size_t len;
+    uint64_t id;     /* CX_STAGING_RING_ID0 + pipe: a backend's key cache tells it apart */
+    void *const *mh; /* per backend index */
+    uint8_t *const *key;
+    const size_t *key_len;
+} cx_staging_ring_t;
+int cx_staging_ring(cx_engine_t *e, int kind, int device, cx_staging_ring_t *out);
+/* Is [addr, addr+len) inside a ring? A backend that serves reads in software checks the range
+ * against the registry (cx_core_region_check), which lets these through as host memory. */
+int cx_staging_ring_holds(cx_engine_t *e, uint64_t addr, size_t len);
+
 /* For tests (through cx_exec, any thread but the progress thread): ring slots and live jobs. */
 typedef struct cx_staging_debug {
     int pipes, jobs;            /* rings created; staged ops not yet completed */
@@ -36,6 +53,9 @@ typedef struct cx_staging_debug {
     unsigned subs;              /* chunks handed to a backend, not yet completed */
     uint32_t slots, slots_free; /* over every ring */
     uint64_t jobs_ok, jobs_failed;
+    unsigned served, queued; /* ranges staged here for peers (tstage.h): running, waiting */
+    unsigned ranges;         /* ranges this side asked a peer to stage, not yet ended */
+    unsigned quarantined;    /* slots held for a same-host peer that went silent or failed (tstage.h) */
 } cx_staging_debug_t;
 int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out);
 

@@ -210,24 +210,26 @@ static void t_sizes(void **state)
 }
 
 /* A transfer of fewer than 8 full chunks is cut into 8 pieces (not below min_chunk), so its
- * copies still overlap; small transfers stay one chunk. */
+ * copies still overlap; small transfers stay one chunk. With CX_STAGE_WHOLE (a piece of a
+ * pipeline overlapped elsewhere) chunks keep the ring's full size. */
 static void t_small_pieces(void **state)
 {
     (void)state;
     cx_stage_cfg_t cfg = { 4 << 20, 4, 4, 128 << 10 };
     cx_stage_t *st;
     assert_int_equal(cx_stage_create(g_kind, 0, &cfg, &st), CX_OK);
-    const size_t lens[] = { 4 << 20, 1 << 20, 100000, 64 << 20 };
-    const uint32_t want[] = { 8, 8, 1, 16 };
+    const size_t lens[] = { 4 << 20, 1 << 20, 100000, 64 << 20, 4 << 20, 6 << 20 };
+    const unsigned flags[] = { 0, 0, 0, 0, CX_STAGE_WHOLE, CX_STAGE_WHOLE };
+    const uint32_t want[] = { 8, 8, 1, 16, 1, 2 };
     void *dev;
     assert_int_equal(cx_gpu_dev_alloc(g_kind, 0, 64 << 20, &dev), CX_OK);
     unsigned char *h = malloc(64 << 20);
     fill(h, 64 << 20, 11);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         struct xfer x = {
             .dir = CX_STAGE_IN, .host = h, .len = lens[i], .fail_chunk = -1, .check_dev_at_done = 1, .dev = dev
         };
-        assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, lens[i], 0, cbs_for(&x), &x.job), CX_OK);
+        assert_int_equal(cx_stage_start(st, CX_STAGE_IN, dev, lens[i], flags[i], cbs_for(&x), &x.job), CX_OK);
         struct xfer *xs[] = { &x };
         drive(st, xs, 1);
         assert_int_equal(x.status, CX_OK);

@@ -80,19 +80,6 @@ static void body(uint8_t type, const uint8_t *b, size_t n)
         if (cx_wire_get_death(b, n, &lid, &inc) == CX_OK && (!inc || !memchr(lid.model, 0, sizeof lid.model))) abort();
         return;
     }
-    case CX_CTL_RMA_REQ: {
-        cx_wire_rma_t m;
-        if (cx_wire_get_rma_req(b, n, &m) == CX_OK &&
-            (m.kind > CX_RMA_SIGNAL || (m.kind == CX_RMA_WRITE && m.data_len != m.len) ||
-             (m.kind == CX_RMA_READ && (m.data_len || !m.len)) || m.data + m.data_len != b + n))
-            abort();
-        return;
-    }
-    case CX_CTL_RMA_RESP: {
-        cx_wire_rma_t m;
-        if (cx_wire_get_rma_resp(b, n, &m) == CX_OK && (m.status > 0 || (m.status && m.data_len))) abort();
-        return;
-    }
     case CX_CTL_AUTH: {
         cx_auth_frame_t f;
         if (cx_auth_frame_get(b, n, &f) == CX_OK && (f.step < 1 || f.step > 4 || n != CX_AUTH_BODY)) abort();

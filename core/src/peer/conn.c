@@ -4,7 +4,7 @@
 
 #include "connex/log.h"
 #include "../auth.h"
-#include "../rstage.h"
+#include "../tstage.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -131,7 +131,7 @@ void cx_accept_all(cx_engine_t *e)
 
 /* Handles one frame; returns 1 if the connection was closed. Each concern parses its own
  * frames: the handshake (hello.c), liveness (heartbeats, probes, DEATH, BYE: liveness.c), the
- * peer's regions (rregion.c) and target-side staging (rstage.c). */
+ * peer's regions (rregion.c) and target-side staging (tstage.c). */
 static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *body, size_t len)
 {
     if (!c->bound) return cx_hello_on_frame(e, c, type, body, len);
@@ -141,8 +141,10 @@ static int on_frame(cx_engine_t *e, cx_conn_t *c, uint8_t type, const uint8_t *b
     case CX_CTL_HB: cx_peer_on_hb(e, p, body, len); return 0;
     case CX_CTL_BYE: cx_peer_left(e, p); return 1;
     case CX_CTL_DEATH: cx_peer_on_death(e, p, body, len); return 0;
-    case CX_CTL_RMA_REQ: cx_rstage_on_req(e, p, body, len); return 0;
-    case CX_CTL_RMA_RESP: cx_rstage_on_resp(e, p, body, len); return 0;
+    case CX_CTL_TS_REQ:
+    case CX_CTL_TS_CHUNK:
+    case CX_CTL_TS_ACK:
+    case CX_CTL_TS_END: cx_tstage_on_frame(e, p, type, body, len); return 0;
     default:
         if (cx_rregion_on_frame(e, p, type, body, len)) return 0;
         cx_warn("peer %s: unexpected control frame %u after the handshake: closing", p->url, type);
