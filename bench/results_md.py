@@ -13,7 +13,12 @@ own (a variant run again alone, merged into the file) names it and its "date" in
 
 A soak run is long (minutes per 100 kills). When no file holds soak rows, the section of the
 existing output between the markers `<!-- soak:begin -->` and `<!-- soak:end -->` is kept as it
-is (a reference table entered by hand, which states where it came from).
+is (a reference table entered by hand, which states where it came from). So is the section between
+`<!-- staged:begin -->` and `<!-- staged:end -->` (device memory staged on both sides, runs the
+text compares with each other) whenever the files hold no row of device memory.
+
+A transfer file whose rows all moved batches (`connex-bench transfer --batch N`) gets a section
+of its own, "Batches", after the single-op one.
 
 Python 3 standard library only; gnuplot (Debian: gnuplot-nox) for --plot.
 """
@@ -30,6 +35,8 @@ OPS = ("read", "write", "put_signal")
 WIDTH = 98
 SOAK_BEGIN = "<!-- soak:begin -->"
 SOAK_END = "<!-- soak:end -->"
+STAGED_BEGIN = "<!-- staged:begin -->"
+STAGED_END = "<!-- staged:end -->"
 VARIANT_ORDER = ("ucx_shm", "ucx_tcp", "libfabric_shm", "libfabric_tcp", "zmq")
 CX_COLOUR = "#1f77b4"    # connex-c, every panel
 RAW_COLOUR = "#d62728"   # the raw loop of the same transport, every panel
@@ -120,11 +127,22 @@ def connex_variants(rows):
     return sorted(vs, key=lambda v: (order_key(v), v))
 
 
+def batch_of(rows):
+    """N when every connex row moved N blocks per call (a --batch run), else 0."""
+    ns = {r.get("batch", 0) for r in rows if not r.get("baseline") and r["op"] in OPS}
+    return ns.pop() if len(ns) == 1 else 0
+
+
 def section_transfer(doc, commit, plot_rel):
     rows = transfer_rows(doc)
     if not rows:
         return []
-    out = ["## Transfer", ""]
+    nb = batch_of(rows)
+    out = ["## Transfer", ""] if not nb else [
+        "## Batches", "",
+        "%d blocks of one size per call (`cx_batch_read` / `cx_batch_write`), p50 per call; "
+        "GB/s = %d x size / p50. The raw loops post the same %d ops and wait for all of them."
+        % (nb, nb, nb), ""]
     n = rounds_of(doc)
     out += header(doc, commit, "one engine and one peer process per variant, loopback" +
                   ("; %d rounds, every table below but the paired one shows each point's "
@@ -279,17 +297,22 @@ def section_soak(doc, commit):
     return out
 
 
-def kept_soak(path):
-    """The hand-entered soak section of an existing output, markers included."""
+def kept_block(path, begin, end):
+    """A hand-entered section of an existing output, markers included."""
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError:
         return []
-    a, b = text.find(SOAK_BEGIN), text.find(SOAK_END)
+    a, b = text.find(begin), text.find(end)
     if a < 0 or b < a:
         return []
-    return text[a:b + len(SOAK_END)].splitlines() + [""]
+    return text[a:b + len(end)].splitlines() + [""]
+
+
+def has_device_rows(doc):
+    return any(r.get("mem_local", "host") != "host" or r.get("mem_remote", "host") != "host"
+               for r in doc.get("transfer", []))
 
 
 def gnuplot_script(doc, png):
@@ -399,7 +422,7 @@ def main():
             docs.append(json.load(f))
 
     plot_rel = None
-    tdoc = next((d for d in docs if transfer_rows(d)), None)
+    tdoc = next((d for d in docs if transfer_rows(d) and not batch_of(transfer_rows(d))), None)
     if a.plot and tdoc:
         gp = gnuplot_script(tdoc, a.plot)
         if gp:
@@ -423,12 +446,15 @@ def main():
     for d in docs:
         soak += section_soak(d, commit)
     if not soak:
-        soak = kept_soak(a.out)
-    for d in docs:
+        soak = kept_block(a.out, SOAK_BEGIN, SOAK_END)
+    staged = [] if any(has_device_rows(d) for d in docs) else kept_block(a.out, STAGED_BEGIN, STAGED_END)
+    # Single ops first, then batches.
+    for d in sorted(docs, key=lambda d: batch_of(transfer_rows(d)) > 0):
         out += section_transfer(d, commit, plot_rel if d is tdoc else None)
     for d in docs:
         out += section_failover(d, commit)
     out += soak
+    out += staged
     out += STATIC_TAIL.splitlines()
 
     wrapped, code = [], False
