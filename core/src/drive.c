@@ -10,10 +10,8 @@
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 void cx_drive_handoff(cx_engine_t *e, cx_op_t *op)
@@ -270,9 +268,12 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
     if (wake) wake_progress(e);
 }
 
-/* Under plock, just taken: kept when the engine runs, else let go. */
-static int took(cx_engine_t *e)
+/* The transports' lock, when free and the progress thread is running. Not while a death the
+ * same-host watch reported waits to be reaped: the progress thread fails the peer first, so an
+ * op its caller starts after seeing that FAILED finds the peer failed (docs/semantics.md). */
+static int take(cx_engine_t *e)
 {
+    if (atomic_load(&e->pwant) || cx_live_death_pending(e) || pthread_mutex_trylock(&e->plock)) return 0;
     if (e->ready && !atomic_load(&e->stop) && !cx_live_death_pending(e)) {
         e->driving = 1;
         return 1;
@@ -281,32 +282,11 @@ static int took(cx_engine_t *e)
     return 0;
 }
 
-/* The transports' lock, when free and the progress thread is running. Not while a death the
- * same-host watch reported waits to be reaped: the progress thread fails the peer first, so an
- * op its caller starts after seeing that FAILED finds the peer failed (docs/semantics.md). */
-static int take(cx_engine_t *e)
+int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
 {
-    if (atomic_load(&e->pwant) || cx_live_death_pending(e) || pthread_mutex_trylock(&e->plock)) return 0;
-    return took(e);
-}
-
-/* take(), blocking up to `ns` for the lock: for a caller that would otherwise sleep on its op's
- * condition variable anyway, a wake-up for a wake-up. */
-static int take_within(cx_engine_t *e, uint64_t ns)
-{
-    if (atomic_load(&e->pwant) || cx_live_death_pending(e)) return 0;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* pthread_mutex_timedlock's clock */
-    uint64_t t = (uint64_t)ts.tv_nsec + ns;
-    ts.tv_sec += (time_t)(t / CX_NS_PER_S);
-    ts.tv_nsec = (long)(t % CX_NS_PER_S);
-    if (pthread_mutex_timedlock(&e->plock, &ts)) return 0;
-    return took(e);
-}
-
-/* Under plock, taken by this caller: `op` starts here. */
-static int drive_taken(cx_engine_t *e, cx_op_t *op, int wait)
-{
+    /* An exec's function may rely on running on the progress thread (the same-host watch's
+     * mutex is that thread's). */
+    if (!e->drive || op->kind == CX_OPK_EXEC || !take(e)) return 0;
     /* Ops queued before this one start first; behind an exec, this one queues too (in order). */
     if (!cx_progress_drain_commands(e)) {
         e->driving = 0;
@@ -326,14 +306,6 @@ static int drive_taken(cx_engine_t *e, cx_op_t *op, int wait)
     return 1;
 }
 
-int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
-{
-    /* An exec's function may rely on running on the progress thread (the same-host watch's
-     * mutex is that thread's). */
-    if (!e->drive || op->kind == CX_OPK_EXEC || !take(e)) return 0;
-    return drive_taken(e, op, wait);
-}
-
 /* The progress thread holds the transports for one loop iteration at a time, and a caller that
  * finds them taken hands its op over (cx_submit): that write to the command eventfd wakes the
  * progress thread, which then takes the lock again for the op, and the next op of this caller
@@ -344,25 +316,15 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
  * wait for it a little, without waking anybody. */
 #define CX_DRIVE_SOON_NS (10 * CX_NS_PER_US)
 
-/* A caller without a poll window that sleeps on the transports, the iteration still running as
- * CX_DRIVE_SOON_NS ran out, waits for the lock as long as this, asleep. Handing its op off, it
- * would sleep on the op anyway, and on a loaded host the pattern above held for every op: a
- * progress thread preempted with the lock outlasts any spin (test_callers_drive under ctest -j2:
- * 64 of 64 reads handed off, where an idle host starts all 64 on their callers' threads). */
-#define CX_DRIVE_SLEEP_LOCK_NS (500 * CX_NS_PER_US)
-
 int cx_drive_soon(cx_engine_t *e, cx_op_t *op)
 {
     uint64_t end = 0;
-    int sleeper = !op->w.spin_ns && e->drive_sleep;
     for (unsigned i = 1;; i++) {
         if (cx_drive(e, op, 1)) return 1;
         if (op->kind == CX_OPK_EXEC || !e->drive || atomic_load(&e->stop)) return 0;
-        if (!end)
-            end = cx_now_ns() + (op->w.spin_ns && op->w.spin_ns < CX_DRIVE_SOON_NS ? op->w.spin_ns : CX_DRIVE_SOON_NS);
+        if (!end) end = cx_now_ns() + (op->w.spin_ns < CX_DRIVE_SOON_NS ? op->w.spin_ns : CX_DRIVE_SOON_NS);
         if (!(i % CX_DRIVE_CLOCK_EVERY)) {
-            if (cx_now_ns() >= end)
-                return sleeper && take_within(e, CX_DRIVE_SLEEP_LOCK_NS) ? drive_taken(e, op, 1) : 0;
+            if (cx_now_ns() >= end) return 0;
             sched_yield();
         }
     }

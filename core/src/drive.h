@@ -22,8 +22,7 @@
 int cx_drive(cx_engine_t *e, cx_op_t *op, int wait);
 
 /* cx_drive(e, op, 1), tried again for a few microseconds while the progress thread holds the
- * transports (drive.c): for a caller with a poll window, or one that sleeps on the transports,
- * which then waits for the lock a while longer, asleep. */
+ * transports (drive.c). */
 int cx_drive_soon(cx_engine_t *e, cx_op_t *op);
 
 /* How long a caller sleeps on the transports at most (drive.c, sleep_locked) before it lets go

@@ -164,7 +164,7 @@ static int run_sync(cx_engine_t *e, cx_op_t *op)
     op->w.owned = 1;
     op->w.owner = pthread_self();
     if (driving) atomic_fetch_add(&e->drivers, 1);
-    if (driving || e->drive_sleep ? cx_drive_soon(e, op) : cx_drive(e, op, 1))
+    if (driving ? cx_drive_soon(e, op) : cx_drive(e, op, 1))
         op->w.spin_ns = 0; /* it polled for its window already */
     else if ((rc = cx_submit(e, op)) == CX_OK && driving) {
         cx_drive_wait(e, op, op->w.spin_ns);
