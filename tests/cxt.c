@@ -711,6 +711,62 @@ int cxt_required(const char *cap)
     return 0;
 }
 
+static int g_logfd = -1, g_stderr = -1;
+static char g_logpath[512], g_logtag[64];
+
+void cxt_log_capture(const char *tag)
+{
+    const char *t = getenv("TMPDIR");
+    snprintf(g_logtag, sizeof g_logtag, "%s", tag);
+    snprintf(g_logpath, sizeof g_logpath, "%s/cx_%s.%d.log", t && *t ? t : P_tmpdir, tag, (int)getpid());
+    g_logfd = open(g_logpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    assert_true(g_logfd >= 0);
+    g_stderr = dup(2);
+    assert_true(g_stderr >= 0);
+    assert_int_equal(dup2(g_logfd, 2), 2);
+}
+
+static int log_restore(void)
+{
+    if (g_stderr < 0) return 0;
+    fflush(stderr);
+    dup2(g_stderr, 2);
+    close(g_stderr);
+    g_stderr = -1;
+    return 1;
+}
+
+static void log_done(int keep)
+{
+    close(g_logfd);
+    g_logfd = -1;
+    if (keep)
+        fprintf(stderr, "%s: the whole log is in %s\n", g_logtag, g_logpath);
+    else
+        unlink(g_logpath);
+}
+
+void cxt_log_release(void (*line)(const char *text, void *arg), void *arg)
+{
+    if (!log_restore()) return;
+    FILE *f = fopen(g_logpath, "r");
+    if (f) {
+        char l[1024];
+        while (fgets(l, sizeof l, f)) line(l, arg);
+        fclose(f);
+    }
+    log_done(0);
+}
+
+void cxt_log_abort(void)
+{
+    if (!log_restore()) return;
+    char cmd[sizeof g_logpath + 32];
+    snprintf(cmd, sizeof cmd, "tail -n 80 %s >&2", g_logpath);
+    if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
+    log_done(getenv("CXT_KEEP_LOG") != NULL);
+}
+
 void cxt_skip_note(const char *cap, const char *fmt, ...)
 {
     char why[512];

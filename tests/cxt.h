@@ -139,6 +139,17 @@ void cxt_peer_stop(cxt_peer_t *p);
 /* kill -9 and reap: the way a crashed process goes (killed on purpose: status not checked). */
 void cxt_peer_crash(cxt_peer_t *p);
 
+/* ---- the process's stderr, captured ----
+ *
+ * cxt_log_capture(tag): stderr (this process's engine log, and that of peers forked meanwhile,
+ * which inherit it) goes to $TMPDIR/cx_<tag>.<pid>.log. cxt_log_release(line, arg): stderr back,
+ * then line(text, arg) for each line of the log, which is then removed. cxt_log_abort(), from a
+ * teardown after a failed case that did not reach the release: stderr back and the log's last 80
+ * lines shown (the file kept when CXT_KEEP_LOG is set). */
+void cxt_log_capture(const char *tag);
+void cxt_log_release(void (*line)(const char *text, void *arg), void *arg);
+void cxt_log_abort(void);
+
 /* ---- skips and the exit status ----
  *
  * A case that cannot run here for a missing capability (cap: "root", "netns", "etcd",

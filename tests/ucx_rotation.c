@@ -33,57 +33,27 @@
 #define SIG_MSG (256u << 10) /* long messages: more of them in flight when the worker rotates */
 #define RSS_SLACK_KIB (8 * 1024)
 
-/* The directory for scratch files: $TMPDIR, else the system's (P_tmpdir). */
-static const char *tmp_base(void)
-{
-    const char *t = getenv("TMPDIR");
-    return t && *t ? t : P_tmpdir;
-}
-
-static int g_logfd = -1, g_stderr = -1;
-static char g_logpath[512];
-
-/* Our stderr (the engine's log, and the peers' who inherit it) into a file we read at the end. */
-static void log_capture(void)
-{
-    snprintf(g_logpath, sizeof g_logpath, "%s/cx_ucx_rotation.%d.log", tmp_base(), (int)getpid());
-    g_logfd = open(g_logpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(g_logfd >= 0);
-    g_stderr = dup(2);
-    assert_true(g_stderr >= 0);
-    assert_int_equal(dup2(g_logfd, 2), 2);
-}
-
 /* Counts rotation lines (and those that moved live endpoints); echoes them to the real stderr. */
 static int g_held; /* messages held behind a retiring endpoint (logged at CONNEX_LOG=debug) */
 
-static void log_release(int *rotations, int *moved, int *errors)
+typedef struct {
+    int rotations, moved, errors;
+} logc_t;
+
+static void log_line(const char *line, void *arg)
 {
-    fflush(stderr);
-    dup2(g_stderr, 2);
-    close(g_stderr);
-    g_stderr = -1;
-    *rotations = *moved = *errors = 0;
-    FILE *f = fopen(g_logpath, "r");
-    if (f) {
-        char line[1024];
-        while (fgets(line, sizeof line, f)) {
-            const char *r = strstr(line, "ucx: worker rotated (generation");
-            if (strstr(line, "ucx: message held")) g_held++;
-            int err = strstr(line, " ERROR ") != NULL;
-            *errors += err;
-            if (strstr(line, "ucx: worker rotated") || strstr(line, "ucx_rotation:") || err ||
-                (strstr(line, " WARN ") && strstr(line, "ucx") && !strstr(line, "no active messages")))
-                fputs(line, stderr);
-            if (!r) continue;
-            (*rotations)++;
-            const char *m = strstr(r, "): ");
-            if (m && atoi(m + 3) > 0) (*moved)++;
-        }
-        fclose(f);
-    }
-    close(g_logfd);
-    unlink(g_logpath);
+    logc_t *c = arg;
+    const char *r = strstr(line, "ucx: worker rotated (generation");
+    if (strstr(line, "ucx: message held")) g_held++;
+    int err = strstr(line, " ERROR ") != NULL;
+    c->errors += err;
+    if (strstr(line, "ucx: worker rotated") || strstr(line, "ucx_rotation:") || err ||
+        (strstr(line, " WARN ") && strstr(line, "ucx") && !strstr(line, "no active messages")))
+        fputs(line, stderr);
+    if (!r) return;
+    c->rotations++;
+    const char *m = strstr(r, "): ");
+    if (m && atoi(m + 3) > 0) c->moved++;
 }
 
 /* UCX's posix shared-memory segments mapped here (its own and its peers'). */
@@ -123,7 +93,7 @@ static void test_rotation_with_live_peer(void **state)
     const char *g = getenv("CONNEX_UCX_ROTATE_GRACE_MS"), *z = getenv("CONNEX_UCX_ROTATE_ZOMBIES");
     uint64_t pace_ns =
         (uint64_t)(g && atoi(g) > 0 ? atoi(g) : 5000) * 1000000ull / (uint64_t)(z && atoi(z) > 0 ? atoi(z) : 16);
-    log_capture();
+    cxt_log_capture("ucx_rotation");
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "survivor", 0, 0, 0, 10000), 0);
     uint8_t *r = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -265,8 +235,9 @@ static void test_rotation_with_live_peer(void **state)
     cx_engine_destroy(e);
     munmap(r, RS);
     free(msgs);
-    int rotations, moved, errors;
-    log_release(&rotations, &moved, &errors);
+    logc_t c = { 0, 0, 0 };
+    cxt_log_release(log_line, &c);
+    int rotations = c.rotations, moved = c.moved, errors = c.errors;
     fprintf(stderr,
             "ucx_rotation: %d rotations logged, %d of them moved live endpoints, %d errors logged, "
             "%d messages held behind a retiring endpoint (counted at CONNEX_LOG=debug)\n",
@@ -280,23 +251,10 @@ static void test_rotation_with_live_peer(void **state)
     if (moved < 2) fail_msg("only %d rotations moved a live endpoint", moved);
 }
 
-/* After a failure (the test did not get to log_release): stderr back, the log's tail shown. */
+/* After a failure (the test did not get to the release): stderr back, the log's tail shown. */
 static int teardown(void **state)
 {
-    if (g_stderr >= 0) {
-        fflush(stderr);
-        dup2(g_stderr, 2);
-        close(g_stderr);
-        g_stderr = -1;
-        char cmd[sizeof g_logpath + 32];
-        snprintf(cmd, sizeof cmd, "tail -n 80 %s >&2", g_logpath);
-        if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
-        close(g_logfd);
-        if (getenv("CXT_KEEP_LOG"))
-            fprintf(stderr, "ucx_rotation: the whole log is in %s\n", g_logpath);
-        else
-            unlink(g_logpath);
-    }
+    cxt_log_abort();
     return cxt_watchdog_teardown(state);
 }
 

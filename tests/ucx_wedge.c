@@ -39,46 +39,18 @@
 #define OP_TIMEOUT_MS 30000
 #define WOFF (6u << 20) /* where B's region is written (read nowhere) */
 
-static const char *tmp_base(void)
-{
-    const char *t = getenv("TMPDIR");
-    return t && *t ? t : P_tmpdir;
-}
+/* Counts the rescue lines and the ERROR lines, echoing the backend's notable ones. */
+typedef struct {
+    int rescues, errors;
+} logc_t;
 
-static int g_logfd = -1, g_stderr = -1;
-static char g_logpath[512];
-
-static void log_capture(void)
+static void log_line(const char *line, void *arg)
 {
-    snprintf(g_logpath, sizeof g_logpath, "%s/cx_ucx_wedge.%d.log", tmp_base(), (int)getpid());
-    g_logfd = open(g_logpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    assert_true(g_logfd >= 0);
-    g_stderr = dup(2);
-    assert_true(g_stderr >= 0);
-    assert_int_equal(dup2(g_logfd, 2), 2);
-}
-
-/* stderr back; counts the rescue lines and the ERROR lines, echoing the backend's notable ones */
-static void log_release(int *rescues, int *errors)
-{
-    fflush(stderr);
-    dup2(g_stderr, 2);
-    close(g_stderr);
-    g_stderr = -1;
-    *rescues = *errors = 0;
-    FILE *f = fopen(g_logpath, "r");
-    if (f) {
-        char line[1024];
-        while (fgets(line, sizeof line, f)) {
-            int err = strstr(line, " ERROR ") != NULL;
-            *errors += err;
-            if (strstr(line, "still had ops of live peers")) (*rescues)++;
-            if (err || strstr(line, "ucx: worker") || strstr(line, "ucx_wedge:")) fputs(line, stderr);
-        }
-        fclose(f);
-    }
-    close(g_logfd);
-    unlink(g_logpath);
+    logc_t *c = arg;
+    int err = strstr(line, " ERROR ") != NULL;
+    c->errors += err;
+    if (strstr(line, "still had ops of live peers")) c->rescues++;
+    if (err || strstr(line, "ucx: worker") || strstr(line, "ucx_wedge:")) fputs(line, stderr);
 }
 
 typedef struct {
@@ -106,7 +78,7 @@ static void test_wedged_fifo_live_peer_ops(void **state)
         cxt_skip("ucx_wedge",
                  "run with CONNEX_BACKEND=ucx, UCX_TLS=posix,cma,self and CONNEX_UCX_FAULT_WEDGE=1 "
                  "(tests/CMakeLists.txt)");
-    log_capture();
+    cxt_log_capture("ucx_wedge");
     cx_engine_t *e;
     assert_int_equal(cxt_engine(&e, "wedged", 0, 0, 20000, OP_TIMEOUT_MS), 0);
     uint8_t *r = mmap(NULL, RS, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -230,25 +202,15 @@ static void test_wedged_fifo_live_peer_ops(void **state)
     cxt_peer_stop(&b);
     cx_engine_destroy(e);
     munmap(r, RS);
-    int rescues, errors;
-    log_release(&rescues, &errors);
-    if (errors) fail_msg("%d ERROR lines in the log", errors);
-    if (rescues < 1) fail_msg("no rescue of the wedged worker's ops logged");
+    logc_t lc = { 0, 0 };
+    cxt_log_release(log_line, &lc);
+    if (lc.errors) fail_msg("%d ERROR lines in the log", lc.errors);
+    if (lc.rescues < 1) fail_msg("no rescue of the wedged worker's ops logged");
 }
 
 static int teardown(void **state)
 {
-    if (g_stderr >= 0) {
-        fflush(stderr);
-        dup2(g_stderr, 2);
-        close(g_stderr);
-        g_stderr = -1;
-        char cmd[sizeof g_logpath + 32];
-        snprintf(cmd, sizeof cmd, "tail -n 80 %s >&2", g_logpath);
-        if (system(cmd) != 0) fprintf(stderr, "(no log)\n");
-        close(g_logfd);
-        unlink(g_logpath);
-    }
+    cxt_log_abort(); /* a failed case: stderr back, the log's tail shown */
     return cxt_watchdog_teardown(state);
 }
 

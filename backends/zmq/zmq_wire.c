@@ -5,16 +5,36 @@
 #include <stdio.h>
 #include <string.h>
 
+#define REQ_MAGIC 0x315a5843u   /* "CXZ1" */
+#define BATCH_MAGIC 0x325a5843u /* "CXZ2" */
+
+/* What a single and a batch request start with: magic, kind, 3 bytes of padding, id, sender. */
+static void head_put(cx_wr_t *w, uint32_t magic, uint8_t kind, uint64_t id, uint64_t sender)
+{
+    cx_wr_u32(w, magic);
+    cx_wr_u8(w, kind);
+    cx_wr_u8(w, 0);
+    cx_wr_u16(w, 0);
+    cx_wr_u64(w, id);
+    cx_wr_u64(w, sender);
+}
+
+static uint32_t head_get(cx_rd_t *rd, uint8_t *kind, uint64_t *id, uint64_t *sender)
+{
+    uint32_t magic = cx_rd_u32(rd);
+    *kind = cx_rd_u8(rd);
+    (void)cx_rd_u8(rd);
+    (void)cx_rd_u16(rd);
+    *id = cx_rd_u64(rd);
+    *sender = cx_rd_u64(rd);
+    return magic;
+}
+
 void cx_zmq_req_put(uint8_t *buf, const cx_zmq_req_t *r)
 {
     cx_wr_t w;
     cx_wr_init(&w, buf, CX_ZMQ_REQ_HDR);
-    cx_wr_u32(&w, 0x315a5843u); /* "CXZ1" */
-    cx_wr_u8(&w, r->kind);
-    cx_wr_u8(&w, 0);
-    cx_wr_u16(&w, 0);
-    cx_wr_u64(&w, r->id);
-    cx_wr_u64(&w, r->sender);
+    head_put(&w, REQ_MAGIC, r->kind, r->id, r->sender);
     cx_wr_u64(&w, r->addr);
     cx_wr_u64(&w, r->len);
 }
@@ -23,15 +43,10 @@ int cx_zmq_req_get(const void *buf, size_t len, cx_zmq_req_t *r)
 {
     cx_rd_t rd;
     cx_rd_init(&rd, buf, len);
-    uint32_t magic = cx_rd_u32(&rd);
-    r->kind = cx_rd_u8(&rd);
-    (void)cx_rd_u8(&rd);
-    (void)cx_rd_u16(&rd);
-    r->id = cx_rd_u64(&rd);
-    r->sender = cx_rd_u64(&rd);
+    uint32_t magic = head_get(&rd, &r->kind, &r->id, &r->sender);
     r->addr = cx_rd_u64(&rd);
     r->len = cx_rd_u64(&rd);
-    if (!cx_rd_done(&rd) || magic != 0x315a5843u || r->kind > CX_XFER_MSG) return CX_EINVAL;
+    if (!cx_rd_done(&rd) || magic != REQ_MAGIC || r->kind > CX_XFER_MSG) return CX_EINVAL;
     return CX_OK;
 }
 
@@ -53,18 +68,11 @@ int cx_zmq_rep_get(const void *buf, size_t len, cx_zmq_rep_t *r)
     return CX_OK;
 }
 
-#define BATCH_MAGIC 0x325a5843u /* "CXZ2" */
-
 void cx_zmq_breq_put(uint8_t *buf, const cx_zmq_breq_t *r)
 {
     cx_wr_t w;
     cx_wr_init(&w, buf, CX_ZMQ_BREQ_HDR);
-    cx_wr_u32(&w, BATCH_MAGIC);
-    cx_wr_u8(&w, r->kind);
-    cx_wr_u8(&w, 0);
-    cx_wr_u16(&w, 0);
-    cx_wr_u64(&w, r->id);
-    cx_wr_u64(&w, r->sender);
+    head_put(&w, BATCH_MAGIC, r->kind, r->id, r->sender);
     cx_wr_u32(&w, r->n);
     cx_wr_u32(&w, 0);
 }
@@ -81,12 +89,7 @@ int cx_zmq_breq_head(const void *buf, size_t len, cx_zmq_breq_t *r)
 {
     cx_rd_t rd;
     cx_rd_init(&rd, buf, len < CX_ZMQ_BREQ_HDR ? len : CX_ZMQ_BREQ_HDR);
-    uint32_t magic = cx_rd_u32(&rd);
-    r->kind = cx_rd_u8(&rd);
-    (void)cx_rd_u8(&rd);
-    (void)cx_rd_u16(&rd);
-    r->id = cx_rd_u64(&rd);
-    r->sender = cx_rd_u64(&rd);
+    uint32_t magic = head_get(&rd, &r->kind, &r->id, &r->sender);
     r->n = cx_rd_u32(&rd);
     (void)cx_rd_u32(&rd);
     r->ents = NULL;
