@@ -236,7 +236,10 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
     while (e->head) {
         cx_xfer_t *x = e->head;
         cx_zmq_out_del(e, x);
-        cx_core_xfer_done(b->core, x, CX_EPEER);
+        if (x->bp[4])
+            cx_zmq_piece_done(b, NULL, x, CX_EPEER);
+        else
+            cx_core_xfer_done(b->core, x, CX_EPEER);
     }
     free(e);
 }
@@ -250,6 +253,12 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
  * such a window (conformance_gpu_zmq aborted in 3 of 34 runs). zmq_send copied the data into a
  * message anyway: one frame costs no more. */
 int cx_zmq_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
+{
+    if (x->kind != CX_XFER_MSG && x->len > CX_ZMQ_PIECE) return cx_zmq_submit_big(b, e, x);
+    return cx_zmq_submit_one(b, e, x);
+}
+
+int cx_zmq_submit_one(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
 {
     cx_zmq_req_t r = { .kind = (uint8_t)x->kind,
                        .id = b->next_id++,
@@ -278,6 +287,7 @@ int cx_zmq_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
     }
     x->bp[2] = (void *)(uintptr_t)r.id;
     x->bp[3] = NULL;
+    x->bp[4] = NULL;
     cx_zmq_out_add(e, x);
     return CX_OK;
 }
@@ -327,7 +337,10 @@ static int take_replies(struct cx_backend *b, struct cx_bep *e)
         }
         cx_zmq_close_parts(parts, n);
         cx_zmq_out_del(e, x);
-        cx_core_xfer_done(b->core, x, st);
+        if (x->bp[4])
+            cx_zmq_piece_done(b, e, x, st);
+        else
+            cx_core_xfer_done(b->core, x, st);
     }
     return 0;
 }

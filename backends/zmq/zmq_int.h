@@ -120,10 +120,22 @@ void cx_zmq_close_parts(zmq_msg_t *parts, int n);
 int cx_zmq_readable(void *sock);
 
 /* Outstanding xfers of an endpoint (zmq_backend.c): bp[0] next, bp[1] prev, bp[2] the request
- * id, bp[3] 0 for a single request, else the xfer's place in its batch frame, from 1. */
+ * id, bp[3] 0 for a single request, else the xfer's place in its batch frame, from 1, bp[4] a
+ * piece's transfer (zmq_piece.c). */
 void cx_zmq_out_add(struct cx_bep *e, cx_xfer_t *x);
 void cx_zmq_out_del(struct cx_bep *e, cx_xfer_t *x);
 int cx_zmq_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x);
+/* One request for x as it is, whatever its size (cx_zmq_submit cuts large ones). */
+int cx_zmq_submit_one(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x);
+
+/* zmq_piece.c: a read, write or put_signal of more than CX_ZMQ_PIECE bytes goes as pieces of at
+ * most that many, each a single request, CX_ZMQ_PIECES_OUT in flight; a piece's bp[4] points at
+ * its transfer (NULL on every other request). cx_zmq_piece_done takes a piece's completion in
+ * place of cx_core_xfer_done, with e NULL while the endpoint closes (no piece goes any more). */
+#define CX_ZMQ_PIECE (4u << 20)
+#define CX_ZMQ_PIECES_OUT 2u
+int cx_zmq_submit_big(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x);
+void cx_zmq_piece_done(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *p, int status);
 /* zmq_batch.c: the ops table's submit_batch, and the reply to a batch frame whose first xfer is x
  * (parts[0] is its head). */
 void cx_zmq_submit_batch(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *const *xs, size_t n, int *rcs);

@@ -26,6 +26,8 @@ static cx_backend_t *ba, *bb;
 static cx_bep_t *ab; /* A's endpoint to B */
 static int cookie_a, cookie_b;
 static void *rctx, *raw; /* the test's own DEALER, connected to B's ROUTER */
+static char baddr[256];  /* B's address blob */
+static size_t baddr_len;
 
 #define REG (256u << 10)  /* room for entries that go zero-copy (CX_ZMQ_ZEROCOPY_MIN) */
 #define RAW_INC 0x7777ull /* the raw DEALER's "incarnation" */
@@ -557,6 +559,114 @@ static void test_address_blob(void **state)
     assert_int_equal(cx_zmq_addr_put(blob, 20, "tcp://10.0.0.1:5555", 0), CX_EINVAL);
 }
 
+/* A transfer larger than CX_ZMQ_PIECE goes as pieces (zmq_piece.c): each a request the target
+ * serves (one region check each), the transfer completed once, with every byte in place; a
+ * put_signal's message only after all of them; a piece the target refuses fails the transfer
+ * (and a put_signal's message is never delivered); a disconnect with pieces in flight completes
+ * it once with CX_EPEER. */
+static void test_large_transfers_go_in_pieces(void **state)
+{
+    (void)state;
+    const size_t len = 2 * CX_ZMQ_PIECE + 4099; /* three pieces, the last a short one */
+    const size_t npieces = 3;
+    unsigned char *a = malloc(len), *bm = malloc(len + 64);
+    assert_non_null(a);
+    assert_non_null(bm);
+    unsigned char key[64];
+    size_t kl = sizeof key;
+    void *amh2, *bmh2;
+    assert_int_equal(ops->mem_reg(ba, a, len, CX_MEM_HOST, &amh2, key, &kl), CX_OK);
+    kl = sizeof key;
+    assert_int_equal(ops->mem_reg(bb, bm, len + 64, CX_MEM_HOST, &bmh2, key, &kl), CX_OK);
+    for (size_t i = 0; i < len; i++) a[i] = (unsigned char)(i * 7 + (i >> 13));
+    memset(bm, 0, len + 64);
+    uint64_t rb = (uint64_t)(uintptr_t)bm;
+    fc_xfer_t f;
+
+    int checks = cb.region_checks;
+    fc_xfer_init(&f, CX_XFER_WRITE, a, len, rb + 32, NULL, 0);
+    f.x.local_mh = amh2;
+    f.x.remote_base = rb;
+    assert_int_equal(run1(&f), CX_OK);
+    assert_int_equal(f.done, 1);
+    assert_int_equal(cb.region_checks - checks, (int)npieces);
+    assert_memory_equal(bm + 32, a, len);
+    assert_int_equal(bm[31], 0);
+    assert_int_equal(bm[32 + len], 0);
+
+    unsigned char *back = calloc(1, len);
+    assert_non_null(back);
+    void *backmh;
+    kl = sizeof key;
+    assert_int_equal(ops->mem_reg(ba, back, len, CX_MEM_HOST, &backmh, key, &kl), CX_OK);
+    fc_xfer_init(&f, CX_XFER_READ, back, len, rb + 32, NULL, 0);
+    f.x.local_mh = backmh;
+    f.x.remote_base = rb;
+    assert_int_equal(run1(&f), CX_OK);
+    assert_int_equal(f.done, 1);
+    assert_memory_equal(back, a, len);
+
+    /* put_signal: at delivery every byte of every piece is in place */
+    memset(a, 0x6b, len);
+    int nmsg = cb.nmsg;
+    cb.check_at = bm;
+    cb.check_len = len;
+    cb.check_val = 0x6b;
+    fc_xfer_init(&f, CX_XFER_PUT_SIGNAL, a, len, rb, "all in", 6);
+    f.x.local_mh = amh2;
+    f.x.remote_base = rb;
+    assert_int_equal(run1(&f), CX_OK);
+    assert_int_equal(f.done, 1);
+    assert_int_equal(cb.check_failed, 0);
+    assert_int_equal(cb.nmsg, nmsg + 1);
+    assert_memory_equal(cb.msg[nmsg], "all in", 6);
+    cb.check_at = NULL;
+
+    /* the target refuses the first piece, then the last: the transfer fails, no message */
+    for (int which = 0; which < 2; which++) {
+        cb.reg_lo = which ? rb : rb + CX_ZMQ_PIECE;
+        cb.reg_hi = which ? rb + len - 1 : rb + len + 64;
+        fc_xfer_init(&f, CX_XFER_PUT_SIGNAL, a, len, rb, "never", 5);
+        f.x.local_mh = amh2;
+        f.x.remote_base = rb;
+        assert_int_equal(run1(&f), CX_EINVAL);
+        assert_int_equal(f.done, 1);
+        assert_int_equal(cb.nmsg, nmsg + 1);
+        fc_xfer_init(&f, CX_XFER_WRITE, a, len, rb, NULL, 0);
+        f.x.local_mh = amh2;
+        f.x.remote_base = rb;
+        assert_int_equal(run1(&f), CX_EINVAL);
+        assert_int_equal(f.done, 1);
+    }
+    cb.reg_lo = cb.reg_hi = 0;
+
+    /* pieces in flight as the endpoint closes: completed once, CX_EPEER */
+    cx_bep_t *ep2;
+    assert_int_equal(ops->connect(ba, &cookie_b, baddr, baddr_len, &ep2), CX_OK);
+    fc_xfer_init(&f, CX_XFER_READ, back, len, rb, NULL, 0);
+    f.x.local_mh = backmh;
+    f.x.remote_base = rb;
+    assert_int_equal(ops->submit(ba, ep2, &f.x), CX_OK);
+    assert_int_equal(f.done, 0);
+    ops->disconnect(ba, ep2, CX_ETIMEDOUT);
+    assert_int_equal(f.done, 1);
+    assert_int_equal(f.status, CX_EPEER);
+    /* B serves what reached it; its replies go nowhere */
+    uint64_t end = fc_now_ms() + 200;
+    while (fc_now_ms() < end) {
+        ops->progress(bb);
+        ops->progress(ba);
+    }
+    assert_int_equal(f.done, 1);
+
+    ops->mem_dereg(ba, backmh);
+    ops->mem_dereg(ba, amh2);
+    ops->mem_dereg(bb, bmh2);
+    free(back);
+    free(a);
+    free(bm);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -569,6 +679,8 @@ static int group_setup(void **state)
     if (ops->mem_reg(ba, abuf, REG, CX_MEM_HOST, &amh, key, &kl)) return -1;
     kl = sizeof key;
     if (ops->mem_reg(bb, bbuf, REG, CX_MEM_HOST, &bmh, key, &kl)) return -1;
+    memcpy(baddr, addr, len);
+    baddr_len = len;
     addr[len] = 0;
     rctx = zmq_ctx_new();
     raw = rctx ? zmq_socket(rctx, ZMQ_DEALER) : NULL;
@@ -603,6 +715,7 @@ int main(void)
         cmocka_unit_test_setup(test_raw_batch_frames, setup),
         cmocka_unit_test_setup(test_old_peer_gets_single_frames, setup),
         cmocka_unit_test_setup(test_address_blob, setup),
+        cmocka_unit_test_setup(test_large_transfers_go_in_pieces, setup),
     };
     return cmocka_run_group_tests_name("zmq_backend", tests, group_setup, group_teardown);
 }
