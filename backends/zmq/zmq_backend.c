@@ -233,14 +233,7 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
     else
         b->eps = e->next;
     if (e->next) e->next->prev = e->prev;
-    while (e->head) {
-        cx_xfer_t *x = e->head;
-        cx_zmq_out_del(e, x);
-        if (x->bp[4])
-            cx_zmq_piece_done(b, NULL, x, CX_EPEER);
-        else
-            cx_core_xfer_done(b->core, x, CX_EPEER);
-    }
+    cx_zmq_flow_close(b, e); /* in flight and waiting: CX_EPEER */
     free(e);
 }
 
@@ -252,12 +245,6 @@ static void zmq_be_disconnect(cx_backend_t *b, cx_bep_t *e, int why)
  * read the rest. A put_signal used to go as header, data, message, so the whole data transfer was
  * such a window (conformance_gpu_zmq aborted in 3 of 34 runs). zmq_send copied the data into a
  * message anyway: one frame costs no more. */
-int cx_zmq_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
-{
-    if (x->kind != CX_XFER_MSG && x->len > CX_ZMQ_PIECE) return cx_zmq_submit_big(b, e, x);
-    return cx_zmq_submit_one(b, e, x);
-}
-
 int cx_zmq_submit_one(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x)
 {
     cx_zmq_req_t r = { .kind = (uint8_t)x->kind,
@@ -337,10 +324,7 @@ static int take_replies(struct cx_backend *b, struct cx_bep *e)
         }
         cx_zmq_close_parts(parts, n);
         cx_zmq_out_del(e, x);
-        if (x->bp[4])
-            cx_zmq_piece_done(b, e, x, st);
-        else
-            cx_core_xfer_done(b->core, x, st);
+        cx_zmq_flow_done(b, e, x, st);
     }
     return 0;
 }

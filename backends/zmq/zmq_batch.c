@@ -50,7 +50,7 @@ static int send_frame(struct cx_backend *b, struct cx_bep *e, cx_xfer_t *const *
     for (uint32_t i = 0; i < n; i++) {
         xs[i]->bp[2] = (void *)(uintptr_t)r.id;
         xs[i]->bp[3] = (void *)(uintptr_t)(i + 1);
-        xs[i]->bp[4] = NULL;
+        xs[i]->bp[4] = xs[i]->bp[5] = NULL;
         cx_zmq_out_add(e, xs[i]);
     }
     return CX_OK;

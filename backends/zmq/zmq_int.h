@@ -93,6 +93,11 @@ struct cx_bep {
     /* Outstanding xfers, oldest first (bp[0] next, bp[1] prev, bp[2] id): the target serves a
      * DEALER's requests in order, so a reply is for the oldest or close to it. */
     cx_xfer_t *head, *tail;
+    /* The send window (zmq_flow.c): large requests in flight, the xfers waiting (in order, bp[0]
+     * next), the large transfer whose pieces are going out. */
+    unsigned large_out;
+    cx_xfer_t *wq_head, *wq_tail;
+    struct cx_zmq_big *cur;
     struct cx_bep *next, *prev;
 };
 
@@ -120,22 +125,26 @@ void cx_zmq_close_parts(zmq_msg_t *parts, int n);
 int cx_zmq_readable(void *sock);
 
 /* Outstanding xfers of an endpoint (zmq_backend.c): bp[0] next, bp[1] prev, bp[2] the request
- * id, bp[3] 0 for a single request, else the xfer's place in its batch frame, from 1, bp[4] a
- * piece's transfer (zmq_piece.c). */
+ * id, bp[3] 0 for a single request, else the xfer's place in its batch frame, from 1, bp[4] and
+ * bp[5] the send window's (zmq_flow.c). */
 void cx_zmq_out_add(struct cx_bep *e, cx_xfer_t *x);
 void cx_zmq_out_del(struct cx_bep *e, cx_xfer_t *x);
 int cx_zmq_submit(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x);
-/* One request for x as it is, whatever its size (cx_zmq_submit cuts large ones). */
+/* One request for x as it is, now, whatever its size (cx_zmq_submit applies the window). */
 int cx_zmq_submit_one(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x);
 
-/* zmq_piece.c: a read, write or put_signal of more than CX_ZMQ_PIECE bytes goes as pieces of at
- * most that many, each a single request, CX_ZMQ_PIECES_OUT in flight; a piece's bp[4] points at
- * its transfer (NULL on every other request). cx_zmq_piece_done takes a piece's completion in
- * place of cx_core_xfer_done, with e NULL while the endpoint closes (no piece goes any more). */
+/* zmq_flow.c: the send window. A read or write of CX_ZMQ_ZEROCOPY_MIN bytes or more is large:
+ * CX_ZMQ_WINDOW of them are in flight per endpoint, the rest wait in order (messages and
+ * put_signals behind them too); one of more than CX_ZMQ_PIECE bytes goes as pieces of at most
+ * that many, each a single request through the window. cx_zmq_submit is the ops table's submit.
+ * A request counted in the window has bp[5] set, a piece bp[4] pointing at its transfer (both
+ * NULL on every other request). cx_zmq_flow_done takes every single request's completion in
+ * place of cx_core_xfer_done; cx_zmq_flow_close completes what is in flight and what waits as
+ * the endpoint closes (CX_EPEER). */
 #define CX_ZMQ_PIECE (4u << 20)
-#define CX_ZMQ_PIECES_OUT 2u
-int cx_zmq_submit_big(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x);
-void cx_zmq_piece_done(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *p, int status);
+#define CX_ZMQ_WINDOW 2u
+void cx_zmq_flow_done(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *x, int status);
+void cx_zmq_flow_close(cx_backend_t *b, cx_bep_t *e);
 /* zmq_batch.c: the ops table's submit_batch, and the reply to a batch frame whose first xfer is x
  * (parts[0] is its head). */
 void cx_zmq_submit_batch(cx_backend_t *b, cx_bep_t *e, cx_xfer_t *const *xs, size_t n, int *rcs);

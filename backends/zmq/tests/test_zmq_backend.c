@@ -559,7 +559,7 @@ static void test_address_blob(void **state)
     assert_int_equal(cx_zmq_addr_put(blob, 20, "tcp://10.0.0.1:5555", 0), CX_EINVAL);
 }
 
-/* A transfer larger than CX_ZMQ_PIECE goes as pieces (zmq_piece.c): each a request the target
+/* A transfer larger than CX_ZMQ_PIECE goes as pieces (zmq_flow.c): each a request the target
  * serves (one region check each), the transfer completed once, with every byte in place; a
  * put_signal's message only after all of them; a piece the target refuses fails the transfer
  * (and a put_signal's message is never delivered); a disconnect with pieces in flight completes
@@ -667,6 +667,63 @@ static void test_large_transfers_go_in_pieces(void **state)
     free(bm);
 }
 
+/* The send window (zmq_flow.c): two large requests in flight, the third waits, a message waits
+ * behind it (and is delivered after its bytes are in place), a small write passes; all complete
+ * once, verified. A disconnect completes what is in flight and what waits with CX_EPEER. */
+static void test_send_window(void **state)
+{
+    (void)state;
+    const size_t big = CX_ZMQ_ZEROCOPY_MIN;
+    uint64_t rb = (uint64_t)(uintptr_t)bbuf;
+    for (size_t i = 0; i < 3 * big + 4096; i++) abuf[i] = (unsigned char)(i / big + 1);
+    fc_xfer_t f[5], *fp[5];
+    for (int i = 0; i < 3; i++) xfer_init(&f[i], CX_XFER_WRITE, abuf + i * big, big, rb + i * big, NULL, 0);
+    xfer_init(&f[3], CX_XFER_MSG, NULL, 0, 0, "after", 5);
+    xfer_init(&f[4], CX_XFER_WRITE, abuf + 3 * big, 4096, rb + 3 * big, NULL, 0);
+    for (int i = 0; i < 5; i++) {
+        fp[i] = &f[i];
+        assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
+    }
+    assert_int_equal(ab->large_out, CX_ZMQ_WINDOW);
+    int waiting = 0;
+    for (cx_xfer_t *x = ab->wq_head; x; x = x->bp[0]) waiting++;
+    assert_int_equal(waiting, 2); /* the third large write, and the message behind it */
+    assert_ptr_equal(ab->wq_head, &f[2].x);
+    int nmsg = cb.nmsg;
+    cb.check_at = bbuf + 2 * big; /* the waiting write is in place when the message arrives */
+    cb.check_len = big;
+    cb.check_val = 3;
+    assert_int_equal(fc_drive(ops, ba, bb, fp, 5, 5000), 0);
+    cb.check_at = NULL;
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(f[i].done, 1);
+        assert_int_equal(f[i].status, CX_OK);
+    }
+    assert_int_equal(cb.check_failed, 0);
+    assert_int_equal(cb.nmsg, nmsg + 1);
+    assert_memory_equal(bbuf, abuf, 3 * big + 4096);
+    assert_int_equal(ab->large_out, 0);
+    assert_null(ab->wq_head);
+
+    /* B never serves these: A's endpoint closes with two in flight and three waiting */
+    cx_bep_t *ep2;
+    assert_int_equal(ops->connect(ba, &cookie_b, baddr, baddr_len, &ep2), CX_OK);
+    for (int i = 0; i < 4; i++) xfer_init(&f[i], CX_XFER_READ, abuf + i * big / 2, big / 2, rb, NULL, 0);
+    xfer_init(&f[4], CX_XFER_MSG, NULL, 0, 0, "gone", 4);
+    for (int i = 0; i < 5; i++) assert_int_equal(ops->submit(ba, ep2, &f[i].x), CX_OK);
+    ops->disconnect(ba, ep2, CX_ETIMEDOUT);
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(f[i].done, 1);
+        assert_int_equal(f[i].status, CX_EPEER);
+    }
+    uint64_t end = fc_now_ms() + 200; /* B serves what reached it; the replies go nowhere */
+    while (fc_now_ms() < end) {
+        ops->progress(bb);
+        ops->progress(ba);
+    }
+    for (int i = 0; i < 5; i++) assert_int_equal(f[i].done, 1);
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -716,6 +773,7 @@ int main(void)
         cmocka_unit_test_setup(test_old_peer_gets_single_frames, setup),
         cmocka_unit_test_setup(test_address_blob, setup),
         cmocka_unit_test_setup(test_large_transfers_go_in_pieces, setup),
+        cmocka_unit_test_setup(test_send_window, setup),
     };
     return cmocka_run_group_tests_name("zmq_backend", tests, group_setup, group_teardown);
 }
