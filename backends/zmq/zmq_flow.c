@@ -87,9 +87,9 @@ static void pump(cx_backend_t *b, struct cx_bep *e)
         while (g->busy[k]) k++; /* out < large_out's bound: one is free */
         cx_xfer_t *p = &g->piece[k];
         memset(p, 0, sizeof *p);
-        p->kind = x->kind == CX_XFER_READ ? CX_XFER_READ
+        p->kind = x->kind == CX_XFER_READ           ? CX_XFER_READ
             : last && x->kind == CX_XFER_PUT_SIGNAL ? CX_XFER_PUT_SIGNAL
-                                                   : CX_XFER_WRITE;
+                                                    : CX_XFER_WRITE;
         p->local = (uint8_t *)x->local + g->next;
         p->len = len;
         p->local_mh = x->local_mh;
