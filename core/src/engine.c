@@ -97,6 +97,10 @@ void cx_op_destroy(cx_op_t *op)
 
 void cx_op_complete(cx_op_t *op, int status)
 {
+    /* Ending as the engine closes, a local error is the close's doing: a backend tearing its
+     * connections down cancels what it had posted (libfabric's rxm: FI_ECANCELED), and a staged
+     * put_signal caught in that ended CX_ERR (conformance_gpu, in CI). */
+    if (status == CX_ERR && op->e && atomic_load(&op->e->stop)) status = CX_ECLOSED;
     if (op->on_done) {
         op->on_done(op, status);
         return;
