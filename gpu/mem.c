@@ -116,8 +116,12 @@ int cx_gpu_memcpy(void *dst, const void *src, size_t len)
     }
     int rc = cx_cuda_ctx(md.kind == CX_MEM_CUDA ? md.device : ms.device);
     if (rc) return rc;
-    /* Unified addressing lets one call serve H2D, D2H and D2D. */
+    /* Unified addressing lets one call serve H2D, D2H and D2D. Into device memory cuMemcpy may
+     * return before the bytes land (a pageable source is staged by the driver first, D2D is
+     * asynchronous), and the copy engine's streams do not wait for the legacy stream: the sync
+     * makes the bytes visible to every stream when this returns. */
     CUresult r = cx_cuda()->cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, len);
+    if (r == CUDA_SUCCESS && md.kind == CX_MEM_CUDA) r = cx_cuda()->cuStreamSynchronize(NULL);
     if (r != CUDA_SUCCESS) {
         cx_error("cuMemcpy(%p <- %p, %zu): %s", dst, src, len, cx_cuda_errname(r));
         return CX_ERR;
@@ -135,7 +139,9 @@ int cx_gpu_memset(void *dst, int c, size_t len)
     }
     int rc = cx_cuda_ctx(m.device);
     if (rc) return rc;
+    /* cuMemsetD8 on device memory is asynchronous to the host: done means done. */
     CUresult r = cx_cuda()->cuMemsetD8((CUdeviceptr)(uintptr_t)dst, (unsigned char)c, len);
+    if (r == CUDA_SUCCESS) r = cx_cuda()->cuStreamSynchronize(NULL);
     if (r != CUDA_SUCCESS) {
         cx_error("cuMemsetD8(%p, %zu): %s", dst, len, cx_cuda_errname(r));
         return CX_ERR;

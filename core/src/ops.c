@@ -88,13 +88,17 @@ static int proves_alive(const cx_engine_t *e, const cx_op_t *op)
  * later, give or take a tick. */
 #define CX_SETTLE_NS (20 * CX_NS_PER_MS)
 
-/* Ops linked to their peer (the ones cx_peer_ops_fail ends): a caller's, and a background
- * transfer's chunk, whose status its transfer takes (a chunk ended CX_ERR by a killed peer's
- * cancelled post ended the transfer CX_ERR: connex-bench soak, libfabric tcp, 1 of 60,000 batch
- * ops). Not a staging chunk or a group step, whose owners end them. */
+/* Ops linked to their peer (the ones cx_peer_ops_fail ends): a caller's, a background
+ * transfer's chunk, and a staged op's chunk (its own ring's or one the target stages), whose
+ * status their owner takes (a chunk ended CX_ERR by a killed peer's cancelled post ended the
+ * transfer CX_ERR: connex-bench soak, libfabric tcp, 1 of 60,000 batch ops; a staged put_signal
+ * to a peer killed mid-staging, conformance_gpu on CUDA). Not a staged op itself or a group step,
+ * whose chunks or owners end them. */
 static int may_wait_verdict(const cx_op_t *op)
 {
-    return op->next && !op->arg && (op->kind < CX_OPK_COUNT || op->kind == CX_OPK_CHUNK);
+    if (!op->next) return 0;
+    if (op->kind == CX_OPK_SUB || op->kind == CX_OPK_TSUB) return 1;
+    return !op->arg && (op->kind < CX_OPK_COUNT || op->kind == CX_OPK_CHUNK);
 }
 
 void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status)

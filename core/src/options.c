@@ -98,6 +98,8 @@ static const cx_opt_def_t g_opts[] = {
       "staging slots one transfer may hold (unset: slots/2, at least 2)", 0 },
     { "CONNEX_STAGE_PEER_JOBS", U, "4", 1, 1024, NULL, "gpu",
       "ranges of its device memory a target stages for one peer at once; more wait", 0 },
+    { "CONNEX_STAGE_SYNC_MAX", BY, "262144", 0, GIB, NULL, "gpu",
+      "CUDA copies up to this size onto an idle stream are waited for, not called back (0: never)", 0 },
 };
 
 #define N_OPTS (sizeof g_opts / sizeof g_opts[0])

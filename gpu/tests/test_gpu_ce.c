@@ -103,6 +103,83 @@ static void t_copies(void **state)
     cx_pinned_free(&dst);
 }
 
+/* cx_gpu_memcpy / cx_gpu_memset into device memory are done when they return, also for the copy
+ * engine's own streams: a D2H right after reads the new bytes (small copies are the ones a
+ * driver may return from early). */
+static void t_sync_copies_visible(void **state)
+{
+    (void)state;
+    cx_ce_t *ce;
+    assert_int_equal(cx_ce_create(g_kind, 0, &ce), CX_OK);
+    enum { LEN = 16 << 10, ROUNDS = 64 };
+    void *dev;
+    assert_int_equal(cx_gpu_dev_alloc(g_kind, 0, LEN, &dev), CX_OK);
+    unsigned char *src = malloc(LEN); /* pageable, as a caller's buffer is */
+    assert_non_null(src);
+    cx_pinned_t dst;
+    assert_int_equal(cx_pinned_alloc(LEN, &dst), CX_OK);
+    cx_ce_done_t d;
+    for (int k = 0; k < ROUNDS; k++) {
+        if (k % 2) {
+            assert_int_equal(cx_gpu_memset(dev, k, LEN), CX_OK);
+            memset(src, k, LEN);
+        } else {
+            for (size_t i = 0; i < LEN; i++) src[i] = (unsigned char)(i * 13 + (size_t)k);
+            assert_int_equal(cx_gpu_memcpy(dev, src, LEN), CX_OK);
+        }
+        assert_int_equal(cx_ce_copy(ce, CX_CE_D2H, dev, dst.p, LEN, NULL), CX_OK);
+        assert_int_equal(collect(ce, &d, 1), 1);
+        assert_int_equal(d.status, CX_OK);
+        assert_memory_equal(dst.p, src, LEN);
+    }
+    cx_ce_destroy(ce);
+    cx_gpu_dev_free(dev);
+    free(src);
+    cx_pinned_free(&dst);
+}
+
+/* Small copies (waited for in place on CUDA) and large ones (called back) mixed on one stream
+ * still complete in submission order, and each moves its own bytes. */
+static void t_mixed_sizes_in_order(void **state)
+{
+    (void)state;
+    cx_ce_t *ce;
+    assert_int_equal(cx_ce_create(g_kind, 0, &ce), CX_OK);
+    enum { N = 12 };
+    const size_t big = (size_t)4 << 20, small = 4096, stride = (size_t)4 << 20;
+    void *dev;
+    assert_int_equal(cx_gpu_dev_alloc(g_kind, 0, stride * N, &dev), CX_OK);
+    cx_pinned_t src, dst;
+    assert_int_equal(cx_pinned_alloc(stride * N, &src), CX_OK);
+    assert_int_equal(cx_pinned_alloc(stride * N, &dst), CX_OK);
+    for (size_t i = 0; i < stride * N; i++) ((unsigned char *)src.p)[i] = (unsigned char)(i * 5 + 1);
+    memset(dst.p, 0, stride * N);
+    for (int dir = 0; dir < 2; dir++) {
+        for (int i = 0; i < N; i++) {
+            size_t len = i % 3 == 0 ? big : small;
+            char *dv = (char *)dev + (size_t)i * stride;
+            char *h = (char *)(dir == 0 ? src.p : dst.p) + (size_t)i * stride;
+            assert_int_equal(cx_ce_copy(ce, dir == 0 ? CX_CE_H2D : CX_CE_D2H, dv, h, len, (void *)(uintptr_t)(i + 1)),
+                             CX_OK);
+        }
+        cx_ce_done_t d[N];
+        assert_int_equal(collect(ce, d, N), N);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal((uintptr_t)d[i].cookie, i + 1);
+            assert_int_equal(d[i].status, CX_OK);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        size_t len = i % 3 == 0 ? big : small;
+        assert_memory_equal((char *)dst.p + (size_t)i * stride, (char *)src.p + (size_t)i * stride, len);
+    }
+    assert_int_equal(cx_ce_inflight(ce), 0);
+    cx_ce_destroy(ce);
+    cx_gpu_dev_free(dev);
+    cx_pinned_free(&src);
+    cx_pinned_free(&dst);
+}
+
 /* Destroy waits for copies still running (nothing is written after it returns). */
 static void t_destroy_inflight(void **state)
 {
@@ -150,6 +227,8 @@ int main(void)
     }
     const struct CMUnitTest t[] = {
         cmocka_unit_test(t_copies),
+        cmocka_unit_test(t_sync_copies_visible),
+        cmocka_unit_test(t_mixed_sizes_in_order),
         cmocka_unit_test(t_destroy_inflight),
         cmocka_unit_test(t_bad_create),
     };

@@ -366,9 +366,11 @@ static void t_cancel_mid_transfer(void **state)
 {
     (void)state;
     if (g_kind == CX_MEM_SIM) setenv("CONNEX_GPU_SIM_GBPS", "0.5", 1);
+    setenv("CONNEX_STAGE_SYNC_MAX", "0", 1); /* CUDA: every copy called back, so one is in flight */
     const size_t C = 256 << 10, len = 64 * C;
     cx_stage_t *st = mk(C, 4, 4);
     unsetenv("CONNEX_GPU_SIM_GBPS");
+    unsetenv("CONNEX_STAGE_SYNC_MAX");
     for (int dir = 0; dir < 2; dir++) {
         void *dev;
         assert_int_equal(cx_gpu_dev_alloc(g_kind, 0, len, &dev), CX_OK);
