@@ -174,7 +174,7 @@ static ucs_status_t cx_ucx_am_ack(void *arg, const void *hdr, size_t hlen, void 
     int status = h.status; /* the decoder maps codes a target cannot answer to CX_ERR */
     op->acked = 1;
     op->ack_status = status;
-    if (op->sent) cx_ucx_op_finish(b, op, status);
+    if (op->sent) cx_ucx_acked(b, op);
     return UCS_OK;
 }
 
@@ -199,7 +199,7 @@ int cx_ucx_am_init(cx_ucx_wk_t *wk)
         p.cb = cx_ucx_am_upd;
         st = cx_ucx_lib.ucp_worker_set_am_recv_handler(wk->w, &p);
     }
-    if (st == UCS_OK) return cx_ucx_read_am_init(wk, &p);
+    if (st == UCS_OK) return cx_ucx_read_am_init(wk, &p) == CX_OK ? cx_ucx_write_am_init(wk, &p) : CX_ERR;
     if (st != UCS_OK) {
         cx_error("ucx: ucp_worker_set_am_recv_handler failed: %s", cx_ucx_lib.ucs_status_string(st));
         return CX_ERR;

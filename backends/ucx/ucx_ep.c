@@ -89,6 +89,27 @@ void cx_ucx_lanes_parse(const char *info, char *buf, size_t n)
     }
 }
 
+/* Whether UCX would emulate puts and gets on these lanes ("tcp/lo,posix/memory", as parsed
+ * above) with active messages that it serves inside its own handlers at the target: none of them
+ * reaches remote memory itself (tcp, the shared-memory FIFOs and ud cannot; rc, dc, cma, knem,
+ * xpmem, gdr_copy and cuda_ipc can). Unknown lanes count as emulated: reads answered and writes
+ * applied by the target (ucx_read.c, ucx_write.c) work on any lane. */
+int cx_ucx_tl_sw_rma(const char *tl)
+{
+    static const char *const no_rma[] = { "tcp", "posix", "sysv", "ud", "ud_verbs", "ud_mlx5", NULL };
+    if (!tl || !*tl) return 1;
+    for (const char *s = tl; *s;) {
+        size_t n = strcspn(s, ",");
+        size_t name = strcspn(s, "/,");
+        int emulated = 0;
+        for (int i = 0; no_rma[i] && !emulated; i++)
+            emulated = strlen(no_rma[i]) == name && !memcmp(s, no_rma[i], name);
+        if (!emulated) return 0;
+        s += n + (s[n] == ',');
+    }
+    return 1;
+}
+
 static void cx_ucx_ue_lanes(cx_ucx_ue_t *ue)
 {
     char *text = NULL;
@@ -102,6 +123,7 @@ static void cx_ucx_ue_lanes(cx_ucx_ue_t *ue)
         if (cx_log_level >= CX_LOG_DEBUG) fputs(text, stderr);
     }
     free(text);
+    ue->sw_rma = cx_ucx_tl_sw_rma(ue->tl);
     cx_debug("ucx: endpoint lanes: %s (%s)", ue->tl[0] ? ue->tl : "unknown",
              ue->peer_mode ? "peer error handling" : "no peer error handling");
 }

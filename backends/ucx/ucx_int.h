@@ -47,7 +47,8 @@ typedef struct cx_ucx_rk { /* a peer region's unpacked rkey, per endpoint */
 
 /* MOVED: taken off a retired worker whose FIFO is in doubt, posted again once it is destroyed
  * (ucx_rot.c, cx_ucx_rescue) */
-enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD, CX_UCX_OPS_MOVED };
+/* WRITE: a write applied by the target (ucx_write.c), before its signal if a put_signal */
+enum { CX_UCX_OPS_RMA = 0, CX_UCX_OPS_FLUSH, CX_UCX_OPS_AM, CX_UCX_OPS_HELD, CX_UCX_OPS_MOVED, CX_UCX_OPS_WRITE };
 
 /* CONNEX_UCX_ROTATE_ZOMBIES (16), CONNEX_UCX_ROTATE_GRACE_MS (5000) and
  * CONNEX_UCX_READ_ANSWER_MIN (1 MiB): defaults and ranges in the options table (core/src/options.c). */
@@ -104,6 +105,7 @@ struct cx_ucx_ue {
     ucp_ep_h ep;
     int peer_mode; /* UCP_ERR_HANDLING_MODE_PEER (else NONE: see ucx_ep.c) */
     char tl[64];   /* its lanes' transports as UCX reports them ("tcp/lo") */
+    int sw_rma;    /* UCX would emulate puts and gets there with active messages (cx_ucx_tl_sw_rma) */
     int inflight;  /* ops posted on it and not freed */
     int msgs;      /* message / put_signal ops on it not finished (order) */
     int closed;
@@ -146,13 +148,13 @@ struct cx_ucx_op {
     int status;
     int sent, acked, ack_status;
     uint64_t req_id;
-    uint8_t hdr[CX_UCX_RREQ_HDR_LEN]; /* a message's header, or a read request (ucx_read.c) */
+    uint8_t hdr[CX_UCX_RREQ_HDR_LEN]; /* a message's header, or a read or write request */
     void *msg_copy;                   /* endpoints without error handling: UCX may read it late */
     void *bounce;                     /* same, reads: UCX may write it late (see ucx_xfer.c) */
     size_t bounce_cap;                /* its size (cx_ucx_bounce_get) */
-    cx_rread_t rr;                    /* read answered by the target (ucx_read.c) */
-    cx_ucx_op_t *next, *prev;         /* endpoint's list, or the done list */
-    cx_ack_link_t ack;                /* in the ack table while it waits for the target (req_id) */
+    cx_rread_t rr; /* windows of a read answered or a write applied by the target (ucx_read.c, ucx_write.c) */
+    cx_ucx_op_t *next, *prev; /* endpoint's list, or the done list */
+    cx_ack_link_t ack;        /* in the ack table while it waits for the target (req_id) */
 };
 
 struct cx_bep {
@@ -265,7 +267,11 @@ void cx_ucx_list_add(cx_ucx_op_t *head, cx_ucx_op_t *op);
 /* ucx_xfer.c */
 int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x);
 void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
-void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user); /* a message or read request left */
+void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user); /* a message or request left */
+/* Sends the message of a MSG or PUT_SIGNAL op; the ack handler finishes it. */
+void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op);
+/* A message or a write's window is both sent and acked: finish the op or go on. */
+void cx_ucx_acked(cx_ucx_t *b, cx_ucx_op_t *op);
 /* A send's parameters: with cb, cb(req, status, user) at completion; with x, the local buffer's
  * memory handle and type. */
 void cx_ucx_param(ucp_request_param_t *p, void *user, ucp_send_nbx_callback_t cb, const cx_xfer_t *x);
@@ -273,6 +279,11 @@ void cx_ucx_param(ucp_request_param_t *p, void *user, ucp_send_nbx_callback_t cb
 /* ucx_read.c: reads answered by the target, on endpoints without peer error handling */
 void cx_ucx_read_send(cx_ucx_t *b, cx_ucx_op_t *op);
 int cx_ucx_read_am_init(cx_ucx_wk_t *wk, ucp_am_handler_param_t *p);
+
+/* ucx_write.c: writes applied by the target, on lanes where UCX would emulate the put */
+void cx_ucx_write_send(cx_ucx_t *b, cx_ucx_op_t *op);
+void cx_ucx_write_acked(cx_ucx_t *b, cx_ucx_op_t *op);
+int cx_ucx_write_am_init(cx_ucx_wk_t *wk, ucp_am_handler_param_t *p);
 
 /* ucx_mem.c */
 int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void **mh, void *key, size_t *key_len);
@@ -289,6 +300,7 @@ void cx_ucx_disconnect(cx_backend_t *bb, cx_bep_t *ep, int why);
 cx_bep_t *cx_ucx_ep_of_peer(cx_ucx_t *b, void *peer);
 cx_ucx_ue_t *cx_ucx_ue_new(cx_ucx_t *b, cx_bep_t *ep, const void *addr, size_t len, int *rc);
 void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force);
+int cx_ucx_tl_sw_rma(const char *tl);
 void cx_ucx_ue_unref(cx_ucx_ue_t *ue); /* an op stopped naming it */
 void cx_ucx_ep_transport(cx_backend_t *bb, cx_bep_t *ep, char *buf, size_t n);
 /* The transports of a ucp_ep's lanes, from UCX's own description of it ("tcp/lo",

@@ -45,16 +45,16 @@ int cx_ucx_ack_hdr_get(const void *buf, size_t len, cx_ucx_ack_hdr_t *h)
     return CX_OK;
 }
 
-void cx_ucx_rreq_hdr_put(cx_wr_t *w, const cx_ucx_rreq_hdr_t *h)
+static void cx_ucx_req_hdr_put(cx_wr_t *w, uint32_t magic, const cx_ucx_rreq_hdr_t *h)
 {
-    cx_wr_u32(w, CX_UCX_RREQ_MAGIC);
+    cx_wr_u32(w, magic);
     cx_wr_u64(w, h->inc);
     cx_wr_u64(w, h->req_id);
     cx_wr_u64(w, h->addr);
     cx_wr_u64(w, h->len);
 }
 
-int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h)
+static int cx_ucx_req_hdr_get(const void *buf, size_t len, uint32_t want, cx_ucx_rreq_hdr_t *h)
 {
     cx_rd_t rd;
     cx_rd_init(&rd, buf, buf ? len : 0);
@@ -63,10 +63,29 @@ int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h)
     h->req_id = cx_rd_u64(&rd);
     h->addr = cx_rd_u64(&rd);
     h->len = cx_rd_u64(&rd);
-    if (!cx_rd_done(&rd) || magic != CX_UCX_RREQ_MAGIC || !h->len || h->len > CX_UCX_RREQ_MAX ||
-        h->addr + h->len < h->addr)
+    if (!cx_rd_done(&rd) || magic != want || !h->len || h->len > CX_UCX_RREQ_MAX || h->addr + h->len < h->addr)
         return CX_EINVAL;
     return CX_OK;
+}
+
+void cx_ucx_rreq_hdr_put(cx_wr_t *w, const cx_ucx_rreq_hdr_t *h)
+{
+    cx_ucx_req_hdr_put(w, CX_UCX_RREQ_MAGIC, h);
+}
+
+int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h)
+{
+    return cx_ucx_req_hdr_get(buf, len, CX_UCX_RREQ_MAGIC, h);
+}
+
+void cx_ucx_wreq_hdr_put(cx_wr_t *w, const cx_ucx_wreq_hdr_t *h)
+{
+    cx_ucx_req_hdr_put(w, CX_UCX_WREQ_MAGIC, h);
+}
+
+int cx_ucx_wreq_hdr_get(const void *buf, size_t len, cx_ucx_wreq_hdr_t *h)
+{
+    return cx_ucx_req_hdr_get(buf, len, CX_UCX_WREQ_MAGIC, h);
 }
 
 void cx_ucx_rdata_hdr_put(cx_wr_t *w, const cx_ucx_rdata_hdr_t *h)

@@ -21,13 +21,22 @@
 #define CX_UCX_UPD_MAGIC 0x31555543u   /* "CUU1": an address update */
 #define CX_UCX_RREQ_MAGIC 0x31525543u  /* "CUR1": a read request */
 #define CX_UCX_RDATA_MAGIC 0x31445543u /* "CUD1": a part of a read's answer */
+#define CX_UCX_WREQ_MAGIC 0x31575543u  /* "CUW1": a write applied by the target */
 
 /* UCP active-message ids */
-enum { CX_UCX_AM_MSG = 11, CX_UCX_AM_ACK = 12, CX_UCX_AM_UPD = 13, CX_UCX_AM_RREQ = 14, CX_UCX_AM_RDATA = 15 };
+enum {
+    CX_UCX_AM_MSG = 11,
+    CX_UCX_AM_ACK = 12,
+    CX_UCX_AM_UPD = 13,
+    CX_UCX_AM_RREQ = 14,
+    CX_UCX_AM_RDATA = 15,
+    CX_UCX_AM_WREQ = 16
+};
 #define CX_UCX_MSG_HDR_LEN 21   /* magic u32, kind u8, sender incarnation u64, request id u64 */
 #define CX_UCX_ACK_HDR_LEN 16   /* magic u32, request id u64, status i32 */
 #define CX_UCX_RREQ_HDR_LEN 36  /* magic u32, reader incarnation u64, request id u64, addr u64, len u64 */
 #define CX_UCX_RDATA_HDR_LEN 24 /* magic u32, request id u64, status i32, offset u64 */
+#define CX_UCX_WREQ_HDR_LEN 36  /* magic u32, writer incarnation u64, request id u64, addr u64, len u64 */
 
 /* Header of a message (CX_XFER_MSG) or of put_signal's signal (CX_XFER_PUT_SIGNAL). */
 typedef struct cx_ucx_msg_hdr {
@@ -56,6 +65,14 @@ typedef struct cx_ucx_rreq_hdr {
 
 void cx_ucx_rreq_hdr_put(cx_wr_t *w, const cx_ucx_rreq_hdr_t *h);
 int cx_ucx_rreq_hdr_get(const void *buf, size_t len, cx_ucx_rreq_hdr_t *h);
+
+/* A write applied by the target (AM id 16; lanes where UCX would emulate the put, see
+ * ucx_write.c): the same fields as a read request, inc being the writer's; the AM's data is
+ * the len bytes for [addr, addr + len) of the target's registered memory. The target answers
+ * with an ack (AM id 12) carrying req_id. */
+typedef cx_ucx_rreq_hdr_t cx_ucx_wreq_hdr_t;
+void cx_ucx_wreq_hdr_put(cx_wr_t *w, const cx_ucx_wreq_hdr_t *h);
+int cx_ucx_wreq_hdr_get(const void *buf, size_t len, cx_ucx_wreq_hdr_t *h);
 
 typedef struct cx_ucx_rdata_hdr {
     uint64_t req_id;

@@ -33,8 +33,6 @@ static void cx_ucx_complete_now(cx_ucx_t *b, cx_ucx_op_t *op, int status, int sy
     }
 }
 
-static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op);
-
 void cx_ucx_param(ucp_request_param_t *p, void *user, ucp_send_nbx_callback_t cb, const cx_xfer_t *x)
 {
     memset(p, 0, sizeof *p);
@@ -80,17 +78,25 @@ void cx_ucx_am_sent_cb(void *req, ucs_status_t st, void *user)
         return;
     }
     op->sent = 1;
-    if (op->acked) cx_ucx_op_finish(b, op, op->ack_status);
+    if (op->acked) cx_ucx_acked(b, op);
 }
 
-/* Sends the message of a MSG or PUT_SIGNAL op; the ack handler finishes it. Failures finish
- * the op (callers that may still refuse the xfer check op->finished). */
-static void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
+void cx_ucx_acked(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    if (op->stage == CX_UCX_OPS_WRITE)
+        cx_ucx_write_acked(b, op);
+    else
+        cx_ucx_op_finish(b, op, op->ack_status);
+}
+
+/* Failures finish the op (callers that may still refuse the xfer check op->finished). */
+void cx_ucx_send_am(cx_ucx_t *b, cx_ucx_op_t *op)
 {
     const cx_xfer_t *x = op->x;
     cx_wr_t w;
     cx_wr_init(&w, op->hdr, sizeof op->hdr);
     op->req_id = ++b->next_req_id;
+    op->sent = op->acked = 0;
     cx_ucx_msg_hdr_put(&w, &(cx_ucx_msg_hdr_t){ .kind = (uint8_t)x->kind, .inc = b->inc, .req_id = op->req_id });
     op->stage = CX_UCX_OPS_AM;
     cx_ucx_ack_add(b, op);
@@ -205,7 +211,12 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
          * late: below CONNEX_UCX_READ_ANSWER_MIN (1 MiB) the get lands in a buffer of ours,
          * copied out only on success; from there on the target answers the read (ucx_read.c),
          * which saves that copy (16 MiB: 0.66 ms here) but costs more per read than UCX's own
-         * emulation (4 KiB: 0.2-0.5 us). CONNEX_UCX_READ_BOUNCE=1: every host read bounces. */
+         * emulation (4 KiB: 0.2-0.5 us). CONNEX_UCX_READ_BOUNCE=1: every host read bounces.
+         * Where UCX would emulate the get with active messages with peer error handling (tcp
+         * lanes), the target answers every read as well: UCX 1.13 serves an emulated get in its
+         * own handler and aborts the target's process when the answer meets the reader's failed
+         * endpoint (ucp_get_req_handler, "unexpected error"), as it does once a reader is
+         * killed with requests still in the target's socket. */
         int none = !ue->peer_mode;
         if (x->len && x->local_mem == CX_MEM_HOST && (b->bounce_all || (none && x->len < b->answer_min))) {
             if (!cx_ucx_bounce_get(b, op, x->len)) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
@@ -213,7 +224,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
             r = cx_ucx_lib.ucp_get_nbx(ue->ep, op->bounce, x->len, x->remote, rk, &p);
             break;
         }
-        if (x->len && x->local_mem == CX_MEM_HOST && none) {
+        if (x->len && x->local_mem == CX_MEM_HOST && (none || ue->sw_rma)) {
             cx_ucx_read_send(b, op);
             return cx_ucx_refused_at_once(b, op, sync);
         }
@@ -222,7 +233,13 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         break;
     }
     case CX_XFER_WRITE:
-    case CX_XFER_PUT_SIGNAL: r = cx_ucx_put_flush(ue, op, x, rk); break;
+    case CX_XFER_PUT_SIGNAL:
+        if (x->len && x->local_mem == CX_MEM_HOST && ue->sw_rma) { /* see ucx_write.c */
+            cx_ucx_write_send(b, op);
+            return cx_ucx_refused_at_once(b, op, sync);
+        }
+        r = cx_ucx_put_flush(ue, op, x, rk);
+        break;
     case CX_XFER_MSG: cx_ucx_send_am(b, op); return cx_ucx_refused_at_once(b, op, sync);
     }
     if (UCS_PTR_IS_ERR(r)) {

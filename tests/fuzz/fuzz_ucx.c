@@ -103,6 +103,21 @@ static void rreq(const uint8_t *data, size_t size)
     if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
 }
 
+/* A write request: the same checks, and a read request's bytes never decode as one. */
+static void wreq(const uint8_t *data, size_t size)
+{
+    cx_ucx_wreq_hdr_t h;
+    if (cx_ucx_wreq_hdr_get(data, size, &h) != CX_OK) return;
+    if (size != CX_UCX_WREQ_HDR_LEN || !h.len || h.len > CX_UCX_RREQ_MAX || h.addr + h.len < h.addr) abort();
+    cx_ucx_rreq_hdr_t r;
+    if (cx_ucx_rreq_hdr_get(data, size, &r) == CX_OK) abort();
+    uint8_t b[CX_UCX_WREQ_HDR_LEN];
+    cx_wr_t w;
+    cx_wr_init(&w, b, sizeof b);
+    cx_ucx_wreq_hdr_put(&w, &h);
+    if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
+}
+
 /* A part of a read's answer: the offset stays below the largest read, the status is one a target
  * can answer (else CX_ERR), and it encodes back. */
 static void rdata(const uint8_t *data, size_t size)
@@ -150,6 +165,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     blob_roundtrip(data, size);
     upd(data, size);
     rreq(data, size);
+    wreq(data, size);
     rdata(data, size);
     return 0;
 }

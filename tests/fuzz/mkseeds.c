@@ -230,6 +230,11 @@ int main(int argc, char **argv)
         cx_ucx_rreq_hdr_put(&w_,
                             &(cx_ucx_rreq_hdr_t){
                                 .inc = 0x1122334455667788ull, .req_id = 7, .addr = 0x7f0000001000ull, .len = 16384 }));
+    PUT_WR(
+        "ucx", "wreq", 64,
+        cx_ucx_wreq_hdr_put(
+            &w_,
+            &(cx_ucx_wreq_hdr_t){ .inc = 0x1122334455667788ull, .req_id = 9, .addr = 0x7f0000002000ull, .len = 4096 }));
     PUT_WR("ucx", "rdata", 64,
            cx_ucx_rdata_hdr_put(&w_, &(cx_ucx_rdata_hdr_t){ .req_id = 7, .status = CX_OK, .offset = 8000 }));
     PUT_WR("ucx", "rdata-refused", 64,

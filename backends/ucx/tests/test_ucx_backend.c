@@ -29,6 +29,7 @@
 extern const struct cx_backend_ops cx_ucx_ops;
 #define OPS cx_ucx_ops
 void cx_ucx_lanes_parse(const char *info, char *buf, size_t n); /* ucx_ep.c */
+int cx_ucx_tl_sw_rma(const char *tl);
 
 #define BUF_LEN (16u << 20)
 #define PARENT_INC 0x1111222233334444ull
@@ -137,6 +138,55 @@ static int child_on_msg(const void *data, size_t len)
     return CX_OK;
 }
 
+/* Command 'R' (read), 'W' (write) or 'M' (messages): the parent's key and buffer follow; read or
+ * write it, or send it messages of CHILD_MSG_LEN (rendezvous over tcp), with CHILD_READS ops in
+ * flight, each posted again as it completes, until the parent kills this process. The first
+ * completion is reported, so the parent knows requests are streaming in. */
+#define CHILD_READS 32
+#define CHILD_READ_LEN (64u << 10)
+#define CHILD_MSG_LEN (512u << 10)
+static void child_use_parent(int kind)
+{
+    uint8_t key[1024];
+    uint64_t base;
+    size_t key_len, n;
+    if (recv_blob(g_sock, key, sizeof key, &key_len, 5000) || recv_blob(g_sock, &base, 8, &n, 5000)) _exit(16);
+    static fx_xfer_t r[CHILD_READS];
+    for (int i = 0; i < CHILD_READS; i++) r[i].done = 1;
+    int told = 0;
+    uint64_t end = now_ms() + 20000;
+    struct pollfd pf = { .fd = OPS.wait_fd(g_b), .events = POLLIN };
+    while (now_ms() < end) {
+        for (int i = 0; i < CHILD_READS; i++) {
+            if (!r[i].done) continue;
+            if (r[i].calls && r[i].status == CX_OK && !told) {
+                send_blob(g_sock, "S", 1);
+                told = 1;
+            }
+            memset(&r[i], 0, sizeof r[i]);
+            r[i].x.kind = kind;
+            if (kind == CX_XFER_MSG) {
+                r[i].x.msg = g_buf + (size_t)i * CHILD_MSG_LEN;
+                r[i].x.msg_len = CHILD_MSG_LEN;
+                if (OPS.submit(g_b, g_ep, &r[i].x) != CX_OK) _exit(17);
+                continue;
+            }
+            r[i].x.local = g_buf + (size_t)i * CHILD_READ_LEN;
+            r[i].x.len = CHILD_READ_LEN;
+            r[i].x.local_mh = g_mh;
+            r[i].x.local_mem = CX_MEM_HOST;
+            r[i].x.remote = base + (uint64_t)i * CHILD_READ_LEN;
+            r[i].x.remote_region = 9;
+            r[i].x.remote_base = base;
+            r[i].x.rkey = key;
+            r[i].x.rkey_len = key_len;
+            if (OPS.submit(g_b, g_ep, &r[i].x) != CX_OK) _exit(17);
+        }
+        if (poll(&pf, 1, 10) > 0) OPS.progress(g_b);
+    }
+    _exit(18);
+}
+
 static void child_main(void)
 {
     fx.peer_inc = PARENT_INC;
@@ -172,6 +222,8 @@ static void child_main(void)
                 int32_t v[2] = { fx.pins, fx.served_bad };
                 send_blob(g_sock, v, sizeof v);
             }
+            if (cmd[0] == 'R' || cmd[0] == 'W' || cmd[0] == 'M')
+                child_use_parent(cmd[0] == 'R' ? CX_XFER_READ : cmd[0] == 'W' ? CX_XFER_WRITE : CX_XFER_MSG);
         }
     }
     OPS.disconnect(g_b, g_ep, CX_EPEER);
@@ -587,6 +639,87 @@ static void test_peer_killed(void **state)
     }
 }
 
+/* kill -9 of a peer that is reading or writing our memory, or sending us messages: its requests
+ * still sit in our sockets when its endpoint fails, and serving them must not take this process
+ * down (UCX 1.13 aborts when an answer it sends on its own, a get's data or a put's completion,
+ * meets a failed endpoint). The endpoint reports the failure, and an op on it fails instead of
+ * hanging. */
+static void killed_while_served(const char *cmd)
+{
+    if (!peer_mode_tls()) skip(); /* without peer error handling the core's control channel decides */
+    uint8_t key[1024];
+    size_t key_len = sizeof key;
+    void *mh;
+    /* a second registration, so the child's key is fresh whatever the earlier cases did */
+    assert_int_equal(OPS.mem_reg(g_b, g_buf, BUF_LEN, CX_MEM_HOST, &mh, key, &key_len), CX_OK);
+    uint64_t base = (uint64_t)(uintptr_t)g_buf;
+    assert_int_equal(send_blob(g_sock, cmd, 1), 0);
+    assert_int_equal(send_blob(g_sock, key, (uint32_t)key_len), 0);
+    assert_int_equal(send_blob(g_sock, &base, 8), 0);
+    struct pollfd pf[2] = { { .fd = OPS.wait_fd(g_b), .events = POLLIN }, { .fd = g_sock, .events = POLLIN } };
+    int started = 0;
+    uint64_t t0 = now_ms();
+    while (!started && now_ms() - t0 < 10000) {
+        OPS.progress(g_b);
+        if (poll(pf, 2, 10) > 0 && pf[1].revents) {
+            uint8_t c;
+            size_t n;
+            started = recv_blob(g_sock, &c, 1, &n, 1000) == 0 && c == 'S';
+        }
+    }
+    assert_true(started);
+    /* serve for a while, then kill it with requests in flight */
+    for (uint64_t t = now_ms(); now_ms() - t < 30;)
+        if (poll(pf, 1, 1) >= 0) OPS.progress(g_b);
+    int errs0 = fx.peer_errors;
+    assert_int_equal(kill(g_child, SIGKILL), 0);
+    int st;
+    waitpid(g_child, &st, 0);
+    g_child = -1;
+    /* keep serving whatever is still queued, until the endpoint reports the failure */
+    t0 = now_ms();
+    while (fx.peer_errors == errs0 && now_ms() - t0 < 15000)
+        if (poll(pf, 1, 10) >= 0) OPS.progress(g_b);
+    for (uint64_t t = now_ms(); now_ms() - t < 200;)
+        if (poll(pf, 1, 10) >= 0) OPS.progress(g_b);
+    print_message("%s killed: failure reported after %llu ms (%s)\n",
+                  cmd[0] == 'R'       ? "reader"
+                      : cmd[0] == 'W' ? "writer"
+                                      : "sender",
+                  (unsigned long long)(now_ms() - t0), fx.last_error);
+    assert_true(fx.peer_errors > errs0);
+    static fx_xfer_t f;
+    memset(&f, 0, sizeof f);
+    f.x.kind = CX_XFER_MSG;
+    f.x.msg = "x";
+    f.x.msg_len = 1;
+    int rc = OPS.submit(g_b, g_ep, &f.x);
+    if (rc == CX_OK) {
+        assert_int_equal(wait_xfer(&f, 5000), 0);
+        rc = f.status;
+    }
+    assert_int_not_equal(rc, CX_OK);
+    OPS.mem_dereg(g_b, mh);
+}
+
+static void test_reader_killed_while_served(void **state)
+{
+    (void)state;
+    killed_while_served("R");
+}
+
+static void test_writer_killed_while_served(void **state)
+{
+    (void)state;
+    killed_while_served("W");
+}
+
+static void test_sender_killed_while_served(void **state)
+{
+    (void)state;
+    killed_while_served("M");
+}
+
 /* UCX's own log lines come through connex's log (stderr), not UCX's default stdout. */
 static void test_ucx_log_routed(void **state)
 {
@@ -646,6 +779,14 @@ static void test_lanes_parse(void **state)
     char tiny[8];
     cx_ucx_lanes_parse("# lane[0]:  1:tcp/eth0.0 md[0]\n# lane[1]:  2:tcp/lo.0 md[0]\n", tiny, sizeof tiny);
     assert_string_equal(tiny, "tcp/lo"); /* what does not fit is left out, never cut */
+    /* lanes where UCX would emulate puts and gets: writes and reads go applied by the target */
+    assert_true(cx_ucx_tl_sw_rma("tcp/lo"));
+    assert_true(cx_ucx_tl_sw_rma("tcp/eth0,tcp/lo"));
+    assert_true(cx_ucx_tl_sw_rma("posix/memory,sysv/memory"));
+    assert_true(cx_ucx_tl_sw_rma(""));
+    assert_false(cx_ucx_tl_sw_rma("posix/memory,cma/memory"));
+    assert_false(cx_ucx_tl_sw_rma("tcp/eth0,rc_mlx5/mlx5_0:1"));
+    assert_false(cx_ucx_tl_sw_rma("tcpx/eth0")); /* a name only starting like one */
 }
 
 int main(void)
@@ -667,5 +808,12 @@ int main(void)
         cmocka_unit_test(test_ucx_log_routed),
         cmocka_unit_test(test_lanes_parse),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests(tests, setup, teardown);
+    /* a peer of their own each: these cases kill it */
+    const struct CMUnitTest reader[] = { cmocka_unit_test(test_reader_killed_while_served) };
+    const struct CMUnitTest writer[] = { cmocka_unit_test(test_writer_killed_while_served) };
+    const struct CMUnitTest sender[] = { cmocka_unit_test(test_sender_killed_while_served) };
+    failed += cmocka_run_group_tests(reader, setup, teardown);
+    failed += cmocka_run_group_tests(writer, setup, teardown);
+    return failed + cmocka_run_group_tests(sender, setup, teardown);
 }
