@@ -110,6 +110,7 @@ struct cx_bep {
     void *peer;
     fi_addr_t fa;
     int used;           /* an op was posted: rxm has (or is making) a connection */
+    int tried;          /* a post was tried (shm: the provider may have sent our name: fi_shm.c) */
     int exit_fd;        /* shm: the core's fd for the peer's exit (cx_fi_peer_dead), or -1 */
     int dead;           /* shm: seen dead at a post; reported at the next progress */
     unsigned pid_posts; /* shm: posts, its exit fd looked at every CX_FI_PID_POSTS */
@@ -150,6 +151,7 @@ typedef struct cx_fi_moved {
 #define CX_FI_SHM_WAITS 32
 #define CX_FI_AV_LATER 64               /* shm peers' addresses waiting for their removal */
 #define CX_FI_AV_LATER_NS 1000000000ull /* how long a dropped shm peer stays in the AV */
+#define CX_FI_AV_HELD 32                /* shm slots kept out of reuse (fi_shm.c, cx_fi_av_hold) */
 typedef struct cx_fi_shm_wait {
     int exit_fd; /* the core's (cx_core_peer_exit_fd) */
     uint64_t until_ns;
@@ -220,6 +222,8 @@ struct cx_backend {
     fi_addr_t av_later[CX_FI_AV_LATER]; /* shm addresses to remove (fi_shm.c) */
     uint64_t av_later_ns[CX_FI_AV_LATER];
     int n_av_later;
+    fi_addr_t av_held[CX_FI_AV_HELD]; /* shm addresses never removed: their slot is spoilt (fi_shm.c) */
+    int n_av_held;
     uint64_t shm_next_ns;
     char shm_self[64];         /* our region's name, when fi_setname took it (fi_shm.c) */
     struct cx_fi_guard *guard; /* fi_guard.c, NULL when off */
@@ -336,7 +340,8 @@ void cx_fi_shm_progress(cx_backend_t *b, int closing);
 /* shm: remove a dropped peer's address from the AV only after a grace (see fi_shm.c); a later
  * insert that gets the same address back cancels it. */
 void cx_fi_av_remove_later(cx_backend_t *b, fi_addr_t fa);
-void cx_fi_av_later_cancel(cx_backend_t *b, fi_addr_t fa);
+void cx_fi_av_later_cancel(cx_backend_t *b, fi_addr_t fa); /* held ones as well */
+void cx_fi_av_hold(cx_backend_t *b, fi_addr_t fa);
 void cx_fi_av_later_run(cx_backend_t *b, int closing);
 /* fi_guard.c: spinlocks of shm regions left held by a killed process, released once it exited. */
 void cx_fi_guard_start(cx_backend_t *b, const char *self_name);

@@ -160,8 +160,40 @@ void cx_fi_av_remove_later(cx_backend_t *b, fi_addr_t fa)
     b->n_av_later++;
 }
 
+/* libfabric 1.17 shm sends our name to a peer once per address-vector slot: the first post to
+ * it sets name_sent in our region's peer data for the slot, and every post gets -FI_EAGAIN until
+ * the peer answers with its id for us. fi_av_remove does not clear name_sent, and the next
+ * address inserted gets the lowest free slot from where the provider's cursor stands, usually
+ * the one just freed. So a peer killed after our first post and before its answer spoilt its
+ * slot: the next peer given it never got our name, and every post to it was refused until its
+ * ops timed out (conformance_gpu_libfabric_shm, a peer killed at its first staged chunk: a
+ * 64 MiB write to the next peer stalled 60 s, the provider answering -FI_EAGAIN 1.2 million
+ * times, in 5 of 11 runs).
+ * Such a peer (a post tried, none ever accepted) keeps its slot until close: its address stays
+ * in the address vector, unused. At most CX_FI_AV_HELD; past that the oldest is removed (its
+ * slot may stall one later peer, as before). Costs a slot of 256 and the dead peer's region
+ * mapping, and only when a peer dies inside its first exchange with us. */
+void cx_fi_av_hold(cx_backend_t *b, fi_addr_t fa)
+{
+    if (b->n_av_held == CX_FI_AV_HELD) {
+        cx_info("libfabric: shm: %d slots held out of reuse: freeing the oldest", CX_FI_AV_HELD);
+        fi_av_remove(b->av, &b->av_held[0], 1, 0);
+        memmove(&b->av_held[0], &b->av_held[1], (CX_FI_AV_HELD - 1) * sizeof b->av_held[0]);
+        b->n_av_held--;
+    }
+    cx_info("libfabric: shm: a peer dropped before it answered our first post: its address-vector "
+            "slot is kept out of reuse");
+    b->av_held[b->n_av_held++] = fa;
+}
+
 void cx_fi_av_later_cancel(cx_backend_t *b, fi_addr_t fa)
 {
+    for (int i = 0; i < b->n_av_held; i++) {
+        if (b->av_held[i] != fa) continue;
+        memmove(&b->av_held[i], &b->av_held[i + 1], (size_t)(b->n_av_held - i - 1) * sizeof b->av_held[0]);
+        b->n_av_held--;
+        break;
+    }
     for (int i = 0; i < b->n_av_later; i++) {
         if (b->av_later[i] != fa) continue;
         memmove(&b->av_later[i], &b->av_later[i + 1], (size_t)(b->n_av_later - i - 1) * sizeof b->av_later[0]);
@@ -177,6 +209,7 @@ void cx_fi_av_later_run(cx_backend_t *b, int closing)
 {
     if (closing) {
         b->n_av_later = 0;
+        b->n_av_held = 0;
         return;
     }
     uint64_t now = cx_fi_now_ns();

@@ -366,6 +366,7 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     if (cx_fi_lock_held(b, op->ep->lockw))
         return -FI_EAGAIN;                       /* the post would spin on the peer's region: the backlog retries */
     if (cx_fi_ep_full(b, op)) return -FI_EAGAIN; /* waits in the backlog behind this peer's own ops only */
+    op->ep->tried = 1;
     switch (op->kind) {
     case CX_FOP_READ:
     case CX_FOP_WRITE:
@@ -618,7 +619,10 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
      * connection), so posted transfers stop moving bytes. shm: after a grace, while progress
      * drains what the peer had queued at us (fi_shm.c, cx_fi_av_remove_later). */
     if (!strcmp(b->prov, "shm") && !b->closing) {
-        cx_fi_av_remove_later(b, ep->fa);
+        if (ep->tried && !ep->used)
+            cx_fi_av_hold(b, ep->fa); /* fi_shm.c: its slot would stall the next peer */
+        else
+            cx_fi_av_remove_later(b, ep->fa);
     } else {
         int r = fi_av_remove(b->av, &ep->fa, 1, 0);
         if (r) cx_info("libfabric: %s: fi_av_remove: %s", b->prov, cx_fi_strerror(-r));
