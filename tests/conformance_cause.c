@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "cxt.h"
+#include "cxt_mem.h"
 #include "engine.h"
 #include "spin.h"
 
@@ -168,6 +170,42 @@ static void test_causes(void **state)
     printf("cause: transport: UP '%s' %.1f ms after the report\n", ev.reason, up_ms);
     if (seen & (1u << CX_EVENT_FAILED)) fail_msg("a transport cause with the peer alive failed it");
     assert_int_equal(cx_peer_state(e, p.lid), CX_PEER_UP);
+    read_ok(e, &p, r);
+
+    /* Transport, at the target of the peer's reads: our data endpoint is dropped and the peer
+     * sends its next read at once. The request is served, not dropped for want of an endpoint
+     * (the backend holds it while the core makes one again: cx_core_peer_want_ep); a read whose
+     * connection was closed under it may end CX_ERR, and the next one works. */
+    char lid[CX_URL_MAX];
+    cx_url_t u;
+    assert_int_equal(cx_url_parse(cx_engine_local_url(e), &u, NULL, 0), CX_OK);
+    cx_lid_format(&u.lid, lid, sizeof lid);
+    cxt_fill(r, 4096, 29, 0);
+    char want[32], rep[256];
+    snprintf(want, sizeof want, "OK %" PRIx64, cxt_mem_hash(r, 4096));
+    assert_int_equal(cxt_peer_cmd(&p, 10000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 65536", lid, (uintptr_t)r),
+                     0);
+    assert_string_equal(rep, want);
+    for (int round = 0; round < 4; round++) {
+        cxt_drain_events(e);
+        inject(e, p.lid, CX_CAUSE_TRANSPORT);
+        int ok = 0;
+        for (int k = 0; k < 3 && !ok; k++) {
+            uint64_t t1 = cxt_now_ns();
+            rc = cxt_peer_cmd(&p, OP_TIMEOUT_MS + 5000, rep, sizeof rep, "READ %s 0x%" PRIxPTR " 4096 65536", lid,
+                              (uintptr_t)r);
+            double rms = cxt_ms_since(t1);
+            printf("cause: transport at the target, round %d: the peer's read %d: %s in %.1f ms\n", round, k,
+                   cx_strerror(rc), rms);
+            if (rc != CX_OK && rc != CX_ERR) fail_msg("the peer's read of ours: %s", cx_strerror(rc));
+            ok = rc == CX_OK;
+            if (ok) assert_string_equal(rep, want);
+        }
+        assert_true(ok);
+        seen = 0;
+        assert_int_equal(cxt_wait_event(e, p.lid, CX_EVENT_UP, HB_TIMEOUT_MS / 2, &ev, &seen), 0);
+        if (seen & (1u << CX_EVENT_FAILED)) fail_msg("a transport cause with the peer alive failed it");
+    }
     read_ok(e, &p, r);
 
     /* A local error on an op, the peer alive: the op waits briefly for a verdict that does not

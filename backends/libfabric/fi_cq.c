@@ -130,6 +130,53 @@ void cx_fi_on_ack(cx_backend_t *b, uint64_t seq, int32_t status)
     }
 }
 
+/* A request that needs an answer, from a peer we hold no endpoint for: the core dropped it after
+ * a transport error and makes a new one for an op of its own only. Answering needs it (the
+ * peer's address-vector entry), so the request waits here, a copy, while the core makes one
+ * (cx_core_peer_want_ep), and is served then; dropped after CX_FI_PARKED_NS (its requester
+ * times out, as it did when every such request was dropped: conformance_cause_libfabric_tcp,
+ * a read right after the probe's answer). Returns 1 when held. */
+static void cx_fi_retry_tick(cx_backend_t *b);
+
+static int cx_fi_park(cx_backend_t *b, void *peer, const uint8_t *buf, size_t len)
+{
+    if (b->n_parked == CX_FI_PARKED) return 0;
+    uint8_t *copy = malloc(len);
+    if (!copy) return 0;
+    memcpy(copy, buf, len);
+    b->parked[b->n_parked++] =
+        (cx_fi_parked_t){ .peer = peer, .until_ns = cx_fi_now_ns() + CX_FI_PARKED_NS, .len = len, .buf = copy };
+    cx_info("libfabric: %s: a request from a peer without endpoint waits for one", b->prov);
+    cx_core_peer_want_ep(b->core, peer);
+    cx_fi_retry_tick(b);
+    return 1;
+}
+
+static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len);
+
+/* From progress: serve held requests whose peer has an endpoint now, in the order they came;
+ * drop those whose time is up. */
+void cx_fi_parked_run(cx_backend_t *b, int closing)
+{
+    uint64_t now = cx_fi_now_ns();
+    int k = 0;
+    for (int i = 0; i < b->n_parked; i++) {
+        cx_fi_parked_t p = b->parked[i];
+        if (closing || cx_fi_ep_by_peer(b, p.peer)) {
+            if (!closing) cx_fi_on_recv(b, p.buf, p.len); /* resolves its sender again */
+            free(p.buf);
+        } else if (now >= p.until_ns) {
+            cx_warn("libfabric: %s: no endpoint for a peer's request after %llu ms; dropped", b->prov,
+                    (unsigned long long)(CX_FI_PARKED_NS / 1000000ull));
+            free(p.buf);
+        } else {
+            b->parked[k++] = p;
+        }
+    }
+    b->n_parked = k;
+    if (k) cx_fi_retry_tick(b);
+}
+
 static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
 {
     cx_fi_hdr_t h;
@@ -172,6 +219,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
             cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
             return;
         }
+        if (!cx_fi_ep_by_peer(b, rp) && cx_fi_park(b, rp, buf, len)) return;
         if (type == CX_FM_RREQ)
             cx_fi_wb_on_rreq(b, rp, seq, &q);
         else if (type == CX_FM_RREQ_IN)
@@ -193,6 +241,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         cx_core_count_served(b->core, sig ? CX_XFER_PUT_SIGNAL : CX_XFER_MSG, 0, 0);
         return;
     }
+    if (!cx_fi_ep_by_peer(b, peer) && cx_fi_park(b, peer, buf, len)) return; /* delivered with its ack */
     if (type == CX_FM_MSG || type == CX_FM_SIG)
         cx_fi_deliver(b, peer, sig, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
     else
@@ -492,6 +541,7 @@ int cx_fi_progress(cx_backend_t *b)
     cx_fi_report_dead(b);
     cx_fi_shm_progress(b, 0);
     if (b->n_av_later) cx_fi_av_later_run(b, 0);
+    if (b->n_parked) cx_fi_parked_run(b, 0);
     if (read(b->evfd, &v, sizeof v) < 0) {
         /* EAGAIN: nobody asked for another round */
     }

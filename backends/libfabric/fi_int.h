@@ -152,6 +152,15 @@ typedef struct cx_fi_moved {
 #define CX_FI_AV_LATER 64               /* shm peers' addresses waiting for their removal */
 #define CX_FI_AV_LATER_NS 1000000000ull /* how long a dropped shm peer stays in the AV */
 #define CX_FI_AV_HELD 32                /* shm slots kept out of reuse (fi_shm.c, cx_fi_av_hold) */
+#define CX_FI_PARKED 64                 /* requests held for an endpoint (fi_cq.c, cx_fi_park) */
+#define CX_FI_PARKED_NS 1000000000ull   /* how long one waits for it */
+
+typedef struct cx_fi_parked {
+    void *peer; /* the core's cookie when it came: compared, never followed */
+    uint64_t until_ns;
+    size_t len;
+    uint8_t *buf; /* the message as received */
+} cx_fi_parked_t;
 typedef struct cx_fi_shm_wait {
     int exit_fd; /* the core's (cx_core_peer_exit_fd) */
     uint64_t until_ns;
@@ -222,7 +231,9 @@ struct cx_backend {
     fi_addr_t av_later[CX_FI_AV_LATER]; /* shm addresses to remove (fi_shm.c) */
     uint64_t av_later_ns[CX_FI_AV_LATER];
     int n_av_later;
-    fi_addr_t av_held[CX_FI_AV_HELD]; /* shm addresses never removed: their slot is spoilt (fi_shm.c) */
+    fi_addr_t av_held[CX_FI_AV_HELD];    /* shm addresses never removed: their slot is spoilt (fi_shm.c) */
+    cx_fi_parked_t parked[CX_FI_PARKED]; /* requests of peers we hold no endpoint for (fi_cq.c) */
+    int n_parked;
     int n_av_held;
     uint64_t shm_next_ns;
     char shm_self[64];         /* our region's name, when fi_setname took it (fi_shm.c) */
@@ -274,6 +285,7 @@ void cx_fi_backlog_add(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_backlog_run(cx_backend_t *b);
 void cx_fi_kick(cx_backend_t *b);
 cx_bep_t *cx_fi_ep_by_peer(cx_backend_t *b, void *peer);
+void cx_fi_parked_run(cx_backend_t *b, int closing); /* fi_cq.c */
 void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);

@@ -368,6 +368,7 @@ static void cx_fi_close(cx_backend_t *b)
     while (b->eps) cx_fi_disconnect(b, b->eps, CX_ECLOSED);
     cx_fi_shm_progress(b, 1); /* last look at dead peers' regions; closes the exit fds */
     cx_fi_av_later_run(b, 1);
+    cx_fi_parked_run(b, 1);
     /* Closing the endpoint first: afterwards the provider owns no context of ours. */
     if (b->ep) {
         fi_close(&b->ep->fid);

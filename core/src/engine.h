@@ -198,6 +198,7 @@ struct cx_peer {
      * control connection; its answer ends it, silence for the heartbeat timeout fails the peer. */
     int probing;
     uint64_t probe_id, probe_sent_ns;
+    int want_ep; /* a backend holds a request of it and no endpoint (cx_core_peer_want_ep) */
     cx_peer_t *next;
     cx_peer_t *lid_hnext; /* the engine's by-LID bucket (peer/table.c) */
     cx_peer_t *inc_hnext; /* the engine's by-incarnation bucket, once a HELLO gave one */
@@ -285,6 +286,7 @@ struct cx_engine {
 
     /* progress-thread state */
     cx_peer_t *peers;
+    int want_ep; /* some peer's want_ep is set (cx_peers_want_ep) */
     /* Every op resolves its peer, and every message from a peer its incarnation: with a serving
      * cluster's hundreds of peers a list walk cost more than a shared-memory op (peer/table.c). */
 #define CX_PEER_BUCKETS 256
@@ -405,6 +407,7 @@ void cx_peer_fail(cx_engine_t *e, cx_peer_t *p, const char *reason);
 /* What the pair's data endpoint really runs over, as its backend reports it ("" when unknown). */
 void cx_peer_transport(cx_engine_t *e, const cx_peer_t *p, char *buf, size_t n);
 int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p); /* (re)creates the data endpoint */
+void cx_peers_want_ep(cx_engine_t *e);               /* the endpoints backends asked for (cx_core_peer_want_ep) */
 /* An op of ours to p ended: send the REG_DEL_ACKs that waited for it (peer/rregion.c). */
 void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p);
 /* Anything from the peer (a frame, a reply, a request) proves it alive. */

@@ -501,6 +501,15 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t inc)
     return p;
 }
 
+void cx_core_peer_want_ep(cx_core_t *c, void *peer)
+{
+    cx_engine_t *e = cx_engine_of(c);
+    cx_peer_t *p = peer;
+    if (!p || p->ep) return;
+    p->want_ep = 1;
+    e->want_ep = 1;
+}
+
 int cx_core_region_check(cx_core_t *c, uint64_t addr, size_t len, void **pin)
 {
     cx_engine_t *e = cx_engine_of(c);

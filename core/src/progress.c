@@ -137,6 +137,7 @@ int cx_progress_turn(cx_engine_t *e, int poll)
             if (e->driving && o->thread_bound) continue;
             more |= (o->poll ? o->poll(e->be[i].b) : o->progress(e->be[i].b)) > 0;
         }
+    if (e->want_ep) cx_peers_want_ep(e);     /* after the backends: requests they hold for an endpoint */
     if (!e->driving) cx_staging_progress(e); /* after the backends: their completions free staging slots */
     more |= cx_groups_progress(e);           /* after the backends: their completions end steps' children */
     more |= cx_sched_pump(e) > 0;            /* after the backends: their completions free credits */

@@ -19,6 +19,7 @@ struct cx_core {
     int refuse;              /* deliver_msg answers CX_EAGAIN */
     uint64_t reg_lo, reg_hi; /* when reg_hi: region_check refuses what is not inside */
     int region_checks;       /* region_check calls (served requests) */
+    int want_ep;             /* peer_want_ep calls */
     /* put_signal check: at delivery, these bytes must already hold check_val */
     const unsigned char *check_at;
     size_t check_len;

@@ -206,6 +206,12 @@ void *cx_core_peer_by_incarnation(cx_core_t *c, uint64_t incarnation);
  * for per-message lookups. NULL while the core holds none for it there (connect not returned
  * yet, disconnected, another backend): a backend that may know one then looks for itself. */
 cx_bep_t *cx_core_peer_ep(cx_core_t *c, cx_backend_t *b, void *peer);
+/* A request from `peer` (a cookie from cx_core_peer_by_incarnation, in this same call) needs an
+ * answer, and the backend holds no endpoint for it: the core dropped it after a transport error
+ * and makes a new one only for an op of its own. The core makes it soon, outside the backend's
+ * calls, if the peer is still up; the backend keeps the request meanwhile (bounded, briefly) and
+ * serves it once cx_core_peer_ep or its own lookup finds the endpoint. */
+void cx_core_peer_want_ep(cx_core_t *c, void *peer);
 
 /* Target side, for backends that serve requests in software: is [addr, addr+len) inside one
  * registered region? Returns CX_OK or CX_EINVAL (and logs). With pin != NULL the region is pinned

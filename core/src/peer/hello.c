@@ -102,6 +102,25 @@ int cx_peer_ensure_ep(cx_engine_t *e, cx_peer_t *p)
     return choose_backend(e, p);
 }
 
+/* After the backends' turn: a peer that sent a request needing an answer while we held no data
+ * endpoint for it (a transport error dropped it: cx_peer_probe) gets one now, if it is still up,
+ * so that the backend can answer instead of letting the requester time out. Not from inside the
+ * backend's call, which is where the request was seen. */
+void cx_peers_want_ep(cx_engine_t *e)
+{
+    e->want_ep = 0;
+    for (cx_peer_t *p = e->peers; p; p = p->next) {
+        if (!p->want_ep) continue;
+        p->want_ep = 0;
+        if (p->ep || (p->state != CX_PEER_UP && p->state != CX_PEER_SUSPECT)) continue;
+        int rc = cx_peer_ensure_ep(e, p);
+        if (rc == CX_OK)
+            cx_info("peer %s: data endpoint made again for a request of the peer", p->url);
+        else
+            cx_warn("peer %s: no data endpoint for a request of the peer: %s", p->url, cx_strerror(rc));
+    }
+}
+
 static void peer_up(cx_engine_t *e, cx_peer_t *p, cx_wire_hello_t *h)
 {
     int new_inc = p->incarnation && p->incarnation != h->incarnation;

@@ -66,6 +66,12 @@ static void probe_answered(cx_engine_t *e, cx_peer_t *p, const char *how)
         cx_event_emit(e, p, CX_EVENT_UP, "recovered (probe answered)");
     }
     cx_ops_verdict_alive(e, p);
+    /* The data endpoint the error closed comes back now, not at our next op: the peer closed its
+     * own when the probe came (cx_peer_on_hb) and opens a new one for its next op, and UCX pairs
+     * the endpoints two workers make to each other in the order they are made, so both sides
+     * make one each time. A request of the peer that comes first waits for it in the backend
+     * (cx_core_peer_want_ep). */
+    if (!p->ep && (p->state == CX_PEER_UP || p->state == CX_PEER_SUSPECT)) (void)cx_peer_ensure_ep(e, p);
 }
 
 void cx_peer_probe(cx_engine_t *e, cx_peer_t *p, const char *reason)
@@ -215,9 +221,16 @@ void cx_peer_on_hb(cx_engine_t *e, cx_peer_t *p, const uint8_t *body, size_t len
     uint8_t kind = cx_rd_u8(&r);
     uint64_t id = cx_rd_u64(&r);
     if (!r.ok) return;
-    if (kind == CX_HB_PROBE && p->conn)
+    if (kind == CX_HB_PROBE && p->conn) {
+        /* The prober closed its side of our data path after a transport error (cx_peer_probe):
+         * ours goes too, so that our next op opens a new one instead of sending into a
+         * connection the prober no longer answers on (UCX drops what comes for a closed
+         * endpoint: our read of the prober's memory waited for the op timeout). Our ops on it end
+         * CX_ERR, as the prober's did. */
+        if (p->ep) cx_info("peer %s: it probes us after a transport error: closing our data endpoint too", p->url);
+        cx_peer_drop_ep(e, p, CX_ERR);
         send_probe(e, p->conn, CX_HB_ANSWER, id);
-    else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id)
+    } else if (kind == CX_HB_ANSWER && p->probing && id == p->probe_id)
         probe_answered(e, p, "answer");
 }
 
