@@ -32,6 +32,14 @@ int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, 
     return CX_OK;
 }
 
+ucp_ep_h cx_ucx_reply_ep(cx_ucx_t *b, const ucp_am_recv_param_t *prm, int kind, uint64_t req_id, const char *what)
+{
+    if (prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) return prm->reply_ep;
+    cx_error("ucx: %s %llu came without a reply endpoint: dropped", what, (unsigned long long)req_id);
+    cx_core_count_served(b->core, kind, 0, 0);
+    return NULL;
+}
+
 static void cx_ucx_count(cx_ucx_t *b, int kind, size_t len, int rc)
 {
     if (rc == CX_EAGAIN) return; /* the core counts refusals itself */

@@ -340,5 +340,8 @@ void cx_ucx_inbox_drain(cx_ucx_t *b);
 void cx_ucx_arm_timer(cx_ucx_t *b, long ms); /* one-shot wakeup of the wait fd */
 void cx_ucx_inbox_free(cx_ucx_t *b);
 int cx_ucx_send_ack(cx_ucx_t *b, cx_ucx_wk_t *wk, ucp_ep_h ep, uint64_t req_id, int status);
+/* The endpoint to answer a request AM on (a read or a write served here); NULL, logged and
+ * counted as a refused `kind`, when it came without one. */
+ucp_ep_h cx_ucx_reply_ep(cx_ucx_t *b, const ucp_am_recv_param_t *prm, int kind, uint64_t req_id, const char *what);
 
 #endif

@@ -182,17 +182,13 @@ static ucs_status_t cx_ucx_am_rreq(void *arg, const void *hdr, size_t hlen, void
     cx_ucx_wk_t *wk = arg;
     cx_ucx_t *b = wk->b;
     cx_ucx_rreq_hdr_t h;
-    ucp_ep_h reply_ep = (prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? prm->reply_ep : NULL;
     if (cx_ucx_rreq_hdr_get(hdr, hlen, &h) || len || h.len > CX_UCX_READ_SEG) {
         cx_error("ucx: dropped a malformed read request (%zu-byte header, %zu bytes of data)", hlen, len);
         cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
         return UCS_OK;
     }
-    if (!reply_ep) {
-        cx_error("ucx: read request %llu came without a reply endpoint: dropped", (unsigned long long)h.req_id);
-        cx_core_count_served(b->core, CX_XFER_READ, 0, 0);
-        return UCS_OK;
-    }
+    ucp_ep_h reply_ep = cx_ucx_reply_ep(b, prm, CX_XFER_READ, h.req_id, "read request");
+    if (!reply_ep) return UCS_OK;
     void *pin = NULL;
     int st = cx_core_region_check(b->core, h.addr, (size_t)h.len, &pin); /* logs a refusal */
     size_t n = st == CX_OK ? (size_t)h.len : 0;

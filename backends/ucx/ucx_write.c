@@ -83,18 +83,14 @@ static ucs_status_t cx_ucx_am_wreq(void *arg, const void *hdr, size_t hlen, void
     cx_ucx_wk_t *wk = arg;
     cx_ucx_t *b = wk->b;
     cx_ucx_wreq_hdr_t h;
-    ucp_ep_h reply_ep = (prm->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? prm->reply_ep : NULL;
     int rndv = (prm->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     if (cx_ucx_wreq_hdr_get(hdr, hlen, &h)) {
         cx_error("ucx: dropped a malformed write (%zu-byte header, %zu bytes of data)", hlen, len);
         cx_core_count_served(b->core, CX_XFER_WRITE, 0, 0);
         return UCS_OK;
     }
-    if (!reply_ep) {
-        cx_error("ucx: write %llu came without a reply endpoint: dropped", (unsigned long long)h.req_id);
-        cx_core_count_served(b->core, CX_XFER_WRITE, 0, 0);
-        return UCS_OK;
-    }
+    ucp_ep_h reply_ep = cx_ucx_reply_ep(b, prm, CX_XFER_WRITE, h.req_id, "write");
+    if (!reply_ep) return UCS_OK;
     int st;
     if (rndv || h.len != len || h.len > CX_UCX_WRITE_SEG) {
         cx_error("ucx: write %llu: %zu bytes%s for a %llu-byte range (at most %u, eager): refused",
