@@ -262,6 +262,7 @@ static int cx_ucx_open(const cx_backend_params_t *prm, cx_backend_t **out)
     cx_ucx_rot_init(b);
     b->bounce_all = cx_ucx_opt(b, "CONNEX_UCX_READ_BOUNCE") == 1; /* auto|1 */
     b->answer_min = (size_t)cx_ucx_opt(b, "CONNEX_UCX_READ_ANSWER_MIN");
+    cx_ucx_cma_open(b);
     cx_info("ucx: opened UCX %s, worker address %zu bytes", cx_ucx_lib.ucp_get_version_string(), b->cur->addr_len);
     *out = (cx_backend_t *)b;
     return CX_OK;
@@ -300,8 +301,15 @@ static int cx_ucx_address(cx_backend_t *bb, void *buf, size_t *len)
         cx_error("ucx: address buffer of %zu bytes, need %zu", *len, b->cur->addr_len);
         return CX_EINVAL;
     }
-    memcpy(buf, b->cur->addr, b->cur->addr_len);
-    *len = b->cur->addr_len;
+    cx_wr_t w;
+    cx_wr_init(&w, buf, *len);
+    cx_wr_bytes(&w, b->cur->addr, b->cur->addr_len);
+    cx_ucx_cma_advertise(b, &w); /* the same for every worker: not part of theirs */
+    if (!w.ok) {
+        cx_error("ucx: address buffer of %zu bytes, need %zu", *len, b->cur->addr_len + 4 + CX_CMA_ADV_LEN);
+        return CX_EINVAL;
+    }
+    *len = w.len;
     return CX_OK;
 }
 

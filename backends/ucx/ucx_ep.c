@@ -133,7 +133,7 @@ void cx_ucx_ep_transport(cx_backend_t *bb, cx_bep_t *ep, char *buf, size_t n)
     (void)bb;
     if (!n) return;
     buf[0] = 0;
-    if (ep && ep->ue) snprintf(buf, n, "%s", ep->ue->tl);
+    if (ep && ep->ue) snprintf(buf, n, "%s%s", ep->ue->tl, ep->cma.ok && !ep->ue->peer_mode ? " + connex cma" : "");
 }
 
 /* A ucp_ep on the current worker to the raw worker address `addr`, with peer error handling
@@ -201,8 +201,8 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !out) return CX_EINVAL;
     size_t n;
-    const uint8_t *wa;
-    if (cx_ucx_blob_get(addr, addr_len, CX_UCX_ADDR_MAGIC, &wa, &n)) {
+    const uint8_t *wa, *cma;
+    if (cx_ucx_blob_ext_get(addr, addr_len, CX_UCX_ADDR_MAGIC, &wa, &n, CX_UCX_CMA_MAGIC, CX_CMA_ADV_LEN, &cma)) {
         cx_error("ucx: the peer's address blob (%zu bytes) is not a UCX worker address", addr_len);
         return CX_EINVAL;
     }
@@ -227,6 +227,7 @@ int cx_ucx_connect(cx_backend_t *bb, void *peer, const void *addr, size_t addr_l
         return rc;
     }
     ep->peer_mode = ep->ue->peer_mode;
+    cx_ucx_cma_connect(b, ep, cma);
     ep->next = &b->eps;
     ep->prev = b->eps.prev;
     b->eps.prev->next = ep;

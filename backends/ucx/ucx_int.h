@@ -14,6 +14,7 @@
 #include "util/acktab.h"
 #include "util/objcache.h"
 #include "util/rread.h"
+#include "util/cma.h"
 #include "connex/log.h"
 #include "connex/wire.h"
 #include "ucx_dl.h"
@@ -42,6 +43,8 @@ typedef struct cx_ucx_ctl cx_ucx_ctl_t;
 typedef struct cx_ucx_rk { /* a peer region's unpacked rkey, per endpoint */
     uint64_t region_id;
     ucp_rkey_h rk;
+    int host;           /* the peer said the region is host memory (CX_UCX_HOST_MAGIC) ... */
+    uint64_t base, len; /* ... and registered this range of it (ucx_cma.c checks against it) */
     struct cx_ucx_rk *next;
 } cx_ucx_rk_t;
 
@@ -152,6 +155,7 @@ struct cx_ucx_op {
     void *msg_copy;                   /* endpoints without error handling: UCX may read it late */
     void *bounce;                     /* same, reads: UCX may write it late (see ucx_xfer.c) */
     size_t bounce_cap;                /* its size (cx_ucx_bounce_get) */
+    int copied, copied_rc;            /* a batch's same-host copy already done, and how (ucx_cma.c) */
     cx_rread_t rr; /* windows of a read answered or a write applied by the target (ucx_read.c, ucx_write.c) */
     cx_ucx_op_t *next, *prev; /* endpoint's list, or the done list */
     cx_ack_link_t ack;        /* in the ack table while it waits for the target (req_id) */
@@ -168,7 +172,8 @@ struct cx_bep {
     void *peer;
     cx_ucx_op_t ops; /* sentinel: ops started and not finished */
     int failed, err_queued;
-    int peer_mode; /* of the current ue */
+    int peer_mode;     /* of the current ue */
+    cx_cma_peer_t cma; /* the peer's same-host copies (ucx_cma.c): cma.ok once probed */
     char reason[128];
     int cause;                  /* CX_CAUSE_* of the error (ucx_ep.c) */
     struct cx_bep *next, *prev; /* every endpoint */
@@ -197,13 +202,17 @@ struct cx_ucx {
     cx_ucx_wk_t *cur; /* the current worker */
     cx_ucx_wk_t *old; /* retired workers still alive */
     int n_old;
-    int rotate_zombies; /* CONNEX_UCX_ROTATE_ZOMBIES */
-    size_t answer_min;  /* CONNEX_UCX_READ_ANSWER_MIN (ucx_read.c) */
-    int bounce_all;     /* CONNEX_UCX_READ_BOUNCE=1: every host read is a get into a bounce
+    int rotate_zombies;     /* CONNEX_UCX_ROTATE_ZOMBIES */
+    size_t answer_min;      /* CONNEX_UCX_READ_ANSWER_MIN (ucx_read.c) */
+    cx_cma_self_t cma_self; /* what peers copy against (ucx_cma.c) */
+    int cma;                /* CONNEX_UCX_CMA: same-host copies offered and used */
+    size_t cma_max;         /* CONNEX_UCX_CMA_MAX: larger xfers keep UCX's path */
+    uint64_t cma_ops;       /* xfers done by same-host copies */
+    int bounce_all;         /* CONNEX_UCX_READ_BOUNCE=1: every host read is a get into a bounce
                                     buffer (else reads without peer error handling: ucx_read.c) */
-    uint64_t grace_ns;  /* CONNEX_UCX_ROTATE_GRACE_MS */
-    int fault_wedge;    /* CONNEX_UCX_FAULT_WEDGE (tests): a worker in doubt stops being progressed */
-    uint64_t rescued;   /* ops moved off retired workers in doubt (cx_ucx_rescue) */
+    uint64_t grace_ns;      /* CONNEX_UCX_ROTATE_GRACE_MS */
+    int fault_wedge;        /* CONNEX_UCX_FAULT_WEDGE (tests): a worker in doubt stops being progressed */
+    uint64_t rescued;       /* ops moved off retired workers in doubt (cx_ucx_rescue) */
     uint64_t last_rotate_ns;
     uint64_t rotations, zombies_freed;
     int retiring; /* beps with retiring ues or held ops: look at them in progress */
@@ -224,6 +233,7 @@ struct cx_ucx {
     size_t in_n, in_bytes;
     int no_peer_mode;       /* UCX_TLS leaves no transport with peer error handling */
     int depth;              /* inline completions nested in submit */
+    int in_batch;           /* inside submit_batch: completions wait for the next turn */
     int closing_ep;         /* inside disconnect: hold messages back */
     cx_objcache_t free_ops; /* ops are allocated per xfer */
     struct {
@@ -290,7 +300,8 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
 void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh);
 /* ucx_gdr.c: GPU registration abilities (the core decides GPUDirect from them) */
 void cx_ucx_gpu_caps(cx_backend_t *bb, cx_backend_gpu_caps_t *caps);
-int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out);
+/* The unpacked rkey of x's region on `ue`; *rec (may be NULL): its record (host memory, range). */
+int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out, const cx_ucx_rk_t **rec);
 void cx_ucx_forget_region(cx_backend_t *bb, cx_bep_t *ep, uint64_t region_id);
 void cx_ucx_rkeys_drop(cx_ucx_ue_t *ue);
 
@@ -303,6 +314,20 @@ void cx_ucx_ue_close(cx_ucx_t *b, cx_ucx_ue_t *ue, int force);
 int cx_ucx_tl_sw_rma(const char *tl);
 void cx_ucx_ue_unref(cx_ucx_ue_t *ue); /* an op stopped naming it */
 void cx_ucx_ep_transport(cx_backend_t *bb, cx_bep_t *ep, char *buf, size_t n);
+
+/* Same-host copies (ucx_cma.c) */
+void cx_ucx_cma_open(cx_ucx_t *b);
+void cx_ucx_cma_advertise(cx_ucx_t *b, cx_wr_t *w);
+void cx_ucx_cma_connect(cx_ucx_t *b, cx_bep_t *ep, const uint8_t *adv);
+int cx_ucx_cma_takes(cx_ucx_t *b, const cx_bep_t *ep, const cx_xfer_t *x, const cx_ucx_rk_t *rec);
+int cx_ucx_cma_copy(cx_ucx_t *b, cx_bep_t *ep, const cx_xfer_t *x, const cx_ucx_rk_t *rec);
+/* A batch's reads and writes that same-host copies take, copied now, many per system call:
+ * rcs[i] is set to the copy's status for those, left alone for the others. */
+void cx_ucx_cma_batch(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
+/* cx_ucx_submit for an xfer the batch may have copied already (`copied`: its status, or
+ * CX_UCX_NOT_COPIED) */
+#define CX_UCX_NOT_COPIED 1
+int cx_ucx_submit_copied(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x, int copied);
 /* The transports of a ucp_ep's lanes, from UCX's own description of it ("tcp/lo",
  * "posix/memory,cma/memory"), deduplicated, in lane order. Pure: parses that text. */
 void cx_ucx_lanes_parse(const char *info, char *buf, size_t n);

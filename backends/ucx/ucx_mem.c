@@ -40,6 +40,14 @@ int cx_ucx_mem_reg(cx_backend_t *bb, void *addr, size_t len, int mem_kind, void 
     cx_wr_t w;
     cx_wr_init(&w, key, *key_len);
     cx_ucx_blob_put(&w, CX_UCX_KEY_MAGIC, rk, rk_len);
+    if (mem_kind == CX_MEM_HOST) { /* ucx_cma.c */
+        uint8_t ext[CX_UCX_HOST_LEN];
+        cx_wr_t e;
+        cx_wr_init(&e, ext, sizeof ext);
+        cx_wr_u64(&e, (uint64_t)(uintptr_t)addr);
+        cx_wr_u64(&e, (uint64_t)len);
+        cx_ucx_ext_put(&w, CX_UCX_HOST_MAGIC, ext, sizeof ext);
+    }
     cx_ucx_lib.ucp_rkey_buffer_release(rk);
     if (!w.ok) {
         cx_error("ucx: packed rkey (%zu bytes) does not fit the key buffer (%zu)", rk_len, *key_len);
@@ -59,19 +67,21 @@ void cx_ucx_mem_dereg(cx_backend_t *bb, void *mh)
     if (st != UCS_OK) cx_warn("ucx: ucp_mem_unmap failed: %s", cx_ucx_lib.ucs_status_string(st));
 }
 
-int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out)
+int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out, const cx_ucx_rk_t **rec)
 {
     cx_ucx_rk_t **h = &ue->rk[x->remote_region % CX_UCX_RK_BUCKETS];
     for (cx_ucx_rk_t *r = *h; r; r = r->next) {
         if (r->region_id == x->remote_region) {
             *out = r->rk;
+            if (rec) *rec = r;
             return CX_OK;
         }
     }
     /* the blob came off the network: check its framing before UCX parses it */
     size_t n;
-    const uint8_t *blob;
-    if (cx_ucx_blob_get(x->rkey, x->rkey_len, CX_UCX_KEY_MAGIC, &blob, &n)) {
+    const uint8_t *blob, *ext;
+    if (cx_ucx_blob_ext_get(x->rkey, x->rkey_len, CX_UCX_KEY_MAGIC, &blob, &n, CX_UCX_HOST_MAGIC, CX_UCX_HOST_LEN,
+                            &ext)) {
         cx_error("ucx: the peer's key for region %llu is not a UCX rkey (%zu bytes)",
                  (unsigned long long)x->remote_region, x->rkey_len);
         return CX_EINVAL;
@@ -86,9 +96,18 @@ int cx_ucx_rkey_get(cx_ucx_ue_t *ue, const cx_xfer_t *x, ucp_rkey_h *out)
         return st == UCS_ERR_UNREACHABLE ? CX_EPEER : CX_EINVAL;
     }
     r->region_id = x->remote_region;
+    r->host = ext != NULL;
+    r->base = r->len = 0;
+    if (ext) {
+        cx_rd_t rd;
+        cx_rd_init(&rd, ext, CX_UCX_HOST_LEN);
+        r->base = cx_rd_u64(&rd);
+        r->len = cx_rd_u64(&rd);
+    }
     r->next = *h;
     *h = r;
     *out = r->rk;
+    if (rec) *rec = r;
     return CX_OK;
 }
 

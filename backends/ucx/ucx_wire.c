@@ -152,3 +152,33 @@ int cx_ucx_upd_get(const void *buf, size_t len, cx_ucx_upd_hdr_t *h)
     }
     return CX_OK;
 }
+
+void cx_ucx_ext_put(cx_wr_t *w, uint32_t ext_magic, const void *ext, size_t ext_len)
+{
+    cx_wr_u32(w, ext_magic);
+    if (ext_len) cx_wr_bytes(w, ext, ext_len);
+}
+
+int cx_ucx_blob_ext_get(const void *buf, size_t len, uint32_t magic, const uint8_t **blob, size_t *n,
+                        uint32_t ext_magic, size_t ext_len, const uint8_t **ext)
+{
+    cx_rd_t rd;
+    cx_rd_init(&rd, buf, buf ? len : 0);
+    uint32_t m = cx_rd_u32(&rd);
+    *blob = cx_rd_blob16(&rd, n);
+    *ext = NULL;
+    if (rd.ok && rd.off < rd.len) {
+        uint32_t em = cx_rd_u32(&rd);
+        const uint8_t *e = cx_rd_bytes(&rd, ext_len);
+        if (em == ext_magic && e)
+            *ext = e;
+        else
+            rd.ok = 0;
+    }
+    if (!cx_rd_done(&rd) || m != magic || *n == 0) {
+        *blob = *ext = NULL;
+        *n = 0;
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}

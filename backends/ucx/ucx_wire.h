@@ -22,6 +22,9 @@
 #define CX_UCX_RREQ_MAGIC 0x31525543u  /* "CUR1": a read request */
 #define CX_UCX_RDATA_MAGIC 0x31445543u /* "CUD1": a part of a read's answer */
 #define CX_UCX_WREQ_MAGIC 0x31575543u  /* "CUW1": a write applied by the target */
+#define CX_UCX_CMA_MAGIC 0x31435543u   /* "CUC1": after a worker address, same-host copies */
+#define CX_UCX_HOST_MAGIC 0x31485543u  /* "CUH1": after an rkey, a host region's base and length */
+#define CX_UCX_HOST_LEN 16u
 
 /* UCP active-message ids */
 enum {
@@ -106,5 +109,14 @@ int cx_ucx_ack_hdr_get(const void *buf, size_t len, cx_ucx_ack_hdr_t *h);
  * (the worker address in HELLO) or CX_UCX_KEY_MAGIC (a region's packed rkey). */
 void cx_ucx_blob_put(cx_wr_t *w, uint32_t magic, const void *blob, size_t n);
 int cx_ucx_blob_get(const void *buf, size_t len, uint32_t magic, const uint8_t **blob, size_t *n);
+
+/* The same blob, optionally followed by one extension: u32 ext_magic and exactly ext_len bytes.
+ * *ext points at those bytes, or is NULL when the blob ends without one; anything else after
+ * the blob is refused. Addresses carry CX_UCX_CMA_MAGIC (a cma.h advertisement, CX_CMA_ADV_LEN
+ * bytes), keys of host memory CX_UCX_HOST_MAGIC (CX_UCX_HOST_LEN bytes: u64 base, u64 length of
+ * the registration). */
+void cx_ucx_ext_put(cx_wr_t *w, uint32_t ext_magic, const void *ext, size_t ext_len);
+int cx_ucx_blob_ext_get(const void *buf, size_t len, uint32_t magic, const uint8_t **blob, size_t *n,
+                        uint32_t ext_magic, size_t ext_len, const uint8_t **ext);
 
 #endif

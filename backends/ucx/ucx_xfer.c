@@ -18,13 +18,15 @@
 #include <string.h>
 
 /* Completing inline saves an epoll round trip (a few us, comparable to a 4 KiB shm get); the
- * guard keeps a chain of inline completions that each submit more from recursing deeply. */
+ * guard keeps a chain of inline completions that each submit more from recursing deeply. Not
+ * inside a batch's post: a completion hands its credit back, and the core would post the next
+ * entry it admits alone, not with the rest of the batch. */
 #define CX_UCX_INLINE_DEPTH 8
 
 static void cx_ucx_complete_now(cx_ucx_t *b, cx_ucx_op_t *op, int status, int sync)
 {
     cx_ucx_op_finish(b, op, status);
-    if (sync && b->depth < CX_UCX_INLINE_DEPTH) {
+    if (sync && !b->in_batch && b->depth < CX_UCX_INLINE_DEPTH) {
         b->depth++;
         cx_ucx_op_deliver(b, op);
         b->depth--;
@@ -168,6 +170,32 @@ static int cx_ucx_refused_at_once(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
     return st;
 }
 
+/* A same-host copy (ucx_cma.c), done here: a read or write ends now; a put_signal's message
+ * follows, as after a flush that completed at once. */
+static int cx_ucx_cma_start(cx_ucx_t *b, cx_ucx_op_t *op, const cx_ucx_rk_t *rec, int sync)
+{
+    int rc = op->copied ? op->copied_rc : cx_ucx_cma_copy(b, op->ep, op->x, rec);
+    if (rc != CX_OK) return cx_ucx_not_started(b, op, rc, sync);
+    op->ue = op->ep->ue;
+    op->ue->inflight++;
+    if (op->x->kind == CX_XFER_PUT_SIGNAL) {
+        op->counted_msg = 1;
+        op->ue->msgs++;
+        if (op->x->msg_len && !op->ue->peer_mode) {
+            if (!(op->msg_copy = malloc(op->x->msg_len))) {
+                cx_ucx_complete_now(b, op, CX_ENOMEM, sync);
+                return CX_OK;
+            }
+            memcpy(op->msg_copy, op->x->msg, op->x->msg_len);
+        }
+        cx_ucx_send_am(b, op);
+        if (op->finished) cx_ucx_complete_now(b, op, op->status, sync);
+        return CX_OK;
+    }
+    cx_ucx_complete_now(b, op, CX_OK, sync);
+    return CX_OK;
+}
+
 static int cx_ucx_old_msgs(const cx_bep_t *ep)
 {
     for (const cx_ucx_ue_t *ue = ep->old; ue; ue = ue->next)
@@ -182,10 +210,12 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
     cx_xfer_t *x = op->x;
     cx_ucx_ue_t *ue = ep->ue;
     ucp_rkey_h rk = NULL;
+    const cx_ucx_rk_t *rec = NULL;
     if (x->kind != CX_XFER_MSG) {
-        int rc = cx_ucx_rkey_get(ue, x, &rk);
+        int rc = cx_ucx_rkey_get(ue, x, &rk, &rec);
         if (rc != CX_OK) return cx_ucx_not_started(b, op, rc, sync);
     }
+    if (cx_ucx_cma_takes(b, ep, x, rec)) return cx_ucx_cma_start(b, op, rec, sync);
     op->ue = ue;
     ue->inflight++;
     int is_msg = x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL;
@@ -263,6 +293,11 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
 
 int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
 {
+    return cx_ucx_submit_copied(bb, ep, x, CX_UCX_NOT_COPIED);
+}
+
+int cx_ucx_submit_copied(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x, int copied)
+{
     cx_ucx_t *b = (cx_ucx_t *)bb;
     if (!b || !ep || !x) return CX_EINVAL;
     if (ep->failed) return CX_EPEER;
@@ -275,7 +310,7 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
             return CX_EINVAL;
         }
         ucp_rkey_h rk; /* checked now, so that a bad key fails the submit itself */
-        int rc = cx_ucx_rkey_get(ep->ue, x, &rk);
+        int rc = cx_ucx_rkey_get(ep->ue, x, &rk, NULL);
         if (rc != CX_OK) return rc;
         break;
     }
@@ -290,6 +325,10 @@ int cx_ucx_submit(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *x)
 
     cx_ucx_op_t *op = cx_ucx_op_new(b, ep, x);
     if (!op) return CX_ENOMEM;
+    if (copied != CX_UCX_NOT_COPIED) {
+        op->copied = 1;
+        op->copied_rc = copied;
+    }
     if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) && (ep->held || cx_ucx_old_msgs(ep))) {
         op->stage = CX_UCX_OPS_HELD; /* cx_ucx_start_held posts it */
         ep->held++;
@@ -335,13 +374,18 @@ void cx_ucx_start_moved(cx_ucx_t *b, cx_bep_t *ep)
     }
 }
 
-/* A batch's xfers to one endpoint: every one posted, then one progress of the worker, which puts
- * them on the wire together (a get's request, a put's bytes) instead of each waiting for the
- * core's next poll. Completions it finds are delivered at the core's next turn (the signal wakes
- * it): the core may disconnect endpoints from a delivery, not from inside its post. */
+/* A batch's xfers to one endpoint: same-host copies first, many per system call (ucx_cma.c);
+ * then every xfer posted, then one progress of the worker, which puts them on the wire together
+ * (a get's request, a put's bytes) instead of each waiting for the core's next poll. Completions
+ * it finds are delivered at the core's next turn (the signal wakes it): the core may disconnect
+ * endpoints from a delivery, not from inside its post. */
 void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
-    for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit(bb, ep, xs[i]);
+    for (size_t i = 0; i < n; i++) rcs[i] = CX_UCX_NOT_COPIED;
+    if (b && ep) cx_ucx_cma_batch(b, ep, xs, n, rcs);
+    if (b) b->in_batch = 1;
+    for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit_copied(bb, ep, xs[i], rcs[i]);
+    if (b) b->in_batch = 0;
     if (b && b->cur && !b->cur->wedged && cx_ucx_lib.ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
 }

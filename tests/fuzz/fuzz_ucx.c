@@ -3,10 +3,13 @@
  * put_signal's signal (cx_ucx_am_msg), the ack header (cx_ucx_am_ack), and the "CUX1" worker
  * address / "CUK1" packed-rkey blobs advertised in HELLO (cx_ucx_connect, cx_ucx_rkey_get), and
  * the "CUU1" address update of worker rotation (ucx_rot.c), and the "CUR1" read request that a
- * target answers from its registered memory and the "CUD1" parts of that answer (ucx_read.c).
+ * target answers from its registered memory and the "CUD1" parts of that answer (ucx_read.c),
+ * and the extensions after an address ("CUC1", same-host copies) or a key ("CUH1", a host
+ * region's range) that ucx_cma.c relies on.
  * Every input goes to every decoder. Whatever decodes must satisfy what the backend relies on and
  * encode back to the same bytes; the encoders are also driven with the input as a blob. */
 #include "ucx_wire.h"
+#include "util/cma.h"
 
 #include "connex/backend.h"
 
@@ -67,6 +70,29 @@ static void blob(const uint8_t *data, size_t size, uint32_t magic)
     cx_wr_t w;
     cx_wr_init(&w, b, size);
     cx_ucx_blob_put(&w, magic, p, n);
+    if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
+    free(b);
+}
+
+/* A blob with its optional extension: the extension is there whole or refused, and both parts
+ * encode back to the input. */
+static void blob_ext(const uint8_t *data, size_t size, uint32_t magic, uint32_t ext_magic, size_t ext_len)
+{
+    const uint8_t *p, *e;
+    size_t n;
+    if (cx_ucx_blob_ext_get(data, size, magic, &p, &n, ext_magic, ext_len, &e) != CX_OK) {
+        if (p || n || e) abort();
+        return;
+    }
+    inside(p, n, data, size);
+    if (!n || size != 6 + n + (e ? 4 + ext_len : 0)) abort();
+    if (e) inside(e, ext_len, data, size);
+    uint8_t *b = malloc(size);
+    if (!b) return;
+    cx_wr_t w;
+    cx_wr_init(&w, b, size);
+    cx_ucx_blob_put(&w, magic, p, n);
+    if (e) cx_ucx_ext_put(&w, ext_magic, e, ext_len);
     if (!w.ok || w.len != size || memcmp(b, data, size)) abort();
     free(b);
 }
@@ -162,6 +188,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ack_hdr(data, size);
     blob(data, size, CX_UCX_ADDR_MAGIC);
     blob(data, size, CX_UCX_KEY_MAGIC);
+    blob_ext(data, size, CX_UCX_ADDR_MAGIC, CX_UCX_CMA_MAGIC, CX_CMA_ADV_LEN);
+    blob_ext(data, size, CX_UCX_KEY_MAGIC, CX_UCX_HOST_MAGIC, CX_UCX_HOST_LEN);
     blob_roundtrip(data, size);
     upd(data, size);
     rreq(data, size);

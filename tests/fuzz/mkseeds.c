@@ -225,6 +225,17 @@ int main(int argc, char **argv)
     }
     PUT_WR("ucx", "addr", 512, cx_ucx_blob_put(&w_, CX_UCX_ADDR_MAGIC, opaque, sizeof opaque));
     PUT_WR("ucx", "rkey", 512, cx_ucx_blob_put(&w_, CX_UCX_KEY_MAGIC, opaque, 41));
+    {
+        uint8_t adv[28], host[CX_UCX_HOST_LEN];
+        for (size_t i = 0; i < sizeof adv; i++) adv[i] = (uint8_t)(i * 29 + 3);
+        for (size_t i = 0; i < sizeof host; i++) host[i] = (uint8_t)(i + 1);
+        PUT_WR("ucx", "addr-cma", 512,
+               (cx_ucx_blob_put(&w_, CX_UCX_ADDR_MAGIC, opaque, sizeof opaque),
+                cx_ucx_ext_put(&w_, CX_UCX_CMA_MAGIC, adv, sizeof adv)));
+        PUT_WR("ucx", "rkey-host", 512,
+               (cx_ucx_blob_put(&w_, CX_UCX_KEY_MAGIC, opaque, 41),
+                cx_ucx_ext_put(&w_, CX_UCX_HOST_MAGIC, host, sizeof host)));
+    }
     PUT_WR(
         "ucx", "rreq", 64,
         cx_ucx_rreq_hdr_put(&w_,

@@ -468,6 +468,15 @@ static int peer_mode_tls(void)
         strstr(tls, "all");
 }
 
+/* Same-host copies (ucx_cma.c): on endpoints without peer error handling unless
+ * CONNEX_UCX_CMA=off, for xfers up to CONNEX_UCX_CMA_MAX (default 4 MiB). */
+static int cma_on(size_t len)
+{
+    const char *off = getenv("CONNEX_UCX_CMA"), *max = getenv("CONNEX_UCX_CMA_MAX");
+    size_t m = max && *max ? (size_t)strtoull(max, NULL, 10) : (size_t)4 << 20;
+    return !peer_mode_tls() && !(off && !strcmp(off, "off")) && len <= m;
+}
+
 /* Reads of at least this many bytes are answered by the target on endpoints without peer error
  * handling (CONNEX_UCX_READ_ANSWER_MIN, default 1 MiB); smaller ones are gets into a bounce buffer. */
 static size_t answer_min(void)
@@ -501,7 +510,12 @@ static void test_read_target_checks_range(void **state)
     for (size_t i = 0; i < len; i++)
         if (g_buf[i] != 0xEE) fail_msg("byte %zu of a refused read written", i);
     assert_int_equal(child_pins(&refused), 0);
-    assert_int_equal(refused, refused0 + 1);
+    /* a same-host copy is refused by the reader, against the range the target's key names */
+    assert_int_equal(refused, refused0 + (cma_on(len) ? 0 : 1));
+    if (cma_on(len)) { /* and so is a write (UCX's put trusts its rkey: the core checks first) */
+        rma_init(&f, CX_XFER_WRITE, 0, BUF_LEN - len / 2, len);
+        assert_int_equal(run(&f, 5000), CX_EINVAL);
+    }
     rma_init(&f, CX_XFER_READ, 0, BUF_LEN - len, len); /* the last bytes: inside */
     assert_int_equal(run(&f, 5000), CX_OK);
     for (size_t i = 0; i < len; i++)
@@ -516,6 +530,7 @@ static void test_late_answer_never_lands(void **state)
     (void)state;
     if (peer_mode_tls()) skip(); /* there the forced close covers it (conformance_failure) */
     const size_t small = answer_min() > 4096 ? answer_min() : 4096, large = 6u << 20;
+    if (cma_on(small)) skip(); /* copied at once, stopped or not: ucx_backend_shm_answer runs it */
     memset(g_buf, 0xEE, small + large);
     assert_int_equal(kill(g_child, SIGSTOP), 0);
     fx_xfer_t f[2];
@@ -606,6 +621,13 @@ static void test_peer_killed(void **state)
     int st;
     waitpid(g_child, &st, 0);
     g_child = -1;
+    if (cma_on(4096)) { /* a same-host copy finds the process gone */
+        fx_xfer_t r;
+        rma_init(&r, CX_XFER_READ, 0, 0, 4096);
+        assert_int_equal(run(&r, 1000), CX_EPEER);
+        rma_init(&r, CX_XFER_WRITE, 0, 0, 4096);
+        assert_int_equal(run(&r, 1000), CX_EPEER);
+    }
     uint64_t t0 = now_ms();
     const int limit = peer_mode ? 15000 : 1000;
     int failed = 0;
@@ -755,6 +777,43 @@ static void test_ep_transport_is_ucx_lanes(void **state)
     }
 }
 
+/* Same-host copies: used on shared-memory endpoints (the transport says so), one-sided (a
+ * stopped target still serves reads and takes writes at once), byte for byte. */
+static void test_same_host_copies(void **state)
+{
+    (void)state;
+    char tr[64];
+    OPS.ep_transport(g_b, g_ep, tr, sizeof tr);
+    if (!cma_on(1)) {
+        assert_null(strstr(tr, "connex cma"));
+        skip();
+    }
+    assert_non_null(strstr(tr, "connex cma"));
+    const size_t len = 16384;
+    const uint64_t roff = 13u << 20; /* no test before wrote there */
+    assert_int_equal(kill(g_child, SIGSTOP), 0);
+    fx_xfer_t f;
+    memset(g_buf, 0, len);
+    uint64_t t0 = now_ms();
+    rma_init(&f, CX_XFER_READ, 0, roff, len);
+    int rc_read = run(&f, 1000);
+    for (size_t i = 0; i < len; i++) g_buf[len + i] = (uint8_t)(i * 7 + 3);
+    rma_init(&f, CX_XFER_WRITE, len, roff + len, len);
+    int rc_write = run(&f, 1000);
+    uint64_t ms = now_ms() - t0;
+    assert_int_equal(kill(g_child, SIGCONT), 0);
+    assert_int_equal(rc_read, CX_OK);
+    assert_int_equal(rc_write, CX_OK);
+    assert_true(ms < 1000);
+    for (size_t i = 0; i < len; i++)
+        if (g_buf[i] != pat(roff + i, 0)) fail_msg("byte %zu of a same-host read differs", i);
+    memset(g_buf, 0, len);
+    rma_init(&f, CX_XFER_READ, 0, roff + len, len);
+    assert_int_equal(run(&f, 5000), CX_OK);
+    for (size_t i = 0; i < len; i++)
+        if (g_buf[i] != (uint8_t)(i * 7 + 3)) fail_msg("byte %zu of a same-host write differs", i);
+}
+
 /* The parser of UCX's endpoint description: lanes in order, each transport once, the system
  * device index dropped, lines that are not lanes ignored. */
 static void test_lanes_parse(void **state)
@@ -802,6 +861,7 @@ int main(void)
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_forget_region_reunpacks),
         cmocka_unit_test(test_read_target_checks_range),
+        cmocka_unit_test(test_same_host_copies),
         cmocka_unit_test(test_late_answer_never_lands),
         cmocka_unit_test(test_disconnect_completes_outstanding),
         cmocka_unit_test(test_peer_killed),
