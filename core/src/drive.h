@@ -62,13 +62,22 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op);
  * set) due one to two ticks ahead, a timerfd_settime per tick of driving at most, and once it
  * fires with no caller driving for a tick, the progress thread arms the transports again and
  * puts the wait fds back. So what arrives after the callers' last op (a peer's message, a peer's
- * read that our side must serve) waits at most two ticks. An earlier design woke the progress
+ * read that our side must serve) waits at most two ticks, and none when a thread waits for it
+ * (cx_drive_waiting). An earlier design woke the progress
  * thread every tick while callers drove instead: on a small host that wake-up took the CPU from
  * the caller or the peer every 200 us, a 25-45 us op each time. A caller whose op is not done as
  * it lets go, or that leaves other ops in flight, arms at once instead: their completions must
  * wake the progress thread, not wait for the timer. */
 #define CX_DRIVE_TICK_US 200
 #define CX_DRIVE_FULL_MS 10 /* a full turn (backend progress(), which arms) at least this often */
+
+/* A thread about to block for what only the transports bring (cx_recv_msg, cx_wait_event):
+ * where callers left them polled, not armed, the progress thread (or the caller driving now, as
+ * it lets go) arms them at once rather than at the drive timer. A reply to a request the caller
+ * had just sent waited up to two ticks for it: ucx_shm put_signal p99 467-521 us in 3 of 6
+ * runs of the bench (which waits for the peer's reply to each), 81-136 us in 6 of 6 armed at
+ * once. */
+void cx_drive_waiting(cx_engine_t *e);
 
 /* Under plock: callers drove within the last tick (the transports are theirs between ops). */
 static inline int cx_drive_recent(const cx_engine_t *e, uint64_t now_ns)

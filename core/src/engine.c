@@ -1043,6 +1043,7 @@ int cx_recv_msg(cx_engine_t *e, cx_msg_t *msg, int timeout_ms)
 {
     if (!e || !msg) return CX_EINVAL;
     memset(msg, 0, sizeof *msg);
+    if (timeout_ms) cx_drive_waiting(e);
     return cx_msgq_pop(&e->msgq, msg, timeout_ms);
 }
 
@@ -1057,6 +1058,7 @@ void cx_msg_release(cx_msg_t *msg)
 int cx_wait_event(cx_engine_t *e, cx_event_t *ev, int timeout_ms)
 {
     if (!e || !ev) return CX_EINVAL;
+    if (timeout_ms) cx_drive_waiting(e);
     return cx_evq_pop(&e->evq, ev, timeout_ms);
 }
 

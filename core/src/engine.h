@@ -264,6 +264,8 @@ struct cx_engine {
     int unarmed;            /* under plock: callers drive; the backends' wait fds are out of the
                                  progress thread's epoll set and not armed (drive.h) */
     uint64_t drove_ns;      /* under plock: when a driving caller last let go */
+    atomic_int left_polled; /* `unarmed`, for threads without plock (cx_drive_waiting) */
+    atomic_int rearm_asked; /* a thread waits for what only the transports bring: arm them */
     uint64_t full_turn_ns;  /* progress thread: its last turn that gave every backend progress() */
     uint64_t dtimer_due_ns; /* under plock: when the drive timer fires (drive.h) */
 
