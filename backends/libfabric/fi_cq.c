@@ -520,7 +520,10 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
 static void cx_fi_retry_tick(cx_backend_t *b)
 {
     struct itimerspec it = { .it_value = { 0, CX_FI_RETRY_US * 1000 } };
-    if (timerfd_settime(b->qfd, 0, &it, NULL)) cx_fi_kick(b);
+    if (timerfd_settime(b->qfd, 0, &it, NULL))
+        cx_fi_kick(b);
+    else
+        b->q_armed = 1;
 }
 
 /* One pass without arming (backend.h: a caller driving the transports, or the progress thread
@@ -542,15 +545,16 @@ int cx_fi_progress(cx_backend_t *b)
     cx_fi_shm_progress(b, 0);
     if (b->n_av_later) cx_fi_av_later_run(b, 0);
     if (b->n_parked) cx_fi_parked_run(b, 0);
-    if (read(b->evfd, &v, sizeof v) < 0) {
-        /* EAGAIN: nobody asked for another round */
+    if (b->kicked) {
+        b->kicked = 0;
+        if (read(b->evfd, &v, sizeof v) < 0) {
+            /* EAGAIN: read already */
+        }
     }
     if (b->tfd >= 0 && read(b->tfd, &v, sizeof v) < 0) {
         /* EAGAIN: woken by something else */
     }
-    if (read(b->qfd, &v, sizeof v) < 0) {
-        /* EAGAIN: the retry tick is not what woke us */
-    }
+    if (b->q_armed && read(b->qfd, &v, sizeof v) == (ssize_t)sizeof v) b->q_armed = 0; /* else not due yet */
     for (int round = 0; round < 16; round++) {
         int n = cx_fi_drain(b);
         cx_fi_backlog_run(b);

@@ -187,6 +187,8 @@ struct cx_backend {
     int evfd;              /* "call progress again" (backlog, failed trywait) */
     int tfd;               /* polling tick, only without a CQ wait fd */
     int qfd;               /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
+    int kicked, q_armed;   /* evfd written, qfd set, since progress() last read them: a read
+                              of each at every progress() was two syscalls per call */
     cx_fi_ctx_t warm_ctx;  /* the send to ourselves at open (fi_warm.c) */
     int warm_txi;          /* its send buffer until its completion, -1 none */
     int busy_poll;         /* CONNEX_FI_POLL_US=0 */

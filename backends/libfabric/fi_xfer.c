@@ -14,6 +14,8 @@
 void cx_fi_kick(cx_backend_t *b)
 {
     uint64_t one = 1;
+    if (b->kicked) return; /* still readable: progress() has not read it since */
+    b->kicked = 1;
     if (write(b->evfd, &one, sizeof one) < 0) {
         /* EAGAIN: the counter is already non-zero, the core will call us anyway. */
     }
