@@ -97,13 +97,16 @@ int cx_ucx_cma_copy(cx_ucx_t *b, cx_bep_t *ep, const cx_xfer_t *x, const cx_ucx_
     return rc;
 }
 
-/* Runs of reads or of writes, each run one call (CX_CMA_SEGS_MAX at most). What a copy does not
- * take, or takes out of range, is left to cx_ucx_submit_copied, which says why. */
+/* Runs of reads or of writes, each run one call (CX_CMA_SEGS_MAX at most), CONNEX_UCX_CMA_MAX
+ * bytes in all: the post holds the transports' lock no longer than one op's copy may. What a
+ * copy does not take, or takes out of range, is left to cx_ucx_submit_copied, which says why
+ * (or posts it through UCX). */
 void cx_ucx_cma_batch(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
 {
     if (!b->cma || !ep->cma.ok || ep->failed || !ep->ue || ep->ue->peer_mode) return;
     cx_cma_seg_t seg[CX_CMA_SEGS_MAX];
     size_t idx[CX_CMA_SEGS_MAX];
+    size_t budget = b->cma_max;
     for (size_t i = 0; i < n;) {
         size_t k = 0;
         int kind = -1;
@@ -113,10 +116,11 @@ void cx_ucx_cma_batch(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n,
             const cx_ucx_rk_t *rec = NULL;
             if ((x->kind != CX_XFER_READ && x->kind != CX_XFER_WRITE) || !x->local ||
                 cx_ucx_rkey_get(ep->ue, x, &rk, &rec) != CX_OK || !cx_ucx_cma_takes(b, ep, x, rec) ||
-                !cma_in_range(x, rec))
+                !cma_in_range(x, rec) || x->len > budget)
                 continue;
             if (kind >= 0 && x->kind != kind) break; /* the next run starts here */
             kind = x->kind;
+            budget -= x->len;
             seg[k] = (cx_cma_seg_t){ x->local, x->remote, x->len };
             idx[k++] = i;
         }

@@ -21,6 +21,7 @@ void cx_drive_handoff(cx_engine_t *e, cx_op_t *op)
     cx_op_t **pp = &e->handoff;
     while (*pp) pp = &(*pp)->hnext; /* in order: a few ops at most */
     *pp = op;
+    atomic_store(&e->handoff_waiting, 1);
 }
 
 void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op)
@@ -29,6 +30,7 @@ void cx_drive_handoff_drop(cx_engine_t *e, cx_op_t *op)
         if (*pp == op) {
             *pp = op->hnext;
             op->hnext = NULL;
+            if (!e->handoff) atomic_store(&e->handoff_waiting, 0);
             return;
         }
 }

@@ -251,23 +251,24 @@ struct cx_engine {
     /* The transports' owner: the progress thread, except while it sleeps, when a caller may
      * drive them (drive.h). Everything under "progress-thread state" is guarded by it. */
     pthread_mutex_t plock;
-    int ready;              /* under plock: the progress thread has started */
-    int drive;              /* CONNEX_DRIVE (drive.h), read once */
-    int drive_sleep;        /* CONNEX_DRIVE_SLEEP (drive.h), read once */
-    atomic_int sleeping;    /* a driving caller sleeps on the transports' wait fds (drive.c) */
-    atomic_int drivers;     /* callers in a synchronous op that drive the transports themselves */
-    atomic_int pwant;       /* the progress thread waits for plock: a driving caller lets go */
-    atomic_int cmd_kicked;  /* cmdfd was written and not read since (a driving caller reads
+    int ready;                  /* under plock: the progress thread has started */
+    int drive;                  /* CONNEX_DRIVE (drive.h), read once */
+    int drive_sleep;            /* CONNEX_DRIVE_SLEEP (drive.h), read once */
+    atomic_int sleeping;        /* a driving caller sleeps on the transports' wait fds (drive.c) */
+    atomic_int drivers;         /* callers in a synchronous op that drive the transports themselves */
+    atomic_int pwant;           /* the progress thread waits for plock: a driving caller lets go */
+    atomic_int cmd_kicked;      /* cmdfd was written and not read since (a driving caller reads
                                  it when it drains the queue itself: drive.c) */
-    int driving;            /* under plock: its holder is a caller, not the progress thread */
-    cx_op_t *handoff;       /* under plock: ops a driving caller left for the progress thread */
-    int unarmed;            /* under plock: callers drive; the backends' wait fds are out of the
+    int driving;                /* under plock: its holder is a caller, not the progress thread */
+    cx_op_t *handoff;           /* under plock: ops a driving caller left for the progress thread */
+    atomic_int handoff_waiting; /* `handoff` is not empty, for the progress thread without plock */
+    int unarmed;                /* under plock: callers drive; the backends' wait fds are out of the
                                  progress thread's epoll set and not armed (drive.h) */
-    uint64_t drove_ns;      /* under plock: when a driving caller last let go */
-    atomic_int left_polled; /* `unarmed`, for threads without plock (cx_drive_waiting) */
-    atomic_int rearm_asked; /* a thread waits for what only the transports bring: arm them */
-    uint64_t full_turn_ns;  /* progress thread: its last turn that gave every backend progress() */
-    uint64_t dtimer_due_ns; /* under plock: when the drive timer fires (drive.h) */
+    uint64_t drove_ns;          /* under plock: when a driving caller last let go */
+    atomic_int left_polled;     /* `unarmed`, for threads without plock (cx_drive_waiting) */
+    atomic_int rearm_asked;     /* a thread waits for what only the transports bring: arm them */
+    uint64_t full_turn_ns;      /* progress thread: its last turn that gave every backend progress() */
+    uint64_t dtimer_due_ns;     /* under plock: when the drive timer fires (drive.h) */
 
     cx_bslot_t be[CX_MAX_BACKENDS];
     int nb;

@@ -58,7 +58,7 @@ static const cx_opt_def_t g_opts[] = {
       "shared-memory reads from this size on are answered by the target", 0 },
     { "CONNEX_UCX_CMA", E, "auto", 0, 0, "auto|off", "ucx",
       "shared-memory UCX: host reads and writes by same-host copies (off: through UCX)", 0 },
-    { "CONNEX_UCX_CMA_MAX", BY, "4194304", 1, 1ull << 40, NULL, "ucx",
+    { "CONNEX_UCX_CMA_MAX", BY, "1048576", 1, 1ull << 40, NULL, "ucx",
       "larger xfers than this keep UCX's path (a copy holds the transports while it runs)", 0 },
     { "CONNEX_UCX_ROTATE_ZOMBIES", U, "16", 0, 1u << 20, NULL, "ucx",
       "rotate the worker at this many dead endpoints (0: not for zombies)", 0 },

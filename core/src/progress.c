@@ -50,6 +50,7 @@ static void run_handoff(cx_engine_t *e)
         op->stage = OPS_QUEUED;
         cx_op_go(e, op);
     }
+    atomic_store(&e->handoff_waiting, 0);
 }
 
 int cx_progress_drain(cx_engine_t *e)
@@ -286,6 +287,12 @@ void *cx_progress_main(void *arg)
              * itself: asking it to let go for those would hand every completion back to this
              * thread), ask it to let go (drive.c): heartbeats and deaths wait for nobody. */
             int want = n < 0 || (n == 0 && timeout > 0 && !ticking); /* a timer of ours ran out */
+            /* Ops a caller left for this thread (a connect, a thread-bound backend, device
+             * memory, and every op behind one): only this thread starts them, and callers that
+             * keep driving would keep them waiting for its next timer (up to a second: messages
+             * to a live peer stuck behind a reconnect to a stopped one, while one-sided writes
+             * to it went on completing at once, conformance_hol). */
+            want |= atomic_load(&e->handoff_waiting);
             for (int i = 0; i < n && !want; i++) want = wants_lock(e, evs[i].data.ptr);
             int mine = want ? 0 : only_drive_events(e, evs, n);
             if (mine) {

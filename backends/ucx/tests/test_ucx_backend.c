@@ -469,11 +469,11 @@ static int peer_mode_tls(void)
 }
 
 /* Same-host copies (ucx_cma.c): on endpoints without peer error handling unless
- * CONNEX_UCX_CMA=off, for xfers up to CONNEX_UCX_CMA_MAX (default 4 MiB). */
+ * CONNEX_UCX_CMA=off, for xfers up to CONNEX_UCX_CMA_MAX (default 1 MiB). */
 static int cma_on(size_t len)
 {
     const char *off = getenv("CONNEX_UCX_CMA"), *max = getenv("CONNEX_UCX_CMA_MAX");
-    size_t m = max && *max ? (size_t)strtoull(max, NULL, 10) : (size_t)4 << 20;
+    size_t m = max && *max ? (size_t)strtoull(max, NULL, 10) : (size_t)1 << 20;
     return !peer_mode_tls() && !(off && !strcmp(off, "off")) && len <= m;
 }
 
