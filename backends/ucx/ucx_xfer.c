@@ -176,18 +176,7 @@ static int cx_ucx_cma_start(cx_ucx_t *b, cx_ucx_op_t *op, const cx_ucx_rk_t *rec
 {
     int rc = op->copied ? op->copied_rc : cx_ucx_cma_copy(b, op->ep, op->x, rec);
     if (rc != CX_OK) return cx_ucx_not_started(b, op, rc, sync);
-    op->ue = op->ep->ue;
-    op->ue->inflight++;
     if (op->x->kind == CX_XFER_PUT_SIGNAL) {
-        op->counted_msg = 1;
-        op->ue->msgs++;
-        if (op->x->msg_len && !op->ue->peer_mode) {
-            if (!(op->msg_copy = malloc(op->x->msg_len))) {
-                cx_ucx_complete_now(b, op, CX_ENOMEM, sync);
-                return CX_OK;
-            }
-            memcpy(op->msg_copy, op->x->msg, op->x->msg_len);
-        }
         cx_ucx_send_am(b, op);
         if (op->finished) cx_ucx_complete_now(b, op, op->status, sync);
         return CX_OK;
@@ -215,7 +204,6 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         int rc = cx_ucx_rkey_get(ue, x, &rk, &rec);
         if (rc != CX_OK) return cx_ucx_not_started(b, op, rc, sync);
     }
-    if (cx_ucx_cma_takes(b, ep, x, rec)) return cx_ucx_cma_start(b, op, rec, sync);
     op->ue = ue;
     ue->inflight++;
     int is_msg = x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL;
@@ -227,6 +215,7 @@ static int cx_ucx_start(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         if (!(op->msg_copy = malloc(x->msg_len))) return cx_ucx_not_started(b, op, CX_ENOMEM, sync);
         memcpy(op->msg_copy, x->msg, x->msg_len);
     }
+    if (cx_ucx_cma_takes(b, ep, x, rec)) return cx_ucx_cma_start(b, op, rec, sync);
     ucs_status_ptr_t r = NULL;
     ucp_request_param_t p;
     switch (x->kind) {
