@@ -231,6 +231,9 @@ static void test_cma_child(void **state)
             if (buf[i] != (i >= 1024 && i < 5120 ? 0x5A : (uint8_t)(i * 7 + 5))) _exit(2);
         _exit(0);
     }
+    /* our ends of the child's: a child that dies early ends the read below (EOF), not hangs it */
+    close(ready[1]);
+    close(done[0]);
     char c;
     assert_int_equal(read(ready[0], &c, 1), 1);
     uint8_t adv[CX_CMA_ADV_LEN];
@@ -260,8 +263,6 @@ static void test_cma_child(void **state)
     assert_int_equal(cx_cma_read(&p, got, (uint64_t)(uintptr_t)buf, 16), CX_EPEER);
     assert_int_equal(cx_cma_write(&p, (uint64_t)(uintptr_t)buf, w, 16), CX_EPEER);
     close(ready[0]);
-    close(ready[1]);
-    close(done[0]);
     close(done[1]);
 }
 
