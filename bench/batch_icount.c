@@ -1,11 +1,11 @@
 /* batch_icount: a fixed amount of work for an instruction counter (valgrind --tool=callgrind),
  * so that the engine's cost per batch entry can be set against a single op's.
  *
- *   batch_icount batch|single N K [size]
+ *   batch_icount batch|single N K [size] [read|write]
  *
  * forks a target process, then from this one moves K calls of N blocks of `size` bytes (default
- * 4096) read from the target's region: `batch` as one cx_batch_read of N entries per call,
- * `single` as N cx_read calls. One call of the same shape goes first (connect, region look-up).
+ * 4096) read from the target's region (or written to it): `batch` as one cx_batch_read (or
+ * cx_batch_write) of N entries per call, `single` as N cx_read (cx_write) calls. One call of the same shape goes first (connect, region look-up).
  * The backend is the engine's choice, or CONNEX_BACKEND (and UCX_TLS / CONNEX_FI_PROVIDER for a
  * variant). Counting only this process and subtracting a run with another N leaves the cost of
  * N entries alone; bench/README.md shows the runs. Exit status 0 when every op succeeded. */
@@ -34,11 +34,12 @@ static int target(int out, int in, size_t bytes)
     return 0;
 }
 
-static int one_call(cx_engine_t *e, int batch, cx_batch_entry_t *ents, size_t n, int *st)
+static int one_call(cx_engine_t *e, int batch, int wr, cx_batch_entry_t *ents, size_t n, int *st)
 {
-    if (batch) return cx_batch_read(e, ents, n, st);
+    if (batch) return wr ? cx_batch_write(e, ents, n, st) : cx_batch_read(e, ents, n, st);
     for (size_t i = 0; i < n; i++) {
-        int rc = cx_read(e, ents[i].peer, ents[i].local, ents[i].remote, ents[i].len);
+        int rc = wr ? cx_write(e, ents[i].peer, ents[i].local, ents[i].remote, ents[i].len)
+                    : cx_read(e, ents[i].peer, ents[i].local, ents[i].remote, ents[i].len);
         if (rc) return rc;
     }
     return CX_OK;
@@ -47,12 +48,17 @@ static int one_call(cx_engine_t *e, int batch, cx_batch_entry_t *ents, size_t n,
 int main(int argc, char **argv)
 {
     if (argc < 4 || (strcmp(argv[1], "batch") && strcmp(argv[1], "single"))) {
-        fprintf(stderr, "usage: batch_icount batch|single N K [size]\n");
+        fprintf(stderr, "usage: batch_icount batch|single N K [size] [read|write]\n");
         return 2;
     }
     int batch = !strcmp(argv[1], "batch");
     size_t n = strtoul(argv[2], NULL, 0), k = strtoul(argv[3], NULL, 0);
     size_t size = argc > 4 ? strtoul(argv[4], NULL, 0) : 4096;
+    int wr = argc > 5 && !strcmp(argv[5], "write");
+    if (argc > 5 && !wr && strcmp(argv[5], "read")) {
+        fprintf(stderr, "batch_icount: the op is read or write\n");
+        return 2;
+    }
     if (!n || n > 65536 || !size || size > (64u << 20) / n) {
         fprintf(stderr, "batch_icount: N in 1..65536, N x size at most 64 MiB\n");
         return 2;
@@ -88,8 +94,8 @@ int main(int argc, char **argv)
             ents[i] = (cx_batch_entry_t){
                 .peer = url, .local = (char *)buf + i * size, .remote = raddr + i * size, .len = size
             };
-        rc = one_call(e, batch, ents, n, st);
-        for (size_t j = 0; j < k && rc == CX_OK; j++) rc = one_call(e, batch, ents, n, st);
+        rc = one_call(e, batch, wr, ents, n, st);
+        for (size_t j = 0; j < k && rc == CX_OK; j++) rc = one_call(e, batch, wr, ents, n, st);
         if (rc) fprintf(stderr, "batch_icount: %s\n", cx_strerror(rc));
     } else {
         fprintf(stderr, "batch_icount: setup failed\n");

@@ -1,6 +1,6 @@
 /* Conformance, batches (cx_batch_*): batches of 1 to 1024 entries and mixed sizes from 1 B to
  * 16 MiB both ways, checked byte for byte (locally with the pattern, remotely by hash); entries
- * to two peers in one batch; a bad entry refuses the whole batch and nothing moves; a batch
+ * to two peers in one batch; entries over many regions and both peers in no order; a bad entry refuses the whole batch and nothing moves; a batch
  * put_signal's message arrives only after all its data; kill -9 of one peer mid-batch (its
  * entries CX_EPEER, the other peer's fine); a stopped peer (its entries time out, nothing lands
  * late). Backend: CONNEX_BACKEND (the test process and its peers all use it). */
@@ -203,6 +203,73 @@ static void test_batch_two_peers(void **state)
     expect_all(N, CX_OK, "two peers write");
     /* Each peer holds the even or odd blocks: compare block by block. */
     for (size_t i = 0; i < N; i += 7) check_remote(i & 1 ? &P2 : &P, i * LEN, LEN, "two peers write");
+    refill_peer(&P, PSEED);
+    refill_peer(&P2, P2SEED);
+}
+
+/* Entries over many regions in one batch: NREG local regions (beside R) and two peers, so that
+ * the engine groups them by peer and region pair (more pairs than it fills at once: some entries
+ * go alone), entries in no order (remote ranges descending, local regions interleaved), sizes
+ * from 1 B to 16 KiB; then one pair with more entries than a group holds. Read, checked byte for
+ * byte, written back with fresh bytes, checked by hash; the engine counts every entry. */
+static void test_batch_many_regions(void **state)
+{
+    (void)state;
+    enum { NREG = 20, RLEN = 262144, N = 200, M = 700, LEN = 4096 };
+    uint8_t *L = mmap(NULL, (size_t)NREG * RLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(L != MAP_FAILED);
+    for (int r = 0; r < NREG; r++) assert_int_equal(cx_register_memory(E, L + (size_t)r * RLEN, RLEN), CX_OK);
+    size_t used[NREG] = { 0 };
+    size_t roff[N];
+    const cxt_peer_t *pe[N];
+    for (size_t i = 0; i < N; i++) {
+        size_t reg = (i * 7) % NREG, len = 1 + (i * 2654435761u) % 16384;
+        assert_true(used[reg] + len <= RLEN); /* N / NREG entries of 16 KiB at most a region */
+        pe[i] = i % 3 == 1 ? &P2 : &P;
+        roff[i] = (size_t)(N - i) * 20000; /* descending, apart: no two entries overlap */
+        ents[i] = (cx_batch_entry_t){
+            .peer = pe[i]->url, .local = L + reg * RLEN + used[reg], .remote = pe[i]->base + roff[i], .len = len
+        };
+        used[reg] += len;
+    }
+    cx_stats_t s0, s1;
+    assert_int_equal(cx_stats(E, &s0), CX_OK);
+    memset(L, 0, (size_t)NREG * RLEN);
+    assert_int_equal(cx_batch_read(E, ents, N, st), CX_OK);
+    expect_all(N, CX_OK, "many regions read");
+    for (size_t i = 0; i < N; i++) {
+        long long bad = cxt_check(ents[i].local, ents[i].len, pe[i] == &P2 ? P2SEED : PSEED, roff[i]);
+        if (bad >= 0) fail_msg("many regions: entry %zu byte %lld differs", i, bad);
+    }
+    assert_int_equal(cx_stats(E, &s1), CX_OK);
+    assert_int_equal(s1.ops[CX_OPK_READ] - s0.ops[CX_OPK_READ], N);
+    cxt_fill(L, (size_t)NREG * RLEN, TSEED + 77, 0);
+    cx_op_t *op = NULL;
+    assert_int_equal(cx_batch_write_async(E, ents, N, CX_CLASS_CRITICAL, st, &op), CX_OK);
+    assert_int_equal(cx_op_wait(op, -1), CX_OK);
+    expect_all(N, CX_OK, "many regions write");
+    for (size_t i = 0; i < N; i += 3) {
+        char rep[256], want[64];
+        assert_int_equal(
+            cxt_peer_cmd((cxt_peer_t *)pe[i], 30000, rep, sizeof rep, "HASH %zu %zu", roff[i], ents[i].len), 0);
+        snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(ents[i].local, ents[i].len));
+        if (strcmp(rep, want)) fail_msg("many regions: entry %zu: the peer's bytes differ", i);
+    }
+    /* One peer and region pair, more entries than a group takes, every other block. */
+    for (size_t i = 0; i < M; i++)
+        ents[i] =
+            (cx_batch_entry_t){ .peer = P.url, .local = R + 2 * i * LEN, .remote = P.base + 2 * i * LEN, .len = LEN };
+    refill_peer(&P, PSEED);
+    memset(R, 0, 2 * M * LEN);
+    assert_int_equal(cx_batch_read(E, ents, M, st), CX_OK);
+    expect_all(M, CX_OK, "one pair read");
+    for (size_t i = 0; i < M; i++) {
+        long long bad = cxt_check(R + 2 * i * LEN, LEN, PSEED, 2 * i * LEN);
+        if (bad >= 0) fail_msg("one pair: entry %zu byte %lld differs", i, bad);
+        for (size_t k = 0; k < LEN; k += 512) assert_int_equal(R[(2 * i + 1) * LEN + k], 0); /* the gaps */
+    }
+    for (int r = 0; r < NREG; r++) assert_int_equal(cx_unregister_memory(E, L + (size_t)r * RLEN), CX_OK);
+    munmap(L, (size_t)NREG * RLEN);
     refill_peer(&P, PSEED);
     refill_peer(&P2, P2SEED);
 }
@@ -432,6 +499,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_read_sizes, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_write_sizes, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_two_peers, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_many_regions, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_bad_entry, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_put_signal, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_kill9, cxt_watchdog_setup, cxt_watchdog_teardown),

@@ -222,9 +222,14 @@ struct cx_backend {
     int shm_direct;        /* shm: every op ends inside its post (fi_shm.c) */
     uint64_t post_more;    /* FI_MORE while submit_batch posts all but its last xfer */
     int more_owed;         /* a post went with FI_MORE and none without it since */
-    size_t eager_max;      /* a message with its header up to this goes inline */
-    size_t rd_inline;      /* with wb: reads up to this many bytes answered inline */
-    size_t rd_part;        /* bytes per RDATA message: rxm's eager limit, less headers */
+    /* Inside submit_batch: the last key blob decoded, by address (a batch's run shares its
+     * region's blob, which the core keeps unchanged during the call), and what it said. */
+    const void *kc_blob;
+    size_t kc_len;
+    cx_fi_key_t kc;
+    size_t eager_max; /* a message with its header up to this goes inline */
+    size_t rd_inline; /* with wb: reads up to this many bytes answered inline */
+    size_t rd_part;   /* bytes per RDATA message: rxm's eager limit, less headers */
     int closing;
     int sweep_now; /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
@@ -270,6 +275,8 @@ int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **
 void cx_fi_mem_dereg(cx_backend_t *b, void *mh);
 /* Decodes a key blob into (remote address as the provider wants it, key). */
 int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr, uint64_t *rkey);
+/* The blob's key (a multi-rail blob: its first rail's), unchecked against any address. */
+int cx_fi_key_parse(const void *key, size_t key_len, cx_fi_key_t *k);
 
 /* fi_xfer.c */
 int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len, cx_bep_t **ep);

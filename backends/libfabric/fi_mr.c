@@ -90,9 +90,8 @@ void cx_fi_mem_dereg(cx_backend_t *b, void *mh)
     free(h);
 }
 
-int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr, uint64_t *rkey)
+int cx_fi_key_parse(const void *key, size_t key_len, cx_fi_key_t *k)
 {
-    cx_fi_key_t k;
     const uint8_t *part;
     size_t part_len;
     int nr;
@@ -100,7 +99,13 @@ int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t 
         key = part; /* a multi-rail peer's region: its first rail's key */
         key_len = part_len;
     }
-    if (cx_fi_key_get(key, key_len, &k) || cx_fi_key_target(&k, remote, raddr)) {
+    return cx_fi_key_get(key, key_len, k);
+}
+
+int cx_fi_key_decode(const void *key, size_t key_len, uint64_t remote, uint64_t *raddr, uint64_t *rkey)
+{
+    cx_fi_key_t k;
+    if (cx_fi_key_parse(key, key_len, &k) || cx_fi_key_target(&k, remote, raddr)) {
         cx_warn("libfabric: malformed or foreign remote key (%zu bytes)", key_len);
         return CX_EINVAL;
     }

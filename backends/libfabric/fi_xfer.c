@@ -303,9 +303,21 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
     return (int)fi_send(b->ep, cx_fi_tx_buf(b, op->txi), op->txlen, fi_mr_desc(b->txmr), op->ep->fa, &op->c.fc);
 }
 
-static int cx_fi_rma_target(cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
+static int cx_fi_rma_target(cx_backend_t *b, cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
 {
+    if (b->kc_blob && x->rkey == b->kc_blob && x->rkey_len == b->kc_len) {
+        *rkey = b->kc.key; /* a batch's entry in the region of the one before */
+        return cx_fi_key_target(&b->kc, x->remote, raddr);
+    }
     return cx_fi_key_decode(x->rkey, x->rkey_len, x->remote, raddr, rkey);
+}
+
+/* submit_batch: the key of the entries sharing xs[i]'s blob, parsed once. */
+static void cx_fi_key_remember(cx_backend_t *b, const cx_xfer_t *x)
+{
+    int ok = x->kind != CX_XFER_MSG && x->rkey && cx_fi_key_parse(x->rkey, x->rkey_len, &b->kc) == CX_OK;
+    b->kc_blob = ok ? x->rkey : NULL;
+    b->kc_len = x->rkey_len;
 }
 
 /* The core's exit fd for the peer (cx_core_peer_exit_fd) is looked at once every CX_FI_PID_POSTS
@@ -373,7 +385,7 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     case CX_FOP_READ:
     case CX_FOP_WRITE:
     case CX_FOP_PSWRITE: {
-        if (cx_fi_rma_target(x, &raddr, &rkey)) return -FI_EINVAL;
+        if (cx_fi_rma_target(b, x, &raddr, &rkey)) return -FI_EINVAL;
         void *desc = ((cx_fi_mh_t *)x->local_mh)->desc;
         if (op->kind == CX_FOP_READ && b->post_more) {
             struct iovec iov = { .iov_base = x->local, .iov_len = x->len };
@@ -481,7 +493,7 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
             cx_warn("libfabric: %s: %zu bytes exceed the provider's max_msg_size %zu", b->prov, x->len, b->max_msg);
             return CX_EINVAL;
         }
-        if (cx_fi_rma_target(x, &ra, &rk)) return CX_EINVAL;
+        if (cx_fi_rma_target(b, x, &ra, &rk)) return CX_EINVAL;
     }
     if ((x->kind == CX_XFER_MSG || x->kind == CX_XFER_PUT_SIGNAL) &&
         (x->msg_len > CX_MSG_MAX || (x->msg_len && !x->msg))) {
@@ -526,9 +538,11 @@ void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
     b->more_owed = 0;
     for (size_t i = 0; i < n; i++) {
         b->post_more = i + 1 < n && !b->shm_direct ? FI_MORE : 0;
+        if (!i || xs[i]->rkey != xs[i - 1]->rkey) cx_fi_key_remember(b, xs[i]);
         rcs[i] = cx_fi_submit(b, ep, xs[i]);
     }
     b->post_more = 0;
+    b->kc_blob = NULL; /* the blob is the core's again: it may change after this call */
     if (b->more_owed) cx_fi_kick(b);
 }
 

@@ -363,18 +363,25 @@ void cx_ucx_start_moved(cx_ucx_t *b, cx_bep_t *ep)
     }
 }
 
-/* A batch's xfers to one endpoint: same-host copies first, many per system call (ucx_cma.c);
- * then every xfer posted, then one progress of the worker, which puts them on the wire together
- * (a get's request, a put's bytes) instead of each waiting for the core's next poll. Completions
- * it finds are delivered at the core's next turn (the signal wakes it): the core may disconnect
- * endpoints from a delivery, not from inside its post. */
+/* A batch's xfers to one endpoint: same-host copies first, many per system call (ucx_cma.c),
+ * each one copied completed at once, without an op of ours (the core's completion of a batch's
+ * xfer only counts it: backend.h allows it inside the call); then every other xfer posted, then
+ * one progress of the worker, which puts them on the wire together (a get's request, a put's
+ * bytes) instead of each waiting for the core's next poll. Completions that progress finds are
+ * delivered at the core's next turn (the signal wakes it), as every op's of ours is. */
 void cx_ucx_submit_batch(cx_backend_t *bb, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
 {
     cx_ucx_t *b = (cx_ucx_t *)bb;
     for (size_t i = 0; i < n; i++) rcs[i] = CX_UCX_NOT_COPIED;
     if (b && ep) cx_ucx_cma_batch(b, ep, xs, n, rcs);
     if (b) b->in_batch = 1;
-    for (size_t i = 0; i < n; i++) rcs[i] = cx_ucx_submit_copied(bb, ep, xs[i], rcs[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (b && rcs[i] == CX_OK) {
+            cx_core_xfer_done(b->core, xs[i], CX_OK);
+            continue;
+        }
+        rcs[i] = cx_ucx_submit_copied(bb, ep, xs[i], rcs[i]);
+    }
     if (b) b->in_batch = 0;
     if (b && b->cur && !b->cur->wedged && cx_ucx_lib.ucp_worker_progress(b->cur->w)) cx_ucx_signal(b);
 }

@@ -4,6 +4,8 @@
 
 #include "connex/log.h"
 #include "drive.h"
+#include "cx_sched.h"
+#include "tstage.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -11,9 +13,35 @@
 
 /* At most this many faults are logged one by one when a batch is refused; the rest are counted. */
 #define CX_BATCH_LOG_MAX 8
-#define ST_PENDING 1 /* an entry's status before it ended (statuses are <= 0) */
+/* An entry's state before it ended (statuses are <= 0): not started, a run's entry in its
+ * backend, a run's entry that failed (it ends with its run's status, the core's verdict). */
+#define ST_PENDING 1
+#define ST_INFLIGHT 2
+#define ST_FAILED 3
+/* Runs being filled at once while entries are grouped: an entry with yet another peer and region
+ * pair goes as a child op of its own. */
+#define CX_BATCH_RUNS_OPEN 16
+/* At most this many entries a run (and half the critical credits): two runs to a peer overlap. */
+#define CX_BATCH_RUN_MAX 256u
 
 enum { PH_PEERS = 0, PH_CHECK, PH_XFER, PH_SIGNAL, PH_DONE };
+
+typedef struct cx_bentry { /* an entry as the caller gave it, checked */
+    void *local;
+    uint64_t remote;
+    size_t len;
+    uint64_t lbase; /* the start of the local region holding it: a run stays inside one */
+    int lkind;      /* CX_MEM_* of that region */
+} cx_bentry_t;
+
+typedef struct cx_brun { /* entries to one peer, one local and one remote region: one op */
+    cx_op_t op;          /* first member: the run's op (engine.h, nent) */
+    cx_batch_t *b;
+    uint32_t first; /* its entries: b->ridx[first .. first + n) */
+    uint32_t n;
+    uint32_t left; /* entries in the backend, + 1 while they are posted */
+    int err;       /* the first error an entry was completed with */
+} cx_brun_t;
 
 typedef struct cx_bent { /* a child: an entry's transfer, or its region query */
     cx_op_t op;          /* first member: the op is the child */
@@ -37,10 +65,15 @@ struct cx_batch {
     int cls;
     int psig; /* put_signal: the last entry carries msg */
     size_t n;
-    int *st;        /* per entry: ST_PENDING, then its status */
-    int *out;       /* the caller's, or NULL */
-    uint32_t *pidx; /* per entry: its cx_bpeer */
-    cx_bent_t *ent; /* n transfer children */
+    int *st;         /* per entry: ST_*, then its status */
+    int *out;        /* the caller's, or NULL */
+    uint32_t *pidx;  /* per entry: its cx_bpeer */
+    cx_bentry_t *en; /* the entries */
+    cx_bent_t *ent;  /* the entries' child ops, for those that go alone (allocated then) */
+    cx_brun_t *runs;
+    uint32_t nruns;
+    uint32_t *ridx; /* entry indices, run by run */
+    cx_xfer_t *xv;  /* per entry: the xfer a run hands its backend */
     cx_bpeer_t *peers;
     uint32_t np;
     cx_bent_t *q; /* region queries, allocated at the first miss */
@@ -62,7 +95,11 @@ void cx_batch_free(cx_batch_t *b)
     if (!b) return;
     free(b->st);
     free(b->pidx);
+    free(b->en);
     free(b->ent);
+    free(b->runs);
+    free(b->ridx);
+    free(b->xv);
     free(b->peers);
     free(b->q);
     free(b->msg);
@@ -94,6 +131,12 @@ static void entry_init(cx_op_t *op, cx_engine_t *e, int kind, void (*done)(cx_op
     op->on_done = done;
 }
 
+/* [addr, +len) inside [base, +span)? */
+static inline int within(uint64_t addr, uint64_t len, uint64_t base, uint64_t span)
+{
+    return addr >= base && addr - base <= span && len <= span - (addr - base);
+}
+
 static void phase_back(cx_batch_t *b)
 {
     if (--b->out_n) return;
@@ -113,10 +156,10 @@ static void query_done(cx_op_t *op, int status)
     cx_bent_t *c = (cx_bent_t *)op;
     cx_batch_t *b = c->b;
     if (status == CX_EINVAL) {
-        const cx_xfer_t *x = &b->ent[c->idx].op.x;
+        const cx_bentry_t *en = &b->en[c->idx];
         cx_warn("batch entry %u: remote range [0x%llx, +%zu) is not inside a region %s registered: "
                 "batch refused",
-                c->idx, (unsigned long long)x->remote, x->len, b->peers[b->pidx[c->idx]].p->url);
+                c->idx, (unsigned long long)en->remote, en->len, b->peers[b->pidx[c->idx]].p->url);
         b->refused = 1;
     } else if (status != CX_OK) {
         b->st[c->idx] = status; /* its peer failed or did not answer: the entry ends so */
@@ -137,7 +180,7 @@ static void finish(cx_batch_t *b)
 {
     int rc = CX_OK;
     for (size_t i = 0; i < b->n; i++) {
-        if (b->refused || b->st[i] == ST_PENDING) b->st[i] = b->refused ? CX_EINVAL : CX_ECLOSED;
+        if (b->refused || b->st[i] > 0) b->st[i] = b->refused ? CX_EINVAL : CX_ECLOSED;
         if (rc == CX_OK) rc = b->st[i];
     }
     if (b->out) memcpy(b->out, b->st, b->n * sizeof *b->out);
@@ -185,14 +228,22 @@ static void start_checks(cx_engine_t *e, cx_batch_t *b)
 {
     b->phase = PH_CHECK;
     b->out_n = 1;
+    const cx_peer_t *lp = NULL;
+    const cx_rregion_t *lr = NULL; /* the last region found: most entries share a few */
     for (size_t i = 0; i < b->n; i++) {
         cx_bpeer_t *bp = &b->peers[b->pidx[i]];
         if (bp->rc != CX_OK) {
             b->st[i] = bp->rc;
             continue;
         }
-        const cx_xfer_t *x = &b->ent[i].op.x;
-        if (cx_rregion_find(bp->p, x->remote, x->len)) continue;
+        const cx_bentry_t *x = &b->en[i];
+        if (lr && lp == bp->p && within(x->remote, x->len, lr->addr, lr->len)) continue;
+        const cx_rregion_t *rr = cx_rregion_find(bp->p, x->remote, x->len);
+        if (rr) {
+            lp = bp->p;
+            lr = rr;
+            continue;
+        }
         if (!b->q && !(b->q = calloc(b->n, sizeof *b->q))) {
             b->st[i] = CX_ENOMEM;
             continue;
@@ -269,16 +320,284 @@ void cx_bpost_close(cx_engine_t *e, cx_batch_t *b)
     bulk_post(e, b);
 }
 
-static void start_one(cx_engine_t *e, cx_batch_t *b, size_t i, uint64_t deadline)
+/* An entry that goes alone: its child op, set up now (most entries go in runs and need none). */
+static int start_one(cx_engine_t *e, cx_batch_t *b, size_t i, uint64_t deadline)
 {
+    if (!b->ent && !(b->ent = malloc(b->n * sizeof *b->ent))) {
+        b->st[i] = CX_ENOMEM;
+        return 0;
+    }
+    const cx_bentry_t *en = &b->en[i];
     cx_bent_t *c = &b->ent[i];
+    entry_init(&c->op, e, b->xkind == CX_XFER_READ ? CX_OPK_READ : CX_OPK_WRITE, ent_done);
+    c->b = b;
+    c->idx = (uint32_t)i;
+    c->op.sc.cls = b->cls;
+    c->op.x.kind = b->xkind;
+    c->op.x.local = en->local;
+    c->op.x.len = en->len;
+    c->op.x.remote = en->remote;
+    c->op.x.local_mem = en->lkind;
+    if (b->psig && i == b->n - 1) {
+        c->op.kind = CX_OPK_PUT_SIGNAL;
+        c->op.x.kind = CX_XFER_PUT_SIGNAL;
+        c->op.x.msg = b->msg;
+        c->op.x.msg_len = b->msg_len;
+    }
     c->op.hint = b->peers[b->pidx[i]].p;
     c->op.deadline_ns = deadline;
     b->out_n++;
     cx_op_start(e, &c->op);
+    return 1;
 }
 
-/* Phase 3: every entry (but put_signal's last) started, their posts collected and made in bulk. */
+/* ---------------------------------------------------------------- runs */
+
+static void run_done(cx_op_t *op, int status)
+{
+    cx_brun_t *r = (cx_brun_t *)op;
+    cx_batch_t *b = r->b;
+    for (uint32_t k = 0; k < r->n; k++) {
+        uint32_t i = b->ridx[r->first + k];
+        if (b->st[i] > 0) b->st[i] = status == CX_OK ? CX_ERR : status; /* CX_OK: each was OK */
+    }
+    phase_back(b);
+}
+
+static void run_back(cx_engine_t *e, cx_brun_t *r)
+{
+    if (--r->left) return;
+    cx_op_xfer_done(e, &r->op, r->err);
+}
+
+void cx_brun_xfer_done(cx_engine_t *e, cx_xfer_t *x, int status)
+{
+    cx_brun_t *r = x->core;
+    cx_batch_t *b = r->b;
+    size_t i = (size_t)(x - b->xv);
+    if (i >= b->n || b->st[i] != ST_INFLIGHT) {
+        cx_error("backend completed a batch entry twice or one it did not own: ignored");
+        return;
+    }
+    if (status == CX_OK) {
+        b->st[i] = CX_OK;
+    } else {
+        b->st[i] = ST_FAILED;
+        if (r->err == CX_OK) r->err = status;
+    }
+    cx_sched_entry_done(e, &r->op);
+    run_back(e, r);
+}
+
+void cx_brun_post(cx_engine_t *e, cx_op_t *op)
+{
+    cx_brun_t *r = (cx_brun_t *)op;
+    cx_batch_t *b = r->b;
+    cx_peer_t *p = op->peer;
+    const cx_bslot_t *s = &e->be[p->bidx];
+    const cx_xfer_t *rx = &op->x;
+    cx_xfer_t **xs = b->xs;
+    r->left = r->n + 1; /* held until every entry is posted: completions may come inside */
+    r->err = CX_OK;
+    for (uint32_t k = 0; k < r->n; k++) {
+        uint32_t i = b->ridx[r->first + k];
+        const cx_bentry_t *en = &b->en[i];
+        cx_xfer_t *x = &b->xv[i];
+        *x = (cx_xfer_t){ .kind = rx->kind,
+                          .local = en->local,
+                          .len = en->len,
+                          .local_mh = rx->local_mh,
+                          .local_mem = rx->local_mem,
+                          .remote = en->remote,
+                          .remote_region = rx->remote_region,
+                          .remote_base = rx->remote_base,
+                          .rkey = rx->rkey,
+                          .rkey_len = rx->rkey_len,
+                          .core = r };
+        b->st[i] = ST_INFLIGHT;
+        xs[k] = x;
+    }
+    if (s->ops->submit_batch) {
+        s->ops->submit_batch(s->b, p->ep, xs, r->n, b->rcs);
+    } else {
+        for (uint32_t k = 0; k < r->n; k++) b->rcs[k] = s->ops->submit(s->b, p->ep, xs[k]);
+    }
+    for (uint32_t k = 0; k < r->n; k++) {
+        if (b->rcs[k] == CX_OK) continue;
+        uint32_t i = b->ridx[r->first + k];
+        if (b->st[i] != ST_INFLIGHT) continue; /* completed inside the post after all (a bug) */
+        b->st[i] = ST_FAILED;                  /* not started: it will not be completed */
+        if (r->err == CX_OK) r->err = b->rcs[k];
+        r->left--;
+    }
+    run_back(e, r);
+}
+
+/* An entry's run key: its peer and its two regions. */
+typedef struct {
+    uint32_t pidx;
+    const cx_rregion_t *rr;
+    uint64_t lbase;
+    uint32_t run; /* the run being filled */
+} run_key_t;
+
+/* Whether entry i may go in a run: critical, host memory on both sides (no staging), its
+ * remote region known. *rr: that region. */
+static int run_fits(cx_engine_t *e, cx_batch_t *b, size_t i, const cx_rregion_t **rr, const cx_rregion_t **last_rr,
+                    int *last_ok)
+{
+    const cx_bentry_t *en = &b->en[i];
+    const cx_bpeer_t *bp = &b->peers[b->pidx[i]];
+    if (en->lkind != CX_MEM_HOST || bp->p->bidx < 0) return 0;
+    const cx_rregion_t *lr = *last_rr;
+    if (lr && within(en->remote, en->len, lr->addr, lr->len)) {
+        *rr = lr;
+        return *last_ok;
+    }
+    *rr = cx_rregion_find(bp->p, en->remote, en->len);
+    if (!*rr) return 0;
+    *last_rr = *rr;
+    *last_ok = !cx_tstage_wanted(e, bp->p, *rr);
+    return *last_ok;
+}
+
+/* Groups the pending entries [0, end) into runs (b->runs, b->ridx); the entries that go alone
+ * follow the runs' in ridx, at [*alone_at, *alone_end). Returns 0, or CX_ENOMEM (every entry then
+ * goes alone). */
+typedef struct { /* a run as its entries are grouped */
+    uint32_t n;
+    uint64_t llo, lhi, rlo, rhi; /* the local and remote ranges holding its entries */
+    size_t bytes;
+} run_acc_t;
+
+static void acc_add(run_acc_t *a, const cx_bentry_t *en)
+{
+    uint64_t l = (uint64_t)(uintptr_t)en->local;
+    if (!a->n++) {
+        a->llo = l;
+        a->lhi = l + en->len;
+        a->rlo = en->remote;
+        a->rhi = en->remote + en->len;
+    } else {
+        if (l < a->llo) a->llo = l;
+        if (l + en->len > a->lhi) a->lhi = l + en->len;
+        if (en->remote < a->rlo) a->rlo = en->remote;
+        if (en->remote + en->len > a->rhi) a->rhi = en->remote + en->len;
+    }
+    a->bytes += en->len;
+}
+
+/* A run's op: x spans its entries' local range, x.remote and rspan their remote one. */
+static void run_init(cx_engine_t *e, cx_batch_t *b, cx_brun_t *r, const run_acc_t *a)
+{
+    entry_init(&r->op, e, b->xkind == CX_XFER_READ ? CX_OPK_READ : CX_OPK_WRITE, run_done);
+    r->b = b;
+    r->op.sc.cls = CX_CLASS_CRITICAL;
+    r->op.sc.weight = a->n;
+    r->op.x.kind = b->xkind;
+    r->op.x.local = (void *)(uintptr_t)a->llo;
+    r->op.x.len = a->lhi - a->llo;
+    r->op.x.local_mem = CX_MEM_HOST;
+    r->op.x.remote = a->rlo;
+    r->op.nent = a->n;
+    r->op.vbytes = a->bytes;
+    r->op.rspan = a->rhi - a->rlo;
+}
+
+/* Groups the pending entries [0, end) into runs (b->runs, b->ridx); the entries that go alone
+ * follow the runs' in ridx, at [*alone_at, *alone_end). Returns 0, or CX_ENOMEM (every entry then
+ * goes alone). */
+static int form_runs(cx_engine_t *e, cx_batch_t *b, size_t end, uint32_t *alone_at, uint32_t *alone_end)
+{
+    uint32_t cap = CX_BATCH_RUN_MAX;
+    if (!e->cfg.classes_off) {
+        uint32_t half = e->cfg.credits_critical / 2;
+        cap = half < 1 ? 1 : half < cap ? half : cap;
+    }
+    uint32_t *rid = malloc(b->n * sizeof *rid); /* per entry: its run, or UINT32_MAX */
+    run_acc_t *acc = NULL;
+    uint32_t nacc = 0;
+    run_key_t open[CX_BATCH_RUNS_OPEN];
+    uint32_t nopen = 0, last = 0, nruns = 0;
+    if (!rid) return CX_ENOMEM;
+    const cx_rregion_t *last_rr = NULL;
+    const cx_peer_t *last_p = NULL;
+    int last_ok = 0;
+    for (size_t i = 0; i < end; i++) {
+        rid[i] = UINT32_MAX;
+        if (b->st[i] != ST_PENDING) continue;
+        const cx_rregion_t *rr;
+        if (b->peers[b->pidx[i]].p != last_p) {
+            last_p = b->peers[b->pidx[i]].p;
+            last_rr = NULL;
+        }
+        if (b->cls != CX_CLASS_CRITICAL || !run_fits(e, b, i, &rr, &last_rr, &last_ok)) continue;
+        const cx_bentry_t *en = &b->en[i];
+        uint32_t k = last;
+        if (k >= nopen || open[k].pidx != b->pidx[i] || open[k].rr != rr || open[k].lbase != en->lbase)
+            for (k = 0; k < nopen; k++)
+                if (open[k].pidx == b->pidx[i] && open[k].rr == rr && open[k].lbase == en->lbase) break;
+        if (k == nopen && nopen == CX_BATCH_RUNS_OPEN) continue; /* goes alone */
+        if (k == nopen || acc[open[k].run].n == cap) {
+            if (nruns == nacc) {
+                uint32_t nc = nacc ? nacc * 2 : 4;
+                run_acc_t *na = realloc(acc, nc * sizeof *na);
+                if (!na) {
+                    free(acc);
+                    free(rid);
+                    return CX_ENOMEM;
+                }
+                acc = na;
+                nacc = nc;
+            }
+            acc[nruns] = (run_acc_t){ 0 };
+            if (k == nopen) open[nopen++] = (run_key_t){ .pidx = b->pidx[i], .rr = rr, .lbase = en->lbase };
+            open[k].run = nruns++; /* new, or the last one of its key was full */
+        }
+        last = k;
+        rid[i] = open[k].run;
+        acc_add(&acc[open[k].run], en);
+    }
+    if (nruns && !(b->runs = malloc(nruns * sizeof *b->runs))) {
+        free(acc);
+        free(rid);
+        return CX_ENOMEM;
+    }
+    /* Counting sort: each run's entries in entry order, then the ones that go alone. */
+    uint32_t off = 0;
+    for (uint32_t r = 0; r < nruns; r++) {
+        run_init(e, b, &b->runs[r], &acc[r]);
+        b->runs[r].first = off;
+        b->runs[r].n = 0;
+        off += acc[r].n;
+    }
+    *alone_at = off;
+    for (size_t i = 0; i < end; i++) {
+        if (b->st[i] != ST_PENDING) continue;
+        if (rid[i] == UINT32_MAX) {
+            b->ridx[off++] = (uint32_t)i;
+        } else {
+            cx_brun_t *r = &b->runs[rid[i]];
+            b->ridx[r->first + r->n++] = (uint32_t)i;
+        }
+    }
+    *alone_end = off;
+    b->nruns = nruns;
+    free(acc);
+    free(rid);
+    return CX_OK;
+}
+
+static void start_run(cx_engine_t *e, cx_batch_t *b, cx_brun_t *r, uint64_t deadline)
+{
+    r->op.hint = b->peers[b->pidx[b->ridx[r->first]]].p;
+    r->op.deadline_ns = deadline;
+    b->out_n++;
+    cx_op_start(e, &r->op);
+}
+
+/* Phase 3: every entry (but put_signal's last) started: runs as one op each, the others alone,
+ * their posts collected and made in bulk. */
 static void start_xfers(cx_engine_t *e, cx_batch_t *b)
 {
     b->phase = PH_XFER;
@@ -290,11 +609,26 @@ static void start_xfers(cx_engine_t *e, cx_batch_t *b)
         b->post_ep = malloc(b->n * sizeof *b->post_ep);
         b->xs = malloc(b->n * sizeof *b->xs);
         b->rcs = malloc(b->n * sizeof *b->rcs);
+        b->ridx = malloc(b->n * sizeof *b->ridx);
+        b->xv = malloc(b->n * sizeof *b->xv);
     }
-    int bulk = b->post && b->post_ep && b->xs && b->rcs && !e->bpost;
+    int ok = b->post && b->post_ep && b->xs && b->rcs && b->ridx && b->xv;
+    uint32_t alone_at = 0, alone_end = 0;
+    if (!ok || form_runs(e, b, end, &alone_at, &alone_end)) {
+        /* Out of memory: no runs, each entry alone (the bulk post needs the arrays too). */
+        b->nruns = 0;
+        for (size_t i = 0; i < end; i++)
+            if (b->st[i] == ST_PENDING) start_one(e, b, i, deadline);
+        phase_back(b);
+        return;
+    }
+    for (uint32_t r = 0; r < b->nruns; r++) start_run(e, b, &b->runs[r], deadline);
+    int bulk = !e->bpost;
     if (bulk) e->bpost = b;
-    for (size_t i = 0; i < end; i++)
+    for (uint32_t j = alone_at; j < alone_end; j++) {
+        size_t i = b->ridx[j];
         if (b->st[i] == ST_PENDING) start_one(e, b, i, deadline);
+    }
     if (bulk) {
         e->bpost = NULL;
         bulk_post(e, b);
@@ -394,8 +728,8 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
     b->out = status;
     b->st = malloc(n * sizeof *b->st);
     b->pidx = malloc(n * sizeof *b->pidx);
-    b->ent = malloc(n * sizeof *b->ent); /* each set up by entry_init below */
-    if (!b->st || !b->pidx || !b->ent) {
+    b->en = malloc(n * sizeof *b->en);
+    if (!b->st || !b->pidx || !b->en) {
         cx_batch_free(b);
         return CX_ENOMEM;
     }
@@ -404,6 +738,7 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
     uint32_t cap = 0;
     const char *last_name = NULL;
     uint32_t last_k = 0;
+    cx_region_span_t lspan = { 0 }; /* the last local region found: most entries share one */
     for (size_t i = 0; i < n; i++) {
         const cx_batch_entry_t *en = &ents[i];
         b->st[i] = ST_PENDING;
@@ -417,18 +752,18 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
         if (!en->local) rc = refuse(i, "NULL local buffer", &nbad);
         if (!en->len) rc = refuse(i, "zero length", &nbad);
         if (en->remote + en->len < en->remote) rc = refuse(i, "remote range wraps around", &nbad);
-        cx_bent_t *c = &b->ent[i];
-        entry_init(&c->op, e, xkind == CX_XFER_READ ? CX_OPK_READ : CX_OPK_WRITE, ent_done);
-        c->b = b;
-        c->idx = (uint32_t)i;
-        c->op.sc.cls = cls;
-        c->op.x.kind = xkind;
-        c->op.x.local = en->local;
-        c->op.x.len = en->len;
-        c->op.x.remote = en->remote;
-        if (en->local && en->len &&
-            !cx_registry_contains(&e->reg, (uint64_t)(uintptr_t)en->local, en->len, &c->op.x.local_mem))
-            rc = refuse(i, "local buffer is not inside one registered region", &nbad);
+        cx_bentry_t *be = &b->en[i];
+        be->local = en->local;
+        be->len = en->len;
+        be->remote = en->remote;
+        uint64_t la = (uint64_t)(uintptr_t)en->local;
+        if (en->local && en->len) {
+            if (!(lspan.len && within(la, en->len, lspan.addr, lspan.len)) &&
+                !cx_registry_span(&e->reg, la, en->len, &lspan))
+                rc = refuse(i, "local buffer is not inside one registered region", &nbad);
+            be->lbase = lspan.addr;
+            be->lkind = lspan.mem_kind;
+        }
         /* Each distinct peer name is parsed once: most batches name one or a few. */
         uint32_t k = 0;
         if (last_name && (name == last_name || !strcmp(name, last_name))) {
@@ -567,11 +902,6 @@ int cx_batch_put_signal(cx_engine_t *e, const char *peer, const cx_batch_entry_t
     }
     if (msg_len) memcpy(b->msg, msg, msg_len);
     b->msg_len = msg_len;
-    b->psig = 1;
-    cx_op_t *last = &b->ent[n - 1].op;
-    last->kind = CX_OPK_PUT_SIGNAL;
-    last->x.kind = CX_XFER_PUT_SIGNAL;
-    last->x.msg = b->msg;
-    last->x.msg_len = msg_len;
+    b->psig = 1; /* the last entry carries the message (start_one) */
     return run_async(e, b, out);
 }

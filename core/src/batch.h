@@ -7,8 +7,15 @@
  *      peer refuses the batch; the entries of a failed one end with its status.
  *   2. checks: every entry's remote range against what its peer registered; a miss asks the
  *      peer (a region query child), and a range it does not hold refuses the batch.
- *   3. transfers: every entry started at once; what reaches a backend with submit_batch is
- *      collected and posted per endpoint in one call (backend.h).
+ *   3. transfers: every entry started at once. Critical entries of host memory to one peer, one
+ *      local and one remote region go as runs: one op each (CX_OPK_READ/WRITE with nent set),
+ *      which holds a credit per entry and passes the single op's steps once, then hands its
+ *      entries to the backend as plain xfers in one submit_batch, and completes when the last
+ *      one is back (entries that are not ops: a quarter of a single op's instructions, not
+ *      half). The others (background class, device memory, ranges the target stages, more
+ *      distinct runs than CX_BATCH_RUNS_OPEN at once) go as child ops, each the way a single op
+ *      goes; those reaching a backend with submit_batch are collected and posted per endpoint
+ *      in one call (backend.h).
  *   4. put_signal only: the last entry with the message, once the others completed.
  * A child's completion only counts down its phase; the phase's last one queues the batch for
  * cx_batches_progress, which runs after the backends in every progress turn. */
@@ -18,6 +25,12 @@
 #include "engine.h"
 
 typedef struct cx_batch cx_batch_t;
+
+/* Under plock, from go_backend: a run (op->nent) whose ranges were checked and whose x holds
+ * the regions' handle and key: every entry posted to the peer's backend as an xfer of its own. */
+void cx_brun_post(cx_engine_t *e, cx_op_t *op);
+/* Under plock, from cx_core_xfer_done: an entry of a run (x->core) completed. */
+void cx_brun_xfer_done(cx_engine_t *e, cx_xfer_t *x, int status);
 
 /* Under plock (cx_op_start of a CX_OPK_BATCH op). */
 void cx_batch_start(cx_engine_t *e, cx_op_t *op);

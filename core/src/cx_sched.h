@@ -6,7 +6,9 @@
  * scheduler counts the ops holding a credit (from issue to completion, region queries included)
  * and keeps a FIFO of ops waiting for one (stage OPS_WAIT_CREDIT, still linked to the peer, so
  * the timeout and peer-failure paths see them). A critical op takes a credit when fewer than
- * credits_critical are out and nobody waits before it.
+ * credits_critical are out and nobody waits before it. A batch's run (batch.h) weighs as many
+ * credits as it has entries: it goes when they fit, or when nothing else is out, and gives
+ * each back as that entry completes.
  *
  * A background read or write of host memory becomes a "parent" (stage OPS_CHUNKED): it leaves
  * the peer's op list for the peer's background list, and cx_sched_pump cuts it into chunks of
@@ -36,6 +38,9 @@ void cx_op_go(cx_engine_t *e, cx_op_t *op);
 /* From cx_op_finish (op already unlinked from its peer): releases the op's credit; returns 1
  * when the scheduler took the op over (a chunk: it is accounted to its parent and freed). */
 int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status);
+/* A batch run's entry came back (batch.c): its credit is free again; the run keeps one until
+ * cx_sched_op_finish. */
+void cx_sched_entry_done(cx_engine_t *e, cx_op_t *op);
 /* Progress loop, every iteration: starts waiting ops and chunks where credits allow. Returns
  * nonzero when it handed anything to a backend (the loop then polls again without sleeping). */
 int cx_sched_pump(cx_engine_t *e);

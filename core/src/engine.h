@@ -101,6 +101,7 @@ struct cx_op {
     struct cx_op_sched {         /* traffic classes (cx_sched.h) */
         int cls;                 /* CX_CLASS_* the caller asked for */
         int credit;              /* 1 + the class whose credit the op holds; 0 none */
+        uint32_t weight;         /* credits it takes (0: one); a batch's run: its entries */
         cx_op_t *cnext, *cprev;  /* the peer's wait-for-credit FIFO, or (a background transfer)
                                      the peer's list of background transfers */
         cx_op_t *parent;         /* CX_OPK_CHUNK: the background transfer it is a piece of */
@@ -111,6 +112,11 @@ struct cx_op {
     } sc;
     void *ts;       /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
     uint64_t t0_ns; /* a timed op (metrics.h): when the caller started it; 0: not timed */
+    /* A batch's run (batch.h): its entries, their bytes, and the length of the remote range
+     * that holds them all (x.local and x.len span the local one, x.remote starts the remote
+     * one); the backend gets the entries, never x. 0 for any other op. */
+    uint32_t nent;
+    size_t vbytes, rspan;
     /* Last, so that a batch's entries, which are named by their resolved peer and woken through
      * on_done, set up only what comes before (CX_OP_ENTRY_SIZE): zeroing all of it cost more
      * instructions per entry than posting the entry (batch.c). */
@@ -469,6 +475,9 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now);
 /* An op a backend refused or completed with `status` (not a core verdict): ended now, or held
  * for the peer's verdict (cx_core_xfer_done). */
 void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status);
+/* Under plock: the backend completed op's xfer (cx_core_xfer_done of an op's own x, or a batch's
+ * run once its last entry is back). */
+void cx_op_xfer_done(cx_engine_t *e, cx_op_t *op, int status);
 void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p); /* probe answered: parked ops CX_ERR */
 void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found);
 

@@ -45,13 +45,14 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     if (op->kind < CX_OPK_COUNT) {
         cx_peer_t *p = op->peer;
         if (status == CX_OK) {
-            uint64_t n = op->kind == CX_OPK_MSG ? op->x.msg_len : op->x.len;
-            e->st.ops[op->kind]++;
+            uint64_t n = op->kind == CX_OPK_MSG ? op->x.msg_len : op->nent ? op->vbytes : op->x.len;
+            uint64_t k = op->nent ? op->nent : 1; /* a batch's run counts its entries */
+            e->st.ops[op->kind] += k;
             e->st.bytes[op->kind] += n;
             int b = p && p->bidx >= 0 && p->bidx < e->nb ? p->bidx : CX_MAX_BACKENDS;
             if (op->t0_ns) cx_hist_add(&e->hist[b][op->kind], cx_now_ns() - op->t0_ns);
             if (p) {
-                p->m.ops[op->kind]++;
+                p->m.ops[op->kind] += k;
                 p->m.bytes[op->kind] += n;
             }
         } else {
@@ -128,8 +129,16 @@ void cx_op_backend_status(cx_engine_t *e, cx_op_t *op, int status)
 
 void cx_core_xfer_done(cx_core_t *c, cx_xfer_t *x, int status)
 {
-    cx_op_t *op = (cx_op_t *)x;
     cx_engine_t *e = cx_engine_of(c);
+    if (x->core) {
+        cx_brun_xfer_done(e, x, status); /* a batch run's entry (batch.h) */
+        return;
+    }
+    cx_op_xfer_done(e, (cx_op_t *)x, status);
+}
+
+void cx_op_xfer_done(cx_engine_t *e, cx_op_t *op, int status)
+{
     if (op->stage != OPS_IN_BACKEND) {
         cx_error("backend completed an xfer twice or one it did not own (stage %d): ignored", op->stage);
         return;
@@ -189,6 +198,13 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         x->remote_base = rr->addr;
         x->rkey = rr->key[p->bidx];
         x->rkey_len = rr->key_len[p->bidx];
+        /* A batch's run is made of entries that need neither ring (batch.c): a region that
+         * changed kind since is refused, as a vanished one is. */
+        if (op->nent && (remote_staged || cx_staging_needed(e, p->bidx, x->local_mem))) {
+            cx_warn("%s: a batch's regions changed memory kind before its entries started", p->url);
+            cx_op_finish(e, op, CX_EINVAL);
+            return;
+        }
         /* Device memory on this side goes through this side's ring; on the peer's side (when
          * its backend has no key for it) through the peer's ring, both at once if need be. */
         if (cx_staging_needed(e, p->bidx, x->local_mem)) {
@@ -202,6 +218,10 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
     }
     op->stage = OPS_IN_BACKEND;
     op->forced_status = 0;
+    if (op->nent) {
+        cx_brun_post(e, op); /* a batch's run: its entries go to the backend, not x */
+        return;
+    }
     if (e->bpost && cx_bpost_take(e, op)) return; /* a batch posts its entries in bulk (batch.h) */
     int rc = e->be[p->bidx].ops->submit(e->be[p->bidx].b, p->ep, x);
     /* A backend that refuses with CX_EPEER has seen the connection fail (its report may not be
@@ -215,6 +235,12 @@ void cx_op_issue(cx_engine_t *e, cx_op_t *op)
     cx_op_go(e, op);
 }
 
+/* The remote range an op checks: a batch's run spans its entries' (engine.h). */
+static size_t remote_len(const cx_op_t *op)
+{
+    return op->nent ? op->rspan : op->x.len;
+}
+
 void cx_op_go(cx_engine_t *e, cx_op_t *op)
 {
     cx_peer_t *p = op->peer;
@@ -222,7 +248,7 @@ void cx_op_go(cx_engine_t *e, cx_op_t *op)
         go_backend(e, op, NULL);
         return;
     }
-    cx_rregion_t *rr = cx_rregion_find(p, op->x.remote, op->x.len);
+    cx_rregion_t *rr = cx_rregion_find(p, op->x.remote, remote_len(op));
     if (rr) {
         go_backend(e, op, rr);
         return;
@@ -241,7 +267,7 @@ void cx_op_query_region(cx_engine_t *e, cx_op_t *op)
     op->query_id = e->next_query_id++;
     cx_wr_u64(&w, op->query_id);
     cx_wr_u64(&w, op->x.remote);
-    cx_wr_u64(&w, op->x.len);
+    cx_wr_u64(&w, remote_len(op));
     op->stage = OPS_WAIT_REGION;
     cx_conn_send(e, p->conn, CX_CTL_REG_QUERY, body, w.len);
 }
@@ -250,12 +276,12 @@ void cx_region_reply(cx_engine_t *e, cx_peer_t *p, uint64_t qid, int found)
 {
     for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) {
         if (op->stage != OPS_WAIT_REGION || op->query_id != qid) continue;
-        cx_rregion_t *rr = found ? cx_rregion_find(p, op->x.remote, op->x.len) : NULL;
+        cx_rregion_t *rr = found ? cx_rregion_find(p, op->x.remote, remote_len(op)) : NULL;
         if (op->kind == CX_OPK_BQUERY) { /* a batch's check: the batch logs a miss */
             cx_op_finish(e, op, rr ? CX_OK : CX_EINVAL);
         } else if (!rr) {
             cx_warn("peer %s: remote range [0x%llx, +%zu) is not inside any region it registered", p->url,
-                    (unsigned long long)op->x.remote, op->x.len);
+                    (unsigned long long)op->x.remote, remote_len(op));
             cx_op_finish(e, op, CX_EINVAL);
         } else {
             go_backend(e, op, rr);

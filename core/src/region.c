@@ -136,6 +136,15 @@ int cx_registry_contains(cx_registry_t *r, uint64_t addr, uint64_t len, int *mem
     return reg != NULL;
 }
 
+int cx_registry_span(cx_registry_t *r, uint64_t addr, uint64_t len, cx_region_span_t *span)
+{
+    pthread_rwlock_rdlock(&r->lock);
+    cx_region_t *reg = cx_registry_find_locked(r, addr, len);
+    if (reg) *span = (cx_region_span_t){ .addr = reg->addr, .len = reg->len, .mem_kind = reg->mem_kind };
+    pthread_rwlock_unlock(&r->lock);
+    return reg != NULL;
+}
+
 size_t cx_registry_count(cx_registry_t *r)
 {
     pthread_rwlock_rdlock(&r->lock);

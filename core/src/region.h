@@ -45,5 +45,13 @@ cx_region_t *cx_registry_find_locked(cx_registry_t *r, uint64_t addr, uint64_t l
 /* Same, taking the lock: returns 1 when inside one region (copying it to *copy if not NULL). */
 int cx_registry_contains(cx_registry_t *r, uint64_t addr, uint64_t len, int *mem_kind);
 size_t cx_registry_count(cx_registry_t *r);
+/* A region's extent and kind, copied out of the registry. */
+typedef struct cx_region_span {
+    uint64_t addr, len;
+    int mem_kind;
+} cx_region_span_t;
+/* Same as cx_registry_contains, copying the region's extent to *span: a caller checking many
+ * ranges looks up only those outside the last one. */
+int cx_registry_span(cx_registry_t *r, uint64_t addr, uint64_t len, cx_region_span_t *span);
 
 #endif

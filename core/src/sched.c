@@ -95,10 +95,23 @@ static void q_remove(cx_op_t **head, cx_op_t **tail, cx_op_t *op)
     op->sc.cnext = op->sc.cprev = NULL;
 }
 
+static uint32_t weight(const cx_op_t *op)
+{
+    return op->sc.weight ? op->sc.weight : 1;
+}
+
 static void take_credit(cx_peer_t *p, cx_op_t *op, int cls)
 {
     op->sc.credit = cls + 1;
-    p->cls_inflight[cls]++;
+    p->cls_inflight[cls] += weight(op);
+}
+
+/* Whether a critical op's credits are free: a run of several entries goes when all of its
+ * entries fit, or alone when nothing else is out (a run is never larger than the credits). */
+static int crit_fits(const cx_engine_t *e, const cx_peer_t *p, const cx_op_t *op)
+{
+    uint32_t in = p->cls_inflight[CRIT];
+    return in < e->cfg.credits_critical && (in == 0 || in + weight(op) <= e->cfg.credits_critical);
 }
 
 /* ---------------------------------------------------------------- admission */
@@ -122,7 +135,7 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
         return 1;
     }
     /* Critical (and background device memory, which the staging path chunks on its own). */
-    if (!p->cls_wait[CRIT] && p->cls_inflight[CRIT] < e->cfg.credits_critical) {
+    if (!p->cls_wait[CRIT] && crit_fits(e, p, op)) {
         take_credit(p, op, CRIT);
         return 0;
     }
@@ -132,6 +145,14 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
 }
 
 /* ---------------------------------------------------------------- completion */
+
+void cx_sched_entry_done(cx_engine_t *e, cx_op_t *op)
+{
+    if (!op->sc.credit || op->sc.weight <= 1 || !op->peer) return; /* the last goes at finish */
+    op->peer->cls_inflight[op->sc.credit - 1]--;
+    op->sc.weight--;
+    mark(e, op->peer);
+}
 
 /* A parent with nothing out and nothing more to start completes (through cx_op_finish, which
  * counts it and wakes its caller: it must not be touched afterwards). */
@@ -159,7 +180,7 @@ int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status)
          * coarse clock will do (the next one starts throttled a tick longer at most): a clock
          * read is a tenth of a small shared-memory op's own cost. */
         if (op->sc.credit - 1 == CRIT) p->crit_last_ns = p->bg_head ? cx_now_ns() : cx_deadline_ns(0);
-        p->cls_inflight[op->sc.credit - 1]--;
+        p->cls_inflight[op->sc.credit - 1] -= weight(op);
         op->sc.credit = 0;
         mark(e, p);
     }
@@ -230,7 +251,7 @@ static int pump_peer(cx_engine_t *e, cx_peer_t *p)
     /* A batch's entries admitted together reach its backend together (batch.h), as its first
      * ones did: credits coming back from one bulk completion let the next ones go in bulk. */
     cx_batch_t *bulk = NULL;
-    for (cx_op_t *op; peer_live(p) && (op = p->cls_wait[CRIT]) && p->cls_inflight[CRIT] < e->cfg.credits_critical;) {
+    for (cx_op_t *op; peer_live(p) && (op = p->cls_wait[CRIT]) && crit_fits(e, p, op);) {
         q_remove(&p->cls_wait[CRIT], &p->cls_wait_tail[CRIT], op);
         take_credit(p, op, CRIT);
         op->stage = OPS_QUEUED;

@@ -41,6 +41,9 @@ typedef struct cx_xfer {
     const void *msg; /* PUT_SIGNAL and MSG: the message */
     size_t msg_len;
     void *bp[6]; /* backend scratch (list links, request handles, ...) */
+    /* The core's, never touched by a backend: set on an entry of a batch's run (core/src/batch.h),
+     * an xfer that is not an op of its own; the backend posts and completes it as any other. */
+    void *core;
 } cx_xfer_t;
 
 /* What a backend can do with GPU memory, for the core's GPUDirect decision (docs/gpu.md). */
@@ -81,7 +84,7 @@ typedef struct cx_backend_params {
 /* The version of this interface. A backend sets .version = CX_BACKEND_API_VERSION; the core
  * refuses one built against another version (cx_backend_check). Bump it on any change of the
  * layout of struct cx_backend_ops or of the contract of a call (an op's or a cx_core_* one). */
-#define CX_BACKEND_API_VERSION 4
+#define CX_BACKEND_API_VERSION 5
 
 struct cx_backend_ops {
     /* version and name lead the struct in every version of it, so that the core can read them
