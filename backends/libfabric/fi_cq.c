@@ -250,6 +250,10 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
 
 void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
 {
+    if (op->kind == CX_FOP_VEC) {
+        cx_fi_vec_abort(b, op, status); /* every entry still posted (fi_rot.c) */
+        return;
+    }
     if (!op->posted) cx_error("libfabric: %s: completion for an op not posted (kind %d)", b->prov, op->kind);
     op->posted = 0;
     if (op->kind == CX_FOP_ACK) {
@@ -387,9 +391,22 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
         cx_fi_rx_post(b, rx);
         return;
     }
-    cx_fi_op_t *op = (cx_fi_op_t *)c;
     int st = cx_fi_err_status(ee->err);
     cx_cause_t cause = cx_fi_err_cause(ee->err);
+    if (c->type == CX_FI_CTX_VENT) {
+        /* A batch entry (fi_vec.c): reported before it completes, as an op of its own is below. */
+        cx_fi_vent_t *v = (cx_fi_vent_t *)c;
+        cx_bep_t *vep = v->op->ep;
+        cx_info("libfabric: %s: batch entry failed: %s (%s)", b->prov, cx_fi_strerror(ee->err), why ? why : "");
+        if (vep && v->x && (st == CX_EPEER || cause == CX_CAUSE_LOCAL)) {
+            char vreason[128];
+            snprintf(vreason, sizeof vreason, "libfabric %s: %s", b->prov, cx_fi_strerror(ee->err));
+            cx_core_peer_error(b->core, vep->peer, cause, vreason);
+        }
+        cx_fi_vent_done(b, v, st);
+        return;
+    }
+    cx_fi_op_t *op = (cx_fi_op_t *)c;
     void *peer = NULL;
     if (op->ep && (st == CX_EPEER || cause == CX_CAUSE_LOCAL) && op->kind != CX_FOP_ACK) peer = op->ep->peer;
     cx_info("libfabric: %s: op kind %d failed: %s (%s)", b->prov, op->kind, cx_fi_strerror(ee->err), why ? why : "");
@@ -473,6 +490,8 @@ static int cx_fi_drain(cx_backend_t *b)
                 rx->posted = 0;
                 cx_fi_on_recv(b, rx->buf, e[i].len);
                 cx_fi_rx_post(b, rx);
+            } else if (c->type == CX_FI_CTX_VENT) {
+                cx_fi_vent_done(b, (cx_fi_vent_t *)c, CX_OK);
             } else {
                 cx_fi_op_done(b, (cx_fi_op_t *)c, CX_OK);
             }

@@ -45,7 +45,8 @@ const char *cx_fi_strerror(int errnum);
 #define CX_FI_EP_TX_MAX (CX_FI_NTX / 2) /* send buffers of our pool */
 /* CX_FI_ADDR_VERSION, CX_FI_KEY_*, the message header (CX_FM_*): fi_wire.h */
 
-enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2, CX_FI_CTX_WARM = 3 };
+enum { CX_FI_CTX_OP = 1, CX_FI_CTX_RX = 2, CX_FI_CTX_WARM = 3, CX_FI_CTX_VENT = 4 };
+#define CX_FI_VEC_MAX 64 /* xfers of one vector op (fi_vec.c) */
 
 /* What each posted fi_* call carries as its context: providers may need FI_CONTEXT2 space. */
 typedef struct cx_fi_ctx {
@@ -69,8 +70,18 @@ enum {
     CX_FOP_SEND,     /* MSG, or put_signal phase 2: header (+ payload or rendezvous) */
     CX_FOP_ACK,      /* target: the ack of a message (no xfer) */
     CX_FOP_PULL,     /* target: fi_read of a large message from its sender (no xfer) */
-    CX_FOP_WBACK     /* target of a write-back read: the write into the reader's buffer */
+    CX_FOP_WBACK,    /* target of a write-back read: the write into the reader's buffer */
+    CX_FOP_VEC       /* a batch's reads and writes to one endpoint, each posted alone (fi_vec.c) */
 };
+
+struct cx_fi_op;
+/* One xfer of a vector op, posted with this as its context. */
+typedef struct cx_fi_vent {
+    cx_fi_ctx_t c; /* first: the provider owns it while posted */
+    struct cx_fi_op *op;
+    cx_xfer_t *x; /* NULL once completed to the core */
+    int posted;
+} cx_fi_vent_t;
 
 typedef struct cx_fi_op {
     cx_fi_ctx_t c;
@@ -103,6 +114,10 @@ typedef struct cx_fi_op {
     struct cx_fi_op *qnext;         /* backlog */
     cx_ack_link_t ack;              /* in the ack table while it waits (seq) */
     struct cx_fi_op *anext, *aprev; /* every op alive */
+    /* VEC: its xfers' contexts (nvent of them); `posted` counts those the provider owns, vleft
+     * those not completed to the core. Freed once both are 0. */
+    cx_fi_vent_t *vent;
+    uint32_t nvent, vleft;
 } cx_fi_op_t;
 
 struct cx_bep {
@@ -286,6 +301,7 @@ void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
 cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep);
 void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op);
 void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status);
+void cx_fi_ep_unlink(cx_fi_op_t *op); /* off its endpoint's list (no-op when off already) */
 /* A post of op failed (r: the negated fi_errno): report the cause, complete and free the op. */
 void cx_fi_post_failed(cx_backend_t *b, cx_fi_op_t *op, int r);
 int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op);
@@ -299,6 +315,19 @@ void cx_fi_ack_add(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_take(cx_backend_t *b, uint64_t seq);
 void cx_fi_ack_del(cx_backend_t *b, cx_fi_op_t *op);
 cx_fi_op_t *cx_fi_ack_find(cx_backend_t *b, uint64_t seq);
+
+/* fi_vec.c: a batch's reads and writes to one endpoint as one op of ours */
+/* Posts from xs on (each xfer with an entry context of one op) while they qualify and the
+ * provider takes them; returns how many it took (rcs CX_OK): the caller submits the next alone. */
+size_t cx_fi_vec_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
+/* A posted entry's completion (its CQ entry, or an abort): returns 1 when its op was freed. */
+int cx_fi_vent_done(cx_backend_t *b, cx_fi_vent_t *v, int status);
+/* The op's xfers not completed yet are completed with status (its endpoint closes). */
+void cx_fi_vec_finish(cx_backend_t *b, cx_fi_op_t *op, int status);
+/* Every posted entry of the op ended with status (its endpoint was replaced, fi_rot.c). */
+void cx_fi_vec_abort(cx_backend_t *b, cx_fi_op_t *op, int status);
+/* The cached key of a batch's run (fi_xfer.c, submit_batch), parsed again when x has another blob. */
+int cx_fi_key_cached(cx_backend_t *b, const cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey);
 
 /* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
 int cx_fi_wb_choose(cx_backend_t *b);

@@ -149,14 +149,6 @@ int cx_fi_key_get(const void *buf, size_t len, cx_fi_key_t *k)
     return cx_rd_done(&r) && ver == CX_FI_KEY_VERSION ? CX_OK : CX_EINVAL;
 }
 
-int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr)
-{
-    if (remote < k->base) return CX_EINVAL;
-    /* Without FI_MR_VIRT_ADDR the provider addresses a region by offset from its start. */
-    *raddr = (k->flags & CX_FI_KEY_VIRT) ? remote : remote - k->base;
-    return CX_OK;
-}
-
 /* Walks a multi-rail blob of `ver`, lengths u16 (addresses) or u8 (keys); a blob of `single`
  * is rail 0 alone. */
 static int cx_fi_rail_part(const void *buf, size_t len, int i, int ver, int single, int wide, const uint8_t **part,

@@ -11,6 +11,7 @@
 #ifndef CX_FI_WIRE_H
 #define CX_FI_WIRE_H
 
+#include "connex/connex.h"
 #include "connex/wire.h"
 
 #include <stddef.h>
@@ -111,7 +112,14 @@ int cx_fi_key_rail(const void *buf, size_t len, int i, const uint8_t **part, siz
 
 void cx_fi_key_put(cx_wr_t *w, const cx_fi_key_t *k);
 int cx_fi_key_get(const void *buf, size_t len, cx_fi_key_t *k);
-/* The remote address the provider wants for `remote` in that region: CX_EINVAL below its base. */
-int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr);
+/* The remote address the provider wants for `remote` in that region: CX_EINVAL below its base.
+ * Inline: a batch's every entry asks. */
+static inline int cx_fi_key_target(const cx_fi_key_t *k, uint64_t remote, uint64_t *raddr)
+{
+    if (remote < k->base) return CX_EINVAL;
+    /* Without FI_MR_VIRT_ADDR the provider addresses a region by offset from its start. */
+    *raddr = (k->flags & CX_FI_KEY_VIRT) ? remote : remote - k->base;
+    return CX_OK;
+}
 
 #endif

@@ -48,7 +48,7 @@ static void cx_fi_ep_link(cx_fi_op_t *op)
     ep->nops++;
 }
 
-static void cx_fi_ep_unlink(cx_fi_op_t *op)
+void cx_fi_ep_unlink(cx_fi_op_t *op)
 {
     if (!op->ep) return;
     if (op->in_backlog) op->ep->nq--; /* it stays in the backlog as an orphan, dropped unposted */
@@ -93,6 +93,7 @@ void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
     if (op->tmp_mr) fi_close(&op->tmp_mr->fid);
     if (op->wb_pin) cx_core_region_unpin(op->wb_pin);
     free(op->tmp_buf);
+    free(op->vent);
     if (b->closing)
         free(op);
     else
@@ -102,6 +103,10 @@ void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
 /* Completes the core's xfer (once) and detaches the op from its endpoint. */
 void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
 {
+    if (op->kind == CX_FOP_VEC) {
+        cx_fi_vec_finish(b, op, status);
+        return;
+    }
     cx_fi_ack_del(b, op);
     cx_fi_ep_unlink(op);
     if (op->rreq && op->tmp_mr) {
@@ -320,6 +325,16 @@ static void cx_fi_key_remember(cx_backend_t *b, const cx_xfer_t *x)
     b->kc_len = x->rkey_len;
 }
 
+int cx_fi_key_cached(cx_backend_t *b, const cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
+{
+    if (!b->kc_blob || x->rkey != b->kc_blob || x->rkey_len != b->kc_len) {
+        cx_fi_key_remember(b, x);
+        if (!b->kc_blob) return CX_EINVAL;
+    }
+    *rkey = b->kc.key;
+    return cx_fi_key_target(&b->kc, x->remote, raddr);
+}
+
 /* The core's exit fd for the peer (cx_core_peer_exit_fd) is looked at once every CX_FI_PID_POSTS
  * posts to the peer, the first included: a poll() per post was a syscall per op, about a third of the 1.5-2 us that 4 KiB shm reads took
  * above the raw fi_read loop, and a clock read to space them out cost as much again on this
@@ -530,16 +545,24 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
 }
 
 /* A batch's xfers to one endpoint: each posted with FI_MORE but the last, so that the provider
- * (tcp) sends them in one go as the last one rings. When the last did not post (the backlog took
- * it, or it failed) the earlier ones were still told more would follow: the kick makes the core
- * call progress, whose CQ read drives the provider's sends. */
+ * (tcp) sends them in one go as the last one rings; runs of reads and writes as vector ops
+ * (fi_vec.c), the rest alone. When the last did not post (the backlog took it, or it failed)
+ * the earlier ones were still told more would follow: the kick makes the core call progress,
+ * whose CQ read drives the provider's sends. */
 void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
 {
     b->more_owed = 0;
-    for (size_t i = 0; i < n; i++) {
+    b->kc_blob = NULL;
+    for (size_t i = 0; i < n;) {
+        size_t k = cx_fi_vec_submit(b, ep, xs + i, n - i, rcs + i);
+        if (k) {
+            i += k;
+            continue;
+        }
         b->post_more = i + 1 < n && !b->shm_direct ? FI_MORE : 0;
-        if (!i || xs[i]->rkey != xs[i - 1]->rkey) cx_fi_key_remember(b, xs[i]);
+        if (xs[i]->rkey != b->kc_blob) cx_fi_key_remember(b, xs[i]);
         rcs[i] = cx_fi_submit(b, ep, xs[i]);
+        i++;
     }
     b->post_more = 0;
     b->kc_blob = NULL; /* the blob is the core's again: it may change after this call */

@@ -40,8 +40,11 @@ typedef struct cx_brun { /* entries to one peer, one local and one remote region
     uint32_t first; /* its entries: b->ridx[first .. first + n) */
     uint32_t n;
     uint32_t left; /* entries in the backend, + 1 while they are posted */
+    uint32_t back; /* entries back whose credits were not given back yet */
     int err;       /* the first error an entry was completed with */
 } cx_brun_t;
+/* A run gives its credits back this many entries at a time (and the rest as it ends). */
+#define CX_BATCH_CREDITS_BACK 4u
 
 typedef struct cx_bent { /* a child: an entry's transfer, or its region query */
     cx_op_t op;          /* first member: the op is the child */
@@ -72,8 +75,10 @@ struct cx_batch {
     cx_bent_t *ent;  /* the entries' child ops, for those that go alone (allocated then) */
     cx_brun_t *runs;
     uint32_t nruns;
-    uint32_t *ridx; /* entry indices, run by run */
-    cx_xfer_t *xv;  /* per entry: the xfer a run hands its backend */
+    const cx_rregion_t **rr; /* per entry: its remote region as the checks found it */
+    int rr_fresh;            /* ... and still so: no query since, the transfers start now */
+    uint32_t *ridx;          /* entry indices, run by run */
+    cx_xfer_t *xv;           /* per entry: the xfer a run hands its backend */
     cx_bpeer_t *peers;
     uint32_t np;
     cx_bent_t *q; /* region queries, allocated at the first miss */
@@ -100,6 +105,7 @@ void cx_batch_free(cx_batch_t *b)
     free(b->runs);
     free(b->ridx);
     free(b->xv);
+    free(b->rr);
     free(b->peers);
     free(b->q);
     free(b->msg);
@@ -230,6 +236,8 @@ static void start_checks(cx_engine_t *e, cx_batch_t *b)
     b->out_n = 1;
     const cx_peer_t *lp = NULL;
     const cx_rregion_t *lr = NULL; /* the last region found: most entries share a few */
+    if (!b->rr) b->rr = malloc(b->n * sizeof *b->rr);
+    b->rr_fresh = b->rr != NULL;
     for (size_t i = 0; i < b->n; i++) {
         cx_bpeer_t *bp = &b->peers[b->pidx[i]];
         if (bp->rc != CX_OK) {
@@ -237,13 +245,18 @@ static void start_checks(cx_engine_t *e, cx_batch_t *b)
             continue;
         }
         const cx_bentry_t *x = &b->en[i];
-        if (lr && lp == bp->p && within(x->remote, x->len, lr->addr, lr->len)) continue;
-        const cx_rregion_t *rr = cx_rregion_find(bp->p, x->remote, x->len);
+        const cx_rregion_t *rr = lr && lp == bp->p && within(x->remote, x->len, lr->addr, lr->len)
+            ? lr
+            : cx_rregion_find(bp->p, x->remote, x->len);
         if (rr) {
             lp = bp->p;
             lr = rr;
+            if (b->rr) b->rr[i] = rr;
             continue;
         }
+        /* A region asked for: phase 3 starts at a later turn, when a region found here may
+         * be gone (the peer dropped it); runs then look their regions up again. */
+        b->rr_fresh = 0;
         if (!b->q && !(b->q = calloc(b->n, sizeof *b->q))) {
             b->st[i] = CX_ENOMEM;
             continue;
@@ -357,10 +370,11 @@ static void run_done(cx_op_t *op, int status)
 {
     cx_brun_t *r = (cx_brun_t *)op;
     cx_batch_t *b = r->b;
-    for (uint32_t k = 0; k < r->n; k++) {
-        uint32_t i = b->ridx[r->first + k];
-        if (b->st[i] > 0) b->st[i] = status == CX_OK ? CX_ERR : status; /* CX_OK: each was OK */
-    }
+    if (status != CX_OK || r->err != CX_OK) /* else every entry ended CX_OK */
+        for (uint32_t k = 0; k < r->n; k++) {
+            uint32_t i = b->ridx[r->first + k];
+            if (b->st[i] > 0) b->st[i] = status == CX_OK ? CX_ERR : status;
+        }
     phase_back(b);
 }
 
@@ -385,7 +399,10 @@ void cx_brun_xfer_done(cx_engine_t *e, cx_xfer_t *x, int status)
         b->st[i] = ST_FAILED;
         if (r->err == CX_OK) r->err = status;
     }
-    cx_sched_entry_done(e, &r->op);
+    if (++r->back == CX_BATCH_CREDITS_BACK) {
+        cx_sched_entries_done(e, &r->op, r->back);
+        r->back = 0;
+    }
     run_back(e, r);
 }
 
@@ -398,6 +415,7 @@ void cx_brun_post(cx_engine_t *e, cx_op_t *op)
     const cx_xfer_t *rx = &op->x;
     cx_xfer_t **xs = b->xs;
     r->left = r->n + 1; /* held until every entry is posted: completions may come inside */
+    r->back = 0;
     r->err = CX_OK;
     for (uint32_t k = 0; k < r->n; k++) {
         uint32_t i = b->ridx[r->first + k];
@@ -439,6 +457,7 @@ typedef struct {
     const cx_rregion_t *rr;
     uint64_t lbase;
     uint32_t run; /* the run being filled */
+    uint32_t n;   /* its entries so far */
 } run_key_t;
 
 /* Whether entry i may go in a run: critical, host memory on both sides (no staging), its
@@ -450,12 +469,15 @@ static int run_fits(cx_engine_t *e, cx_batch_t *b, size_t i, const cx_rregion_t 
     const cx_bpeer_t *bp = &b->peers[b->pidx[i]];
     if (en->lkind != CX_MEM_HOST || bp->p->bidx < 0) return 0;
     const cx_rregion_t *lr = *last_rr;
-    if (lr && within(en->remote, en->len, lr->addr, lr->len)) {
+    if (b->rr_fresh) {
+        *rr = b->rr[i]; /* the checks just found it (start_checks) */
+        if (*rr == lr) return *last_ok;
+    } else if (lr && within(en->remote, en->len, lr->addr, lr->len)) {
         *rr = lr;
         return *last_ok;
+    } else if (!(*rr = cx_rregion_find(bp->p, en->remote, en->len))) {
+        return 0;
     }
-    *rr = cx_rregion_find(bp->p, en->remote, en->len);
-    if (!*rr) return 0;
     *last_rr = *rr;
     *last_ok = !cx_tstage_wanted(e, bp->p, *rr);
     return *last_ok;
@@ -523,22 +545,34 @@ static int form_runs(cx_engine_t *e, cx_batch_t *b, size_t end, uint32_t *alone_
     const cx_rregion_t *last_rr = NULL;
     const cx_peer_t *last_p = NULL;
     int last_ok = 0;
+    int ordered = 1; /* every entry in a run, each run's in a row: ridx is 0, 1, 2, ... */
     for (size_t i = 0; i < end; i++) {
         rid[i] = UINT32_MAX;
-        if (b->st[i] != ST_PENDING) continue;
+        if (b->st[i] != ST_PENDING) {
+            ordered = 0;
+            continue;
+        }
         const cx_rregion_t *rr;
         if (b->peers[b->pidx[i]].p != last_p) {
             last_p = b->peers[b->pidx[i]].p;
             last_rr = NULL;
         }
-        if (b->cls != CX_CLASS_CRITICAL || !run_fits(e, b, i, &rr, &last_rr, &last_ok)) continue;
+        if (b->cls != CX_CLASS_CRITICAL || !run_fits(e, b, i, &rr, &last_rr, &last_ok)) {
+            ordered = 0;
+            continue;
+        }
         const cx_bentry_t *en = &b->en[i];
         uint32_t k = last;
-        if (k >= nopen || open[k].pidx != b->pidx[i] || open[k].rr != rr || open[k].lbase != en->lbase)
+        if (k >= nopen || open[k].pidx != b->pidx[i] || open[k].rr != rr || open[k].lbase != en->lbase) {
             for (k = 0; k < nopen; k++)
                 if (open[k].pidx == b->pidx[i] && open[k].rr == rr && open[k].lbase == en->lbase) break;
-        if (k == nopen && nopen == CX_BATCH_RUNS_OPEN) continue; /* goes alone */
-        if (k == nopen || acc[open[k].run].n == cap) {
+            if (k == nopen && nopen == CX_BATCH_RUNS_OPEN) { /* goes alone */
+                ordered = 0;
+                continue;
+            }
+            if (k < nopen && open[k].run != nruns - 1) ordered = 0; /* back to an earlier run */
+        }
+        if (k == nopen || open[k].n == cap) {
             if (nruns == nacc) {
                 uint32_t nc = nacc ? nacc * 2 : 4;
                 run_acc_t *na = realloc(acc, nc * sizeof *na);
@@ -553,8 +587,10 @@ static int form_runs(cx_engine_t *e, cx_batch_t *b, size_t end, uint32_t *alone_
             acc[nruns] = (run_acc_t){ 0 };
             if (k == nopen) open[nopen++] = (run_key_t){ .pidx = b->pidx[i], .rr = rr, .lbase = en->lbase };
             open[k].run = nruns++; /* new, or the last one of its key was full */
+            open[k].n = 0;
         }
         last = k;
+        open[k].n++;
         rid[i] = open[k].run;
         acc_add(&acc[open[k].run], en);
     }
@@ -568,11 +604,12 @@ static int form_runs(cx_engine_t *e, cx_batch_t *b, size_t end, uint32_t *alone_
     for (uint32_t r = 0; r < nruns; r++) {
         run_init(e, b, &b->runs[r], &acc[r]);
         b->runs[r].first = off;
-        b->runs[r].n = 0;
+        b->runs[r].n = ordered ? acc[r].n : 0;
         off += acc[r].n;
     }
     *alone_at = off;
-    for (size_t i = 0; i < end; i++) {
+    for (size_t i = 0; ordered && i < end; i++) b->ridx[i] = (uint32_t)i;
+    for (size_t i = 0; !ordered && i < end; i++) {
         if (b->st[i] != ST_PENDING) continue;
         if (rid[i] == UINT32_MAX) {
             b->ridx[off++] = (uint32_t)i;
@@ -702,12 +739,10 @@ static int refuse(size_t i, const char *fault, unsigned *nbad)
 }
 
 /* The batch's state, every entry checked; CX_EINVAL (logged per entry) refuses it whole. */
-static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_batch_entry_t *ents, size_t n, int cls,
-                     int *status, const char *what, cx_batch_t **out)
+static int batch_check(cx_engine_t *e, int xkind, const char *sig_peer, const cx_batch_entry_t *ents, size_t n, int cls,
+                       int *status, const char *what, cx_batch_t **out)
 {
     *out = NULL;
-    if (status && n && n <= CX_BATCH_MAX)
-        for (size_t i = 0; i < n; i++) status[i] = CX_EINVAL;
     if (!e) {
         cx_warn("%s: NULL engine", what);
         return CX_EINVAL;
@@ -808,6 +843,16 @@ static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_b
     for (size_t i = 0; status && i < n; i++) status[i] = CX_ECLOSED; /* a batch the engine never ran */
     *out = b;
     return CX_OK;
+}
+
+/* batch_check, and a refused batch's every status CX_EINVAL. */
+static int batch_new(cx_engine_t *e, int xkind, const char *sig_peer, const cx_batch_entry_t *ents, size_t n, int cls,
+                     int *status, const char *what, cx_batch_t **out)
+{
+    int rc = batch_check(e, xkind, sig_peer, ents, n, cls, status, what, out);
+    if (rc && status && n && n <= CX_BATCH_MAX)
+        for (size_t i = 0; i < n; i++) status[i] = CX_EINVAL;
+    return rc;
 }
 
 static cx_op_t *parent_new(cx_engine_t *e, cx_op_t *op, cx_batch_t *b)

@@ -8,7 +8,7 @@
  * the timeout and peer-failure paths see them). A critical op takes a credit when fewer than
  * credits_critical are out and nobody waits before it. A batch's run (batch.h) weighs as many
  * credits as it has entries: it goes when they fit, or when nothing else is out, and gives
- * each back as that entry completes.
+ * them back as its entries complete (a few at a time, cx_sched_entries_done).
  *
  * A background read or write of host memory becomes a "parent" (stage OPS_CHUNKED): it leaves
  * the peer's op list for the peer's background list, and cx_sched_pump cuts it into chunks of
@@ -38,9 +38,9 @@ void cx_op_go(cx_engine_t *e, cx_op_t *op);
 /* From cx_op_finish (op already unlinked from its peer): releases the op's credit; returns 1
  * when the scheduler took the op over (a chunk: it is accounted to its parent and freed). */
 int cx_sched_op_finish(cx_engine_t *e, cx_op_t *op, int status);
-/* A batch run's entry came back (batch.c): its credit is free again; the run keeps one until
- * cx_sched_op_finish. */
-void cx_sched_entry_done(cx_engine_t *e, cx_op_t *op);
+/* `n` entries of a batch's run came back (batch.c): their credits are free again; the run keeps
+ * one until cx_sched_op_finish. */
+void cx_sched_entries_done(cx_engine_t *e, cx_op_t *op, uint32_t n);
 /* Progress loop, every iteration: starts waiting ops and chunks where credits allow. Returns
  * nonzero when it handed anything to a backend (the loop then polls again without sleeping). */
 int cx_sched_pump(cx_engine_t *e);

@@ -146,11 +146,12 @@ int cx_sched_admit(cx_engine_t *e, cx_op_t *op)
 
 /* ---------------------------------------------------------------- completion */
 
-void cx_sched_entry_done(cx_engine_t *e, cx_op_t *op)
+void cx_sched_entries_done(cx_engine_t *e, cx_op_t *op, uint32_t n)
 {
-    if (!op->sc.credit || op->sc.weight <= 1 || !op->peer) return; /* the last goes at finish */
-    op->peer->cls_inflight[op->sc.credit - 1]--;
-    op->sc.weight--;
+    if (!op->sc.credit || op->sc.weight <= 1 || !op->peer) return;
+    if (n > op->sc.weight - 1) n = op->sc.weight - 1; /* the last goes at finish */
+    op->peer->cls_inflight[op->sc.credit - 1] -= n;
+    op->sc.weight -= n;
     mark(e, op->peer);
 }
 
