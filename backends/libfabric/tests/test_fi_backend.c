@@ -187,6 +187,29 @@ static void test_many_in_flight(void **state)
     }
 }
 
+/* Disconnects A's endpoint with f[0..n) in flight: each ends CX_EPEER at once and exactly once,
+ * the CQ entries that come later touch nothing, and a new endpoint works. */
+static void disconnect_in_flight(fc_xfer_t *f, int n, unsigned char fill)
+{
+    ops->disconnect(ba, ab, CX_EPEER);
+    ab = NULL;
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(f[i].done, 1);
+        assert_int_equal(f[i].status, CX_EPEER);
+    }
+    settle(300);
+    for (int i = 0; i < n; i++) assert_int_equal(f[i].done, 1);
+    unsigned char addr[4096];
+    size_t len = sizeof addr;
+    assert_int_equal(ops->address(bb, addr, &len), CX_OK);
+    assert_int_equal(ops->connect(ba, &cookie_b, addr, len, &ab), CX_OK);
+    memset(bbuf, fill, 4096);
+    fc_xfer_t r;
+    xfer_init(&r, CX_XFER_READ, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    assert_int_equal(run1(&r, 10000), CX_OK);
+    assert_int_equal(abuf[4095], fill);
+}
+
 /* submit_batch: reads and writes go as vector ops (fi_vec.c), a message or a bad key in between
  * goes alone and the next ones after it in a new vector; every xfer completes exactly once with
  * its own status, the data lands; then a batch in flight whose endpoint is disconnected ends
@@ -247,24 +270,8 @@ static void test_batch_vectors(void **state)
     }
     ops->submit_batch(ba, ab, xs, N, rcs);
     for (int i = 0; i < N; i++) assert_int_equal(rcs[i], CX_OK);
-    ops->disconnect(ba, ab, CX_EPEER);
-    ab = NULL;
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(f[i].done, 1);
-        /* on shm each one finished inside its post, but the completion was not read yet */
-        assert_int_equal(f[i].status, CX_EPEER);
-    }
-    settle(300);
-    for (int i = 0; i < N; i++) assert_int_equal(f[i].done, 1);
-    unsigned char addr[4096];
-    size_t len = sizeof addr;
-    assert_int_equal(ops->address(bb, addr, &len), CX_OK);
-    assert_int_equal(ops->connect(ba, &cookie_b, addr, len, &ab), CX_OK);
-    memset(bbuf, 0x21, 4096);
-    fc_xfer_t r;
-    xfer_init(&r, CX_XFER_READ, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
-    assert_int_equal(run1(&r, 10000), CX_OK);
-    assert_int_equal(abuf[4095], 0x21);
+    /* On shm each one finished inside its post, but its completion was not read yet. */
+    disconnect_in_flight(f, N, 0x21);
 }
 
 static void test_messages(void **state)
@@ -468,23 +475,7 @@ static void test_disconnect_in_flight(void **state)
         xfer_init(&f[i], k, abuf + i * 65536, 65536, (uint64_t)(uintptr_t)(bbuf + i * 65536), "m", 1);
         assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
     }
-    ops->disconnect(ba, ab, CX_EPEER);
-    ab = NULL;
-    for (int i = 0; i < N; i++) {
-        assert_int_equal(f[i].done, 1);
-        assert_int_equal(f[i].status, CX_EPEER);
-    }
-    settle(300);
-    for (int i = 0; i < N; i++) assert_int_equal(f[i].done, 1);
-    unsigned char addr[4096];
-    size_t len = sizeof addr;
-    assert_int_equal(ops->address(bb, addr, &len), CX_OK);
-    assert_int_equal(ops->connect(ba, &cookie_b, addr, len, &ab), CX_OK);
-    memset(bbuf, 0x33, 4096);
-    fc_xfer_t r;
-    xfer_init(&r, CX_XFER_READ, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
-    assert_int_equal(run1(&r, 10000), CX_OK);
-    assert_int_equal(abuf[4095], 0x33);
+    disconnect_in_flight(f, N, 0x33);
 }
 
 static uint64_t now_ms(void)
