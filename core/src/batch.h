@@ -11,11 +11,11 @@
  *      local and one remote region go as runs: one op each (CX_OPK_READ/WRITE with nent set),
  *      which holds a credit per entry and passes the single op's steps once, then hands its
  *      entries to the backend as plain xfers in one submit_batch, and completes when the last
- *      one is back (entries that are not ops: a quarter of a single op's instructions, not
- *      half). The others (background class, device memory, ranges the target stages, more
- *      distinct runs than CX_BATCH_RUNS_OPEN at once) go as child ops, each the way a single op
- *      goes; those reaching a backend with submit_batch are collected and posted per endpoint
- *      in one call (backend.h).
+ *      one is back (entries that are not ops: about a quarter of a single op's instructions,
+ *      docs/semantics.md). The others (background class, device memory, ranges the target
+ *      stages, more distinct runs than CX_BATCH_RUNS_OPEN at once) go as child ops, each the
+ *      way a single op goes; those reaching a backend with submit_batch are collected and
+ *      posted per endpoint in one call (backend.h).
  *   4. put_signal only: the last entry with the message, once the others completed.
  * A child's completion only counts down its phase; the phase's last one queues the batch for
  * cx_batches_progress, which runs after the backends in every progress turn. */
