@@ -248,7 +248,16 @@ static void drive_locked(cx_engine_t *e, cx_op_t *op, uint64_t end, int left, in
      * sends). What a poll finds is handled here: it is no reason to wake the progress thread
      * (a write's completion ack, every op: measured 30 us per 4 KiB shm write, against 1.3). */
     if (stay && !polled && !polled_only) cx_progress_turn(e, 1);
-    if (stay && !e->handoff && !others_in_flight(e, op)) {
+    if (stay && polled_only && !e->unarmed && !e->handoff && !others_in_flight(e, op)) {
+        /* Armed as the op started, and done at the first look (a same-host copy): the arming
+         * still holds, and a poll that consumed an event leaves the wait fd readable at worst,
+         * one spare turn of the progress thread. Left polled instead, the fds would go out of
+         * the progress thread's set and the drive timer would start (an epoll_ctl and a
+         * timerfd_settime), and a thread that then waits for a message (the write, then a
+         * message to check it) would have them armed again at once (cx_drive_waiting): two
+         * more syscalls and a wake-up of the progress thread per op. */
+        wake = e->sched_wake_ns != 0;
+    } else if (stay && !e->handoff && !others_in_flight(e, op)) {
         cx_drive_unwatch(e);
         uint64_t now = seen ? seen : cx_now_ns();
         e->drove_ns = now;
