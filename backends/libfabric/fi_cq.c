@@ -190,6 +190,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         cx_core_count_served(b->core, CX_XFER_MSG, 0, 0);
         return;
     }
+    if (!(h.flags & CX_FM_F_RUNG)) b->unrung = 1;
     if (type == CX_FM_ACK) {
         int32_t st;
         if (cx_fi_ack_get(buf + CX_FM_HDR, len - CX_FM_HDR, &st)) {
@@ -536,9 +537,15 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
  * queued op waits there only while the provider refuses it (-FI_EAGAIN): rxm connecting to the
  * peer, or its send queue full, which completions (the CQ fd) resolve anyway. */
 #define CX_FI_RETRY_US 1000
+/* A peer's region lock is held for microseconds (a drain of its queue, a post of another
+ * peer's): the ops that found it held were retried 1 ms later, every 64th read of a run (the
+ * target drains when its bell rings, fi_bell.c). */
+#define CX_FI_RETRY_LOCK_US 20
 static void cx_fi_retry_tick(cx_backend_t *b)
 {
-    struct itimerspec it = { .it_value = { 0, CX_FI_RETRY_US * 1000 } };
+    long us = b->q_lockwait ? CX_FI_RETRY_LOCK_US : CX_FI_RETRY_US;
+    b->q_lockwait = 0;
+    struct itimerspec it = { .it_value = { 0, us * 1000 } };
     if (timerfd_settime(b->qfd, 0, &it, NULL))
         cx_fi_kick(b);
     else
@@ -559,6 +566,7 @@ int cx_fi_poll(cx_backend_t *b)
 int cx_fi_progress(cx_backend_t *b)
 {
     uint64_t v;
+    cx_fi_bell_drain(b);
     cx_fi_maybe_sweep(b);
     cx_fi_report_dead(b);
     cx_fi_shm_progress(b, 0);
@@ -593,9 +601,13 @@ int cx_fi_progress(cx_backend_t *b)
         }
         if (b->qhead) cx_fi_retry_tick(b); /* nothing could be posted: retry in a while, CQ fd armed */
         if (b->cq_fd < 0) {
-            /* No wait object: poll while anything of ours is in flight, or traffic is recent. */
+            /* No wait object: poll while anything of ours is in flight, or traffic is recent.
+             * With doorbells in direct mode, only after traffic that came unrung (fi_bell.c):
+             * nothing else waits on us. */
             uint64_t now = cx_fi_now_ns();
-            if (n > 0 || b->all) b->hot_until_ns = now + 100000000ull;
+            int hot = b->bell_fd >= 0 && b->shm_direct ? b->unrung : n > 0 || b->all;
+            b->unrung = 0;
+            if (hot) b->hot_until_ns = now + 100000000ull;
             if (b->busy_poll || now < b->hot_until_ns) cx_fi_kick(b);
             return CX_OK;
         }

@@ -18,6 +18,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 /* 1.17 is what Debian 12 ships; every call used here exists since 1.5, so asking for 1.17 only
  * makes libfabric reject older libraries explicitly instead of failing in odd places. */
@@ -124,19 +126,22 @@ struct cx_bep {
     struct cx_backend *b;
     void *peer;
     fi_addr_t fa;
-    int used;           /* an op was posted: rxm has (or is making) a connection */
-    int tried;          /* a post was tried (shm: the provider may have sent our name: fi_shm.c) */
-    int exit_fd;        /* shm: the core's fd for the peer's exit (cx_fi_peer_dead), or -1 */
-    int dead;           /* shm: seen dead at a post; reported at the next progress */
-    unsigned pid_posts; /* shm: posts, its exit fd looked at every CX_FI_PID_POSTS */
-    char shm_name[64];  /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
-    uint32_t pid;       /* shm: the process its region names carry (fi_rot.c), 0 unknown */
-    uint32_t peer_gen;  /* shm: the rotation of the peer's endpoint we post to (fi_rot.c) */
-    const int *lockw;   /* shm: its region's spinlock, in the guard's mapping, or NULL */
-    int nq;             /* its ops waiting in the backlog: later ops queue behind them */
-    int nops;           /* ops linked in ops (cheap bound before counting them) */
-    uint64_t q_blocked; /* backlog pass in which its head op got -FI_EAGAIN */
-    cx_fi_op_t *ops;    /* ops of this endpoint not yet completed */
+    int used;                /* an op was posted: rxm has (or is making) a connection */
+    int tried;               /* a post was tried (shm: the provider may have sent our name: fi_shm.c) */
+    int exit_fd;             /* shm: the core's fd for the peer's exit (cx_fi_peer_dead), or -1 */
+    int dead;                /* shm: seen dead at a post; reported at the next progress */
+    unsigned pid_posts;      /* shm: posts, its exit fd looked at every CX_FI_PID_POSTS */
+    char shm_name[64];       /* shm: the peer's region, unlinked once it is dead (fi_shm.c) */
+    uint32_t pid;            /* shm: the process its region names carry (fi_rot.c), 0 unknown */
+    uint32_t peer_gen;       /* shm: the rotation of the peer's endpoint we post to (fi_rot.c) */
+    const int *lockw;        /* shm: its region's spinlock, in the guard's mapping, or NULL */
+    struct sockaddr_un bell; /* shm: the peer's doorbell (fi_bell.c) */
+    socklen_t bell_len;      /* 0: none to ring */
+    unsigned bell_posts;     /* direct RMA posts since its bell was last rung */
+    int nq;                  /* its ops waiting in the backlog: later ops queue behind them */
+    int nops;                /* ops linked in ops (cheap bound before counting them) */
+    uint64_t q_blocked;      /* backlog pass in which its head op got -FI_EAGAIN */
+    cx_fi_op_t *ops;         /* ops of this endpoint not yet completed */
     struct cx_bep *next, *prev;
     /* A hub's endpoint (fi_rail.c): one endpoint per rail both sides have. */
     int nrails;
@@ -208,6 +213,11 @@ struct cx_backend {
     int warm_txi;          /* its send buffer until its completion, -1 none */
     int busy_poll;         /* CONNEX_FI_POLL_US=0 */
     uint64_t hot_until_ns; /* poll continuously until then (recent traffic) */
+    int bell_fd;           /* shm: our doorbell, in efd, or -1 (fi_bell.c) */
+    int unrung;            /* shm: a message came from a sender that does not ring */
+    long poll_us;          /* shm: CONNEX_FI_POLL_US, the tick while a peer cannot ring */
+    int tick_slow;         /* shm: every peer rings: the tick is CX_FI_BELL_TICK_US */
+    unsigned bell_every;   /* shm: direct RMA posts to a peer between rings (fi_bell.c) */
     uint64_t mr_mode;
     int hmem;
     uint64_t next_key; /* requested keys must be unique when the provider picks none */
@@ -229,6 +239,7 @@ struct cx_backend {
     cx_fi_op_t *qhead, *qtail; /* backlog: not yet posted; in order per endpoint only */
     uint64_t q_pass;           /* backlog passes, for cx_bep.q_blocked */
     int q_stuck;               /* the last pass posted nothing: every queued endpoint waits */
+    int q_lockwait;            /* shm: a post of that pass found its peer's region locked */
     cx_fi_op_t *all;           /* every op alive (provider may still own some) */
     cx_objcache_t op_cache;    /* freed ops for reuse */
     struct cx_bep *eps;
@@ -384,6 +395,21 @@ int cx_fi_shm_name(cx_backend_t *b, struct fid_ep *ep, uint32_t gen, char name[6
 /* A connex region name "cx-fi-<pid>-<inc>[-<gen>]": 0, or -1 for any other name. */
 int cx_fi_shm_parse(const char *name, uint32_t *pid, uint64_t *inc, uint32_t *gen);
 int cx_fi_shm_direct(cx_backend_t *b);
+/* fi_bell.c: shm doorbells. Open after the wait fd's epoll set exists; the peer's from the pid
+ * and incarnation its region's name carries; rung after a post the peer must serve; drained by
+ * progress(). */
+void cx_fi_bell_open(cx_backend_t *b);
+void cx_fi_bell_close(cx_backend_t *b);
+void cx_fi_bell_peer(struct cx_bep *ep, uint32_t pid, uint64_t inc);
+void cx_fi_bell_ring(cx_backend_t *b, struct cx_bep *ep);
+/* n direct RMA posts to ep: each leaves a command in the peer's queue (fi_bell.c). */
+void cx_fi_bell_posted(cx_backend_t *b, struct cx_bep *ep, unsigned n);
+int cx_fi_bell_rings(const struct cx_bep *ep);
+void cx_fi_bell_drain(cx_backend_t *b);
+/* The polling tick: CONNEX_FI_POLL_US while a peer cannot ring our bell or we cannot ring its,
+ * else CX_FI_BELL_TICK_US, a safety net for a ring lost to a lack of memory. */
+#define CX_FI_BELL_TICK_US 10000
+void cx_fi_bell_tick(cx_backend_t *b);
 void cx_fi_shm_remember(struct cx_bep *ep, const void *name, size_t len);
 void cx_fi_shm_reap(struct cx_bep *ep);
 void cx_fi_shm_progress(cx_backend_t *b, int closing);

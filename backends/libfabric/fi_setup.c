@@ -91,6 +91,7 @@ static void cx_fi_free(cx_backend_t *b)
     if (b->domain) fi_close(&b->domain->fid);
     if (b->fabric) fi_close(&b->fabric->fid);
     if (b->info) cx_fi_freeinfo(b->info);
+    cx_fi_bell_close(b);
     if (b->efd >= 0) close(b->efd);
     if (b->evfd >= 0) close(b->evfd);
     if (b->tfd >= 0) close(b->tfd);
@@ -220,6 +221,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
      * for a stopped peer lasts until the op timeout) come from this tick, not from a busy loop. */
     b->qfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
     if (b->qfd < 0 || epoll_ctl(b->efd, EPOLL_CTL_ADD, b->qfd, &ev)) return -FI_EOTHER;
+    if (b->cq_fd < 0) cx_fi_bell_open(b);
     if (b->cq_fd < 0) {
         /* No wait object (shm in 1.17): requests that need this side (small writes and reads,
          * delivery-complete acks, messages) are only seen when we look. Look every
@@ -228,12 +230,14 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
         long us = (long)cx_opts_num(b->opts, "CONNEX_FI_POLL_US", NULL); /* default 100 */
         b->busy_poll = us == 0;
         if (us == 0) us = 1000; /* the timer still runs: the kick chain restarts from it */
+        b->poll_us = us;
         b->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
         struct itimerspec it = { .it_interval = { us / 1000000, (us % 1000000) * 1000 },
                                  .it_value = { us / 1000000, (us % 1000000) * 1000 } };
         if (b->tfd < 0 || timerfd_settime(b->tfd, 0, &it, NULL) || epoll_ctl(b->efd, EPOLL_CTL_ADD, b->tfd, &ev))
             return -FI_EOTHER;
     }
+    cx_fi_bell_tick(b);
     cx_fi_rot_init(b);
     cx_fi_progress(b); /* arms the wait object (fi_trywait) before the core first waits */
     cx_info("libfabric: opened %s domain %s (mr_mode 0x%lx, hmem %d, data_progress %d, "
@@ -342,7 +346,7 @@ static int cx_fi_open_one(const cx_backend_params_t *p, cx_backend_t **out)
     b->opts = p->opts;
     b->inc = p->incarnation;
     b->info = info;
-    b->cq_fd = b->efd = b->evfd = b->tfd = b->qfd = -1;
+    b->cq_fd = b->efd = b->evfd = b->tfd = b->qfd = b->bell_fd = -1;
     b->warm_txi = -1;
     b->next_key = 1;
     b->next_seq = 1;

@@ -71,6 +71,10 @@ size_t cx_fi_vec_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
         rcs[i] = CX_OK;
     }
     op->nvent = op->vleft = (uint32_t)i;
+    if (i && !b->shm_direct)
+        cx_fi_bell_ring(b, ep); /* commands the target serves (fi_bell.c) */
+    else if (i)
+        cx_fi_bell_posted(b, ep, (unsigned)i);
     if (!i) {
         cx_fi_op_free(b, op);
         return 0;

@@ -50,7 +50,7 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
     cx_wr_t w;
     cx_wr_init(&w, buf, CX_FI_BUF);
     /* A bare ack of sequence 0: a receiver ignores it ("ack for unknown op"). */
-    cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = 0 });
+    cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = 0, .flags = CX_FM_F_RUNG });
     cx_fi_ack_put(&w, 0);
     b->warm_ctx.type = CX_FI_CTX_WARM;
     int posted = 0, sent = 0, got = 0;

@@ -10,9 +10,16 @@ void cx_fi_hdr_put(cx_wr_t *w, const cx_fi_hdr_t *h)
 {
     cx_wr_u8(w, h->type);
     cx_wr_u8(w, CX_FM_VERSION);
-    cx_wr_u16(w, 0);
+    cx_wr_u16(w, h->flags);
     cx_wr_u64(w, h->inc);
     cx_wr_u64(w, h->seq);
+}
+
+void cx_fi_hdr_flags_set(void *buf, uint16_t flags)
+{
+    cx_wr_t w;
+    cx_wr_init(&w, (uint8_t *)buf + 2, 2);
+    cx_wr_u16(&w, flags);
 }
 
 int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h)
@@ -21,7 +28,7 @@ int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h)
     cx_rd_init(&r, buf, buf ? len : 0);
     h->type = cx_rd_u8(&r);
     uint8_t ver = cx_rd_u8(&r);
-    (void)cx_rd_u16(&r); /* reserved: a later version may use it */
+    h->flags = cx_rd_u16(&r);
     h->inc = cx_rd_u64(&r);
     h->seq = cx_rd_u64(&r);
     return r.ok && ver == CX_FM_VERSION ? CX_OK : CX_EINVAL;

@@ -38,6 +38,7 @@ enum {
 #define CX_FM_RD_INLINE_MAX 65536u     /* the largest read a target answers with RDATA */
 #define CX_FM_RD_INLINE_DEFAULT 32768u /* what a reader asks that way unless told (fi_wb.c) */
 #define CX_FM_VERSION 1
+#define CX_FM_F_RUNG 0x1u /* shm: the sender rings our doorbell for this message (fi_bell.c) */
 #define CX_FM_HDR 20
 #define CX_FM_ACK_LEN 4 /* after the header: i32 status */
 #define CX_FM_RTS 24    /* after the header: u64 len, u64 addr, u64 key */
@@ -54,9 +55,10 @@ enum {
 #define CX_FI_RAILS_MAX 8
 
 typedef struct cx_fi_hdr {
-    uint8_t type; /* CX_FM_*; the decoder leaves telling them apart to the caller */
-    uint64_t inc; /* the sender's incarnation */
-    uint64_t seq; /* MSG/SIG/RTS: the sender's sequence; ACK: the one answered */
+    uint8_t type;   /* CX_FM_*; the decoder leaves telling them apart to the caller */
+    uint64_t inc;   /* the sender's incarnation */
+    uint64_t seq;   /* MSG/SIG/RTS: the sender's sequence; ACK: the one answered */
+    uint16_t flags; /* CX_FM_F_*; unknown bits ignored */
 } cx_fi_hdr_t;
 
 typedef struct cx_fi_rts { /* a large message the target pulls with fi_read */
@@ -90,6 +92,8 @@ typedef struct cx_fi_key { /* a region's key blob */
 void cx_fi_hdr_put(cx_wr_t *w, const cx_fi_hdr_t *h);
 /* The first CX_FM_HDR bytes of buf (version checked); the body is buf + CX_FM_HDR. */
 int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h);
+/* The flags of a header put into buf already (buf holds at least CX_FM_HDR bytes). */
+void cx_fi_hdr_flags_set(void *buf, uint16_t flags);
 void cx_fi_ack_put(cx_wr_t *w, int32_t status);
 int cx_fi_ack_get(const void *body, size_t len, int32_t *status);
 void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *r);

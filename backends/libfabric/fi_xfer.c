@@ -200,6 +200,7 @@ void cx_fi_backlog_run(cx_backend_t *b)
 {
     uint64_t pass = ++b->q_pass;
     int posted = 0;
+    b->q_lockwait = 0;
     cx_fi_op_t **pp = &b->qhead, *prev = NULL;
     while (*pp) {
         cx_fi_op_t *op = *pp;
@@ -213,6 +214,7 @@ void cx_fi_backlog_run(cx_backend_t *b)
             }
             r = cx_fi_op_post(b, op);
             if (r == -FI_EAGAIN) {
+                cx_fi_bell_ring(b, op->ep); /* shm: its queue may still be full (fi_bell.c) */
                 op->ep->q_blocked = pass;
                 prev = op;
                 pp = &op->qnext;
@@ -233,6 +235,9 @@ void cx_fi_backlog_run(cx_backend_t *b)
          * (op->ep NULL, still linked here), which the walk drops as it meets them. */
     }
     b->q_stuck = b->qhead && !posted;
+    /* Without a CQ wait fd nothing would call us for what these posts completed (shm ends an
+     * op inside its post, after this pass's drain): come back for it. */
+    if (posted && b->cq_fd < 0) cx_fi_kick(b);
 }
 
 /* ---- posting ---- */
@@ -299,6 +304,8 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         cx_debug("libfabric: %s: send type %u seq %llu (%zu bytes)", b->prov, buf[0],
                  (unsigned long long)(op->kind == CX_FOP_ACK ? op->ack_seq : op->seq), w.len);
     }
+    /* At each try: a ring that failed since the buffer was written no longer holds. */
+    cx_fi_hdr_flags_set(cx_fi_tx_buf(b, op->txi), cx_fi_bell_rings(op->ep) ? CX_FM_F_RUNG : 0);
     if (b->post_more) {
         struct iovec iov = { .iov_base = cx_fi_tx_buf(b, op->txi), .iov_len = op->txlen };
         void *desc = fi_mr_desc(b->txmr);
@@ -392,8 +399,10 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     uint64_t raddr, rkey;
     ssize_t r;
     if (cx_fi_peer_dead(op->ep)) return -FI_ENOTCONN;
-    if (cx_fi_lock_held(b, op->ep->lockw))
-        return -FI_EAGAIN;                       /* the post would spin on the peer's region: the backlog retries */
+    if (cx_fi_lock_held(b, op->ep->lockw)) {
+        b->q_lockwait = 1;
+        return -FI_EAGAIN;
+    }                                            /* the post would spin on the peer's region: the backlog retries */
     if (cx_fi_ep_full(b, op)) return -FI_EAGAIN; /* waits in the backlog behind this peer's own ops only */
     op->ep->tried = 1;
     switch (op->kind) {
@@ -439,6 +448,11 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     }
     if (r == 0) {
         b->more_owed = b->post_more != 0; /* a post without FI_MORE sends what waited */
+        /* What the peer must serve: a message, or without direct mode any command (fi_bell.c). */
+        if (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK || (op->kind == CX_FOP_PULL && b->wb) || !b->shm_direct)
+            cx_fi_bell_ring(b, op->ep);
+        else
+            cx_fi_bell_posted(b, op->ep, 1);
         op->posted = 1;
         op->gen = b->rot_gen;
         if (!op->ep->used) {
@@ -477,6 +491,7 @@ int cx_fi_start(cx_backend_t *b, cx_fi_op_t *op)
     int r = op->ep && op->ep->nq ? -FI_EAGAIN : cx_fi_op_post(b, op);
     if (r == -FI_EAGAIN) {
         cx_debug("libfabric: %s: op kind %d waits in the backlog", b->prov, op->kind);
+        if (op->ep) cx_fi_bell_ring(b, op->ep); /* shm: its queue may be full (fi_bell.c) */
         cx_fi_backlog_add(b, op);
         cx_fi_kick(b);
         return 0;
@@ -625,11 +640,16 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
         ep->exit_fd = cx_core_peer_exit_fd(b->core, peer);
         cx_fi_shm_remember(ep, name, name_len);
         if (ep->shm_name[0]) ep->lockw = cx_fi_guard_add(b, ep, cx_core_peer_exit_fd(b->core, peer), ep->shm_name);
+        uint32_t npid, ngen;
+        uint64_t ninc;
+        if (ep->shm_name[0] && !cx_fi_shm_parse(ep->shm_name, &npid, &ninc, &ngen) && npid == pid)
+            cx_fi_bell_peer(ep, npid, ninc);
     }
     ep->next = b->eps;
     if (b->eps) b->eps->prev = ep;
     b->eps = ep;
     *out = ep;
+    cx_fi_bell_tick(b);
     if (b->rot_gen) cx_fi_rot_tell(b, ep); /* it may have our HELLO from before the rotation */
     if (b->wb) {
         /* A write-back read needs rxm's connection in the target's direction too, and rxm
@@ -686,4 +706,5 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
         b->eps = ep->next;
     if (ep->next) ep->next->prev = ep->prev;
     free(ep);
+    cx_fi_bell_tick(b); /* the peer that kept the tick fast may be gone */
 }

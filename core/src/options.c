@@ -75,7 +75,7 @@ static const cx_opt_def_t g_opts[] = {
     { "CONNEX_FI_FAULT_RAIL", S, NULL, 0, 0, NULL, "libfabric",
       "tests: R:N fails the N-th stripe sent on rail R as a transport error", 0 },
     { "CONNEX_FI_POLL_US", US, "100", 0, 1000000, NULL, "libfabric",
-      "poll period of providers without a wait object (0: busy-poll)", 0 },
+      "poll period of providers without a wait object while a peer cannot ring (0: busy-poll)", 0 },
     { "CONNEX_FI_SHM_DIRECT", E, "auto", 0, 0, "auto|0|1", "libfabric",
       "shm direct mode off / on (auto: on where the provider allows it)", 0 },
     { "CONNEX_FI_SHM_GUARD", B, "1", 0, 0, NULL, "libfabric",
