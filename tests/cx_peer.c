@@ -27,6 +27,7 @@
  *   CONNECT <url> <timeout ms>           OK
  *   STATS                                OK regions=.. peers_up=.. failed=.. inflight=.. ... dup_steps=..
  *   RING                                 OK slots=.. free=.. jobs=.. subs=.. served=.. queued=.. ranges=..
+ *                                          inline=.. lent=..
  *                                        (its staging rings and the ranges it stages for peers)
  *   QUIT                                 OK, then a clean close (BYE) and exit 0
  *   DIE <signal> / EXIT <status>         dies on that signal / exits with that status at once
@@ -248,8 +249,8 @@ static void command(char *line)
     } else if (!strcmp(cmd, "RING")) {
         cx_staging_debug_t d;
         int rc = cx_staging_debug(g_e, &d);
-        reply(rc, "slots=%u free=%u jobs=%d subs=%u served=%u queued=%u ranges=%u", d.slots, d.slots_free, d.jobs,
-              d.subs, d.served, d.queued, d.ranges);
+        reply(rc, "slots=%u free=%u jobs=%d subs=%u served=%u queued=%u ranges=%u inline=%" PRIu64 " lent=%" PRIu64,
+              d.slots, d.slots_free, d.jobs, d.subs, d.served, d.queued, d.ranges, d.inline_ranges, d.chunks_lent);
     } else {
         out("ERR %d unknown command '%s'", CX_EINVAL, cmd);
     }

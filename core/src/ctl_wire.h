@@ -11,7 +11,9 @@
 #include <stdint.h>
 
 #define CX_CTL_MAGIC 0x31584e43u /* "CNX1" */
-#define CX_CTL_VERSION 3         /* 3: a target stages its device memory over the data backend (TS_*) */
+#define CX_CTL_VERSION \
+    4 /* 3: a target stages its device memory over the data backend (TS_*); 4: small
+                            staged writes carry their bytes (and a put_signal's message) in TS_REQ */
 #define CX_CTL_HDR 8
 #define CX_CTL_MAX_BODY (64u << 20)
 #define CX_BNAME_MAX 16

@@ -100,6 +100,8 @@ static const cx_opt_def_t g_opts[] = {
     { "CONNEX_STAGE_SLOTS", U, "8", 1, 1024, NULL, "gpu", "staging slots", 0 },
     { "CONNEX_STAGE_PER_JOB", U, NULL, 1, 1024, NULL, "gpu",
       "staging slots one transfer may hold (unset: slots/2, at least 2)", 0 },
+    { "CONNEX_STAGE_INLINE_MAX", BY, "65536", 0, 1048576, NULL, "gpu",
+      "writes into a peer's staged device memory up to this size carry their bytes in the request (0: never)", 0 },
     { "CONNEX_STAGE_PEER_JOBS", U, "4", 1, 1024, NULL, "gpu",
       "ranges of its device memory a target stages for one peer at once; more wait", 0 },
     { "CONNEX_STAGE_SYNC_MAX", BY, "262144", 0, GIB, NULL, "gpu",

@@ -468,6 +468,8 @@ static void debug_fn(cx_engine_t *e, void *arg)
     o->ranges = td.ranges;
     o->quarantined = td.quarantined;
     o->subs = td.subs;
+    o->inline_ranges = td.inline_ranges;
+    o->chunks_lent = td.chunks_lent;
     cx_staging_t *s = e->stg;
     if (!s) return;
     o->pipes = s->npipes;

@@ -53,9 +53,10 @@ typedef struct cx_staging_debug {
     unsigned subs;              /* chunks handed to a backend, not yet completed */
     uint32_t slots, slots_free; /* over every ring */
     uint64_t jobs_ok, jobs_failed;
-    unsigned served, queued; /* ranges staged here for peers (tstage.h): running, waiting */
-    unsigned ranges;         /* ranges this side asked a peer to stage, not yet ended */
-    unsigned quarantined;    /* slots held for a same-host peer that went silent or failed (tstage.h) */
+    unsigned served, queued;             /* ranges staged here for peers (tstage.h): running, waiting */
+    unsigned ranges;                     /* ranges this side asked a peer to stage, not yet ended */
+    unsigned quarantined;                /* slots held for a same-host peer that went silent or failed (tstage.h) */
+    uint64_t inline_ranges, chunks_lent; /* target, since start (tstage.h) */
 } cx_staging_debug_t;
 int cx_staging_debug(cx_engine_t *e, cx_staging_debug_t *out);
 

@@ -16,6 +16,13 @@ enum { TS_READ = 0, TS_WRITE = 1, TS_SIGNAL = 2 };
  * it with the others; the target stages it in chunks of its ring's full size (CX_STAGE_WHOLE),
  * not split further: a split only multiplies the TS_CHUNK / TS_ACK round trips. */
 #define TS_F_PIECE 0x10u
+/* A write whose bytes follow in TS_REQ (up to CONNEX_STAGE_INLINE_MAX): the target copies them
+ * into its slots itself and answers TS_END after the H2D copies, one control round trip where a
+ * write through slots lent to the initiator takes two (TS_REQ .. TS_CHUNK, TS_ACK .. TS_END).
+ * With TS_F_SIGMSG a put_signal's message follows the bytes, delivered before that TS_END. */
+#define TS_F_INLINE 0x20u
+#define TS_F_SIGMSG 0x40u
+#define TS_F_ALL (TS_F_PIECE | TS_F_INLINE | TS_F_SIGMSG)
 
 /* ---- initiator side: a range, and one backend xfer per chunk ---- */
 typedef struct ts_tx {
@@ -29,6 +36,7 @@ typedef struct ts_tx {
     int status;     /* first error */
     int ended;      /* TS_END of the data received */
     int signalling; /* the message went out: waiting for its TS_END */
+    int inl;        /* the bytes (and a put_signal's message) went with TS_REQ */
     unsigned subs_out;
     uint64_t got;  /* a read: bytes its completed chunks brought in */
     uint8_t *rkey; /* the target's ring key, kept while chunks go */
@@ -52,6 +60,9 @@ typedef struct ts_srv {
     int kind, bidx, mem_kind, device;
     unsigned flags; /* TS_F_* of its TS_REQ */
     uint64_t addr, len;
+    uint8_t *inl; /* TS_F_INLINE: the bytes to write, copied from TS_REQ */
+    uint8_t *msg; /* TS_F_SIGMSG: the message, delivered once the bytes are in device memory */
+    size_t msg_len;
     void *pin;
     cx_staging_ring_t ring;
     cx_stage_job_t *sj; /* NULL while queued, and once the pipeline freed it */
@@ -74,6 +85,8 @@ typedef struct cx_tstage {
     ts_srv_t *srvs, *srvs_tail;
     int closing;
     unsigned peer_jobs;
+    size_t inline_max;                   /* CONNEX_STAGE_INLINE_MAX */
+    uint64_t inline_ranges, chunks_lent; /* target: served from TS_REQ's bytes; TS_CHUNKs sent */
 } cx_tstage_t;
 
 static cx_tstage_t *ts_state(cx_engine_t *e)
@@ -86,6 +99,7 @@ static cx_tstage_t *ts_state(cx_engine_t *e)
         }
         unsigned long long v = cx_opts_num(&e->opts, "CONNEX_STAGE_PEER_JOBS", NULL);
         e->ts->peer_jobs = v ? (unsigned)v : 4;
+        e->ts->inline_max = (size_t)cx_opts_num(&e->opts, "CONNEX_STAGE_INLINE_MAX", NULL);
     }
     return e->ts;
 }
@@ -138,19 +152,26 @@ static void send_end(cx_engine_t *e, cx_peer_t *p, uint64_t id, int status)
 static int send_req(cx_engine_t *e, ts_tx_t *tx, int kind)
 {
     cx_peer_t *p = tx->p;
-    size_t n = 8 + 1 + 8 + 8 + 1 + strlen(e->bnames[p->bidx]) + (kind == TS_SIGNAL ? tx->r.msg_len : 0);
+    unsigned flags = kind != TS_SIGNAL && tx->r.piece ? TS_F_PIECE : 0;
+    /* The local range is host memory (the op's, or a slot this side filled already). */
+    if (kind == TS_WRITE && tx->r.len <= e->ts->inline_max) flags |= TS_F_INLINE | (tx->r.signal ? TS_F_SIGMSG : 0);
+    size_t data = flags & TS_F_INLINE ? tx->r.len : 0;
+    size_t msg = kind == TS_SIGNAL || (flags & TS_F_SIGMSG) ? tx->r.msg_len : 0;
+    size_t n = 8 + 1 + 8 + 8 + 1 + strlen(e->bnames[p->bidx]) + data + msg;
     uint8_t *b = p->conn ? cx_conn_reserve(p->conn, CX_CTL_TS_REQ, n) : NULL;
     if (!b) return p->conn ? CX_ENOMEM : CX_EPEER;
     cx_wr_t w;
     cx_wr_init(&w, b, n);
     cx_wr_u64(&w, tx->id);
-    cx_wr_u8(&w, (uint8_t)(kind | (kind != TS_SIGNAL && tx->r.piece ? TS_F_PIECE : 0)));
+    cx_wr_u8(&w, (uint8_t)(kind | (int)flags));
     cx_wr_u64(&w, kind == TS_SIGNAL ? 0 : tx->r.remote);
     cx_wr_u64(&w, kind == TS_SIGNAL ? 0 : tx->r.len);
     cx_wr_str8(&w, e->bnames[p->bidx]);
-    if (kind == TS_SIGNAL && tx->r.msg_len) cx_wr_bytes(&w, tx->r.msg, tx->r.msg_len);
+    if (data) cx_wr_bytes(&w, tx->r.local, data);
+    if (msg) cx_wr_bytes(&w, tx->r.msg, msg);
     if (!w.ok) return CX_ERR;
     cx_conn_commit(e, p->conn, n);
+    tx->inl = (flags & TS_F_INLINE) != 0;
     return CX_OK;
 }
 
@@ -288,8 +309,9 @@ static void on_end(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
         tx_fail(tx, status);
         return;
     }
-    if (tx->signalling) {
-        tx->signalling = 2;
+    if (tx->signalling || (tx->inl && tx->r.signal)) {
+        tx->ended = 1;
+        tx->signalling = 2; /* the message went with the bytes, delivered after them */
     } else {
         tx->ended = 1;
         if (tx->r.signal && tx->status == CX_OK && !tx->subs_out) {
@@ -411,6 +433,8 @@ static void srv_free(ts_srv_t *v)
 {
     cx_proc_forget(&v->proc);
     if (v->pin) cx_core_region_unpin(v->pin);
+    free(v->inl);
+    free(v->msg);
     free(v->out);
     free(v);
 }
@@ -422,6 +446,12 @@ static void srv_chunk(const cx_stage_chunk_t *c)
     ts_srv_t *v = c->job_arg;
     cx_engine_t *e = v->e;
     cx_peer_t *p = v->p;
+    if (v->inl) {
+        /* The bytes came with the request: into the slot here, then its H2D copy. */
+        memcpy(c->host, v->inl + c->off, c->len);
+        cx_stage_chunk_done(c->job, c->index, CX_OK);
+        return;
+    }
     int rc = CX_OK;
     if (!peer_alive(p, v->inc) || v->failed) rc = CX_EPEER;
     if (!rc && v->nout == v->capout) {
@@ -453,6 +483,7 @@ static void srv_chunk(const cx_stage_chunk_t *c)
     cx_wr_blob16(&w, v->ring.key[v->bidx], klen);
     cx_conn_commit(e, p->conn, n);
     v->out[v->nout++] = c->index;
+    e->ts->chunks_lent++;
 }
 
 static void srv_done(void *arg, cx_stage_job_t *sj, int status)
@@ -464,6 +495,9 @@ static void srv_done(void *arg, cx_stage_job_t *sj, int status)
     v->sj = NULL;
     cx_core_count_served(cx_core_of(e), v->kind == TS_READ ? CX_XFER_READ : CX_XFER_WRITE,
                          status == CX_OK ? (size_t)v->len : 0, status == CX_OK);
+    /* A put_signal's message, once every byte is in device memory (the H2D copies are done). */
+    if (status == CX_OK && v->msg && !s->closing && peer_alive(v->p, v->inc))
+        status = cx_core_deliver_msg(cx_core_of(e), v->p, v->msg, v->msg_len);
     if (!s->closing && peer_alive(v->p, v->inc)) send_end(e, v->p, v->id, status);
     cx_peer_t *p = v->p;
     srv_unlink(s, v);
@@ -479,7 +513,8 @@ static int srv_begin(cx_engine_t *e, ts_srv_t *v)
     if (rc) return rc;
     cx_stage_cbs_t cbs = { srv_chunk, srv_done, v };
     rc = cx_stage_start(v->ring.st, v->kind == TS_READ ? CX_STAGE_OUT : CX_STAGE_IN, (void *)(uintptr_t)v->addr,
-                        (size_t)v->len, v->flags & TS_F_PIECE ? CX_STAGE_WHOLE : 0, &cbs, &v->sj);
+                        (size_t)v->len, v->flags & (TS_F_PIECE | TS_F_INLINE) ? CX_STAGE_WHOLE : 0, &cbs, &v->sj);
+    if (!rc && v->inl) v->e->ts->inline_ranges++;
     return rc;
 }
 
@@ -515,12 +550,17 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     cx_core_t *core = cx_core_of(e);
     uint64_t id = cx_rd_u64(rd);
     int kind = cx_rd_u8(rd);
-    unsigned flags = (unsigned)kind & TS_F_PIECE;
-    kind &= ~(int)TS_F_PIECE;
+    unsigned flags = (unsigned)kind & TS_F_ALL;
+    kind &= ~(int)TS_F_ALL;
     uint64_t addr = cx_rd_u64(rd), len = cx_rd_u64(rd);
     char bname[CX_BNAME_MAX + 1];
     cx_rd_str8(rd, bname, sizeof bname);
-    if (!rd->ok || (kind != TS_SIGNAL && !cx_rd_done(rd)) || kind > TS_SIGNAL) {
+    /* The bytes of an inline write, then (TS_F_SIGMSG) the message: whatever follows them. */
+    size_t rest = rd->ok ? rd->len - rd->off : 0;
+    int inl = (flags & TS_F_INLINE) != 0;
+    int bad_flags = (inl && kind != TS_WRITE) || ((flags & TS_F_SIGMSG) && !inl);
+    int bad_rest = kind != TS_SIGNAL && (inl ? len > rest || (!(flags & TS_F_SIGMSG) && len != rest) : rest != 0);
+    if (!rd->ok || bad_flags || bad_rest || kind > TS_SIGNAL) {
         cx_warn("peer %s: malformed TS_REQ refused", p->url);
         e->st.rejected_requests++;
         if (rd->len >= 8) send_end(e, p, id, CX_EINVAL);
@@ -546,6 +586,14 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
     v->addr = addr;
     v->len = len;
     v->bidx = -1;
+    if (inl && len) {
+        const uint8_t *d = rd->p + rd->off;
+        v->inl = malloc((size_t)len);
+        v->msg_len = rest - (size_t)len;
+        v->msg = flags & TS_F_SIGMSG ? malloc(v->msg_len ? v->msg_len : 1) : NULL;
+        if (v->inl) memcpy(v->inl, d, (size_t)len);
+        if (v->msg && v->msg_len) memcpy(v->msg, d + len, v->msg_len);
+    }
     v->pid = p->same_host ? p->proc.pid : 0;
     cx_proc_init(&v->proc);
     v->last_ns = cx_now_ns();
@@ -559,7 +607,9 @@ static void on_req(cx_engine_t *e, cx_peer_t *p, cx_rd_t *rd)
         if (!strcmp(e->bnames[b], bname)) v->bidx = b;
     int rc = CX_OK;
     cx_gpu_mem_t m;
-    if (v->bidx < 0) {
+    if (inl && len && (!v->inl || ((flags & TS_F_SIGMSG) && !v->msg))) {
+        rc = CX_ENOMEM;
+    } else if (v->bidx < 0) {
         cx_warn("peer %s: TS_REQ names backend '%s', which is not open here", p->url, bname);
         rc = CX_EINVAL;
     } else if (!len || addr + len < addr || cx_core_region_check(core, addr, (size_t)len, &v->pin)) {
@@ -747,6 +797,8 @@ void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out)
     memset(out, 0, sizeof *out);
     cx_tstage_t *s = e->ts;
     if (!s) return;
+    out->inline_ranges = s->inline_ranges;
+    out->chunks_lent = s->chunks_lent;
     for (ts_srv_t *v = s->srvs; v; v = v->next) {
         if (v->quarantined)
             out->quarantined += v->nout;

@@ -64,7 +64,9 @@ void cx_tstage_free(cx_engine_t *e);
 /* For tests: ranges this engine stages as target, and as initiator. */
 typedef struct cx_tstage_debug {
     unsigned served, queued, ranges, subs;
-    unsigned quarantined; /* slots held for a same-host peer that went silent or failed */
+    unsigned quarantined;                /* slots held for a same-host peer that went silent or failed */
+    uint64_t inline_ranges, chunks_lent; /* target, since start: writes served from TS_REQ's
+                                            bytes; slots lent to initiators (TS_CHUNK) */
 } cx_tstage_debug_t;
 void cx_tstage_debug(cx_engine_t *e, cx_tstage_debug_t *out); /* on the progress thread */
 
