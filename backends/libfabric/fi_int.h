@@ -339,6 +339,11 @@ void cx_fi_vec_finish(cx_backend_t *b, cx_fi_op_t *op, int status);
 void cx_fi_vec_abort(cx_backend_t *b, cx_fi_op_t *op, int status);
 /* The cached key of a batch's run (fi_xfer.c, submit_batch), parsed again when x has another blob. */
 int cx_fi_key_cached(cx_backend_t *b, const cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey);
+/* Whether x's key blob is the one submit_batch parsed last (valid only inside submit_batch). */
+static inline int cx_fi_key_hit(const cx_backend_t *b, const cx_xfer_t *x)
+{
+    return b->kc_blob && x->rkey == b->kc_blob && x->rkey_len == b->kc_len;
+}
 
 /* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
 int cx_fi_wb_choose(cx_backend_t *b);

@@ -22,8 +22,7 @@ static int takes(cx_backend_t *b, const cx_xfer_t *x, uint64_t *raddr, uint64_t 
         return 0;
     }
     if (!x->len || !x->local || !x->local_mh || x->len > b->max_msg) return 0;
-    if (x->rkey != b->kc_blob || x->rkey_len != b->kc_len || !b->kc_blob)
-        return cx_fi_key_cached(b, x, raddr, rkey) == CX_OK;
+    if (!cx_fi_key_hit(b, x)) return cx_fi_key_cached(b, x, raddr, rkey) == CX_OK;
     *rkey = b->kc.key; /* the run's key, parsed for the xfer before */
     return cx_fi_key_target(&b->kc, x->remote, raddr) == CX_OK;
 }

@@ -317,7 +317,7 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
 
 static int cx_fi_rma_target(cx_backend_t *b, cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
 {
-    if (b->kc_blob && x->rkey == b->kc_blob && x->rkey_len == b->kc_len) {
+    if (cx_fi_key_hit(b, x)) {
         *rkey = b->kc.key; /* a batch's entry in the region of the one before */
         return cx_fi_key_target(&b->kc, x->remote, raddr);
     }
@@ -334,7 +334,7 @@ static void cx_fi_key_remember(cx_backend_t *b, const cx_xfer_t *x)
 
 int cx_fi_key_cached(cx_backend_t *b, const cx_xfer_t *x, uint64_t *raddr, uint64_t *rkey)
 {
-    if (!b->kc_blob || x->rkey != b->kc_blob || x->rkey_len != b->kc_len) {
+    if (!cx_fi_key_hit(b, x)) {
         cx_fi_key_remember(b, x);
         if (!b->kc_blob) return CX_EINVAL;
     }

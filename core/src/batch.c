@@ -334,11 +334,11 @@ void cx_bpost_close(cx_engine_t *e, cx_batch_t *b)
 }
 
 /* An entry that goes alone: its child op, set up now (most entries go in runs and need none). */
-static int start_one(cx_engine_t *e, cx_batch_t *b, size_t i, uint64_t deadline)
+static void start_one(cx_engine_t *e, cx_batch_t *b, size_t i, uint64_t deadline)
 {
     if (!b->ent && !(b->ent = malloc(b->n * sizeof *b->ent))) {
         b->st[i] = CX_ENOMEM;
-        return 0;
+        return;
     }
     const cx_bentry_t *en = &b->en[i];
     cx_bent_t *c = &b->ent[i];
@@ -361,7 +361,6 @@ static int start_one(cx_engine_t *e, cx_batch_t *b, size_t i, uint64_t deadline)
     c->op.deadline_ns = deadline;
     b->out_n++;
     cx_op_start(e, &c->op);
-    return 1;
 }
 
 /* ---------------------------------------------------------------- runs */

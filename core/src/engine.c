@@ -712,7 +712,7 @@ static void peer_list_fn(cx_engine_t *e, void *arg)
         }
         i->incarnation = p->incarnation;
         for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
-            i->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK; /* as cx_stats */
+            i->ops_in_flight += cx_op_inflight_n(op); /* as cx_stats */
         i->same_host = p->same_host;
         i->death_watch = cx_live_watching(e, p);
     }
@@ -1079,8 +1079,7 @@ void cx_stats_collect(cx_engine_t *e, cx_stats_t *st)
         case CX_PEER_LEFT: st->peers_left++; break;
         default: break;
         }
-        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next)
-            st->ops_in_flight += op->kind != CX_OPK_SUB && op->kind != CX_OPK_CHUNK;
+        for (cx_op_t *op = p->ops.next; op != &p->ops; op = op->next) st->ops_in_flight += cx_op_inflight_n(op);
     }
     pthread_rwlock_rdlock(&e->reg.lock);
     st->regions = e->reg.n;

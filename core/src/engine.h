@@ -134,6 +134,13 @@ struct cx_op {
 #define CX_OPK_TSUB 104   /* one chunk of a range staged by the target (tstage.h); op->ts */
 #define CX_OPK_BATCH 111  /* a batch of transfers (batch.h); op->msg_copy -> its state */
 #define CX_OPK_BQUERY 112 /* a batch's region query for one entry (batch.h) */
+/* What `op`, linked to its peer, adds to cx_stats' ops_in_flight: a batch's run its entries (as
+ * the entries that go alone count one each), a piece of another op (a background chunk, a
+ * sub-op) nothing. */
+static inline uint64_t cx_op_inflight_n(const cx_op_t *op)
+{
+    return op->kind == CX_OPK_SUB || op->kind == CX_OPK_CHUNK ? 0 : op->nent ? op->nent : 1;
+}
 /* OPS_STAGING: the op's chunks go through the GPU staging ring (staging.h), op->arg -> job */
 enum {
     OPS_QUEUED = 0,

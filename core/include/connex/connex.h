@@ -264,7 +264,7 @@ enum { CX_OPK_READ = 0, CX_OPK_WRITE, CX_OPK_PUT_SIGNAL, CX_OPK_MSG, CX_OPK_COUN
 typedef struct cx_stats {
     uint32_t peers_connecting, peers_up, peers_suspect, peers_failed, peers_left;
     uint64_t regions, registered_bytes;
-    uint64_t ops_in_flight;
+    uint64_t ops_in_flight; /* a batch counts its entries not yet completed (a run: until its last) */
     uint64_t peer_failures, peer_joins, op_timeouts;
     uint64_t ops[CX_OPK_COUNT];        /* completed ok, initiated here */
     uint64_t op_errors[CX_OPK_COUNT];  /* completed with an error, initiated here */
