@@ -17,11 +17,11 @@
  * service, but the provider still queues a notice of it in the target's command queue (1,024
  * entries), which only the target's progress empties: a full queue refuses the next RMA
  * (-FI_EAGAIN), seen as one read in 1,024 waiting for the target's next tick. So a sender rings
- * after each quarter of the queue's posts to a peer, and at once when a post is refused. A receiver in direct mode
- * with a bell then polls continuously only after traffic that came unrung (a sender whose ring
- * failed: another network namespace, a bell it could not reach), as every receiver did before;
- * the timer tick stays for what nobody rings. Abstract names vanish with their process: nothing
- * to sweep after a kill. */
+ * after each sixteenth of the queue's posts to a peer, and at once when a post is refused. A
+ * receiver in direct mode with a bell then polls continuously only after traffic that came
+ * unrung (a sender whose ring failed: another network namespace, a bell it could not reach), as
+ * every receiver did before; the timer tick stays for what nobody rings. Abstract names vanish
+ * with their process: nothing to sweep after a kill. */
 #include "fi_int.h"
 
 #include "connex/log.h"

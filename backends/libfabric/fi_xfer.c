@@ -400,9 +400,9 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     ssize_t r;
     if (cx_fi_peer_dead(op->ep)) return -FI_ENOTCONN;
     if (cx_fi_lock_held(b, op->ep->lockw)) {
-        b->q_lockwait = 1;
+        b->q_lockwait = 1; /* the post would spin on the peer's region: the backlog retries soon */
         return -FI_EAGAIN;
-    }                                            /* the post would spin on the peer's region: the backlog retries */
+    }
     if (cx_fi_ep_full(b, op)) return -FI_EAGAIN; /* waits in the backlog behind this peer's own ops only */
     op->ep->tried = 1;
     switch (op->kind) {
