@@ -515,7 +515,15 @@ uint64_t cx_fi_now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
-/* Connections accepted from peers appear inside fi_cq_read: sweep now and then. */
+/* The next sweep of the window after a connect: a gap after the last, at most its end. */
+static uint64_t cx_fi_sweep_due(const cx_backend_t *b)
+{
+    uint64_t due = b->last_sweep_ns + b->sweep_gap_ns;
+    return due < b->sweep_hot_until_ns ? due : b->sweep_hot_until_ns;
+}
+
+/* Connections accepted from peers appear inside fi_cq_read: sweep now and then, after a drain
+ * (the one that may have accepted them). */
 static void cx_fi_maybe_sweep(cx_backend_t *b)
 {
     if (b->cq_fd < 0) return;
@@ -523,14 +531,28 @@ static void cx_fi_maybe_sweep(cx_backend_t *b)
     /* After a connect the gap doubles from 1 ms: a walk is 20-40 system calls (100-300 us on
      * this VM), and one per ms on both sides for 2 s made every read of those 2 s slower (4 KiB
      * tcp reads 35 us p50 in the first 1000 against 21 us over 100,000). The peer's dial is
-     * usually accepted within a few ms of the connect, and still found within twice its age. */
-    int hot = now < b->sweep_hot_until_ns && now >= b->last_sweep_ns + b->sweep_gap_ns;
+     * usually accepted within a few ms of the connect, and still found within twice its age;
+     * the window's last sweep falls at its end. */
+    int hot = b->last_sweep_ns < b->sweep_hot_until_ns && now >= cx_fi_sweep_due(b);
     if (!b->sweep_now && now < b->next_sweep_ns && !hot) return;
     if (hot && b->sweep_gap_ns < 200000000ull) b->sweep_gap_ns *= 2;
     b->sweep_now = 0;
     b->last_sweep_ns = now;
     b->next_sweep_ns = now + 200000000ull;
     cx_fi_fd_sweep(b);
+}
+
+/* Within the window after a connect, progress must come back at each sweep even when nothing
+ * else wakes it: libfabric accepts the peer's dial in its own thread, and the socket reaches
+ * the sweep only once rxm takes the connection request inside a fi_cq_read. The backlog's
+ * retry timer serves (a retry due earlier wins; progress re-arms after it). */
+static void cx_fi_sweep_tick(cx_backend_t *b)
+{
+    if (b->q_armed || b->last_sweep_ns >= b->sweep_hot_until_ns) return;
+    uint64_t now = cx_fi_now_ns(), due = cx_fi_sweep_due(b);
+    uint64_t ns = due > now + 50000u ? due - now : 50000u;
+    struct itimerspec it = { .it_value = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) } };
+    if (!timerfd_settime(b->qfd, 0, &it, NULL)) b->q_armed = 1;
 }
 
 /* One-shot: the backlog is retried CX_FI_RETRY_US from now (or earlier, on a CQ event). A
@@ -567,7 +589,6 @@ int cx_fi_progress(cx_backend_t *b)
 {
     uint64_t v;
     cx_fi_bell_drain(b);
-    cx_fi_maybe_sweep(b);
     cx_fi_report_dead(b);
     cx_fi_shm_progress(b, 0);
     if (b->n_av_later) cx_fi_av_later_run(b, 0);
@@ -594,7 +615,7 @@ int cx_fi_progress(cx_backend_t *b)
                 cx_fi_retry_tick(b);
             return CX_OK;
         }
-        if (b->sweep_hot_until_ns) cx_fi_maybe_sweep(b); /* a connection accepted just now, inside the drain */
+        cx_fi_maybe_sweep(b);
         if (n < 0 || (b->qhead && !b->q_stuck)) {
             cx_fi_kick(b); /* more to do: come back after the core served the rest */
             return CX_OK;
@@ -613,7 +634,10 @@ int cx_fi_progress(cx_backend_t *b)
         }
         struct fid *f = &b->cq->fid;
         int r = fi_trywait(b->fabric, &f, 1);
-        if (r == FI_SUCCESS) return CX_OK;
+        if (r == FI_SUCCESS) {
+            cx_fi_sweep_tick(b);
+            return CX_OK;
+        }
         if (r != -FI_EAGAIN) {
             cx_debug("libfabric: %s: fi_trywait: %s", b->prov, cx_fi_strerror(-r));
             cx_fi_kick(b);

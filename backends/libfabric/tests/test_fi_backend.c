@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -531,6 +532,46 @@ static void test_unknown_sender(void **state)
     assert_int_equal(f.done, 1);
 }
 
+/* tcp with write-back (fi_cq.c, cx_fi_sweep_tick): after a connect, progress comes back at each
+ * sweep of the 2 s window without any traffic, the last sweep falls at the window's end, and
+ * every descriptor libfabric opened meanwhile is close-on-exec. Idle after the window. */
+static void test_sweeps_after_connect(void **state)
+{
+    (void)state;
+    if (!ba->wb) {
+        print_message("no write-back on %s: no sweep window\n", ba->prov);
+        skip();
+    }
+    size_t nbefore;
+    int *before = cx_fi_fd_list(&nbefore);
+    assert_non_null(before);
+    ops->disconnect(ba, ab, CX_EPEER);
+    unsigned char addr[4096];
+    size_t len = sizeof addr;
+    assert_int_equal(ops->address(bb, addr, &len), CX_OK);
+    assert_int_equal(ops->connect(ba, &cookie_b, addr, len, &ab), CX_OK);
+    uint64_t until = ba->sweep_hot_until_ns;
+    assert_true(until > cx_fi_now_ns());
+    int n = wakeups(2300);
+    print_message("%d wake-ups in the 2.3 s after a connect; last sweep %lld ms after the window's end\n", n,
+                  (long long)((int64_t)(ba->last_sweep_ns - until) / 1000000));
+    assert_true(ba->last_sweep_ns >= until);
+    assert_true(n >= 8);   /* the sweeps: at gaps doubling from 1 ms, then the window's end */
+    assert_true(n <= 200); /* not a busy loop */
+    assert_true(wakeups(300) <= 2);
+    size_t nnow;
+    int *now = cx_fi_fd_list(&nnow);
+    assert_non_null(now);
+    for (size_t i = 0, j = 0; i < nnow; i++) {
+        while (j < nbefore && before[j] < now[i]) j++;
+        if (j < nbefore && before[j] == now[i]) continue;
+        int fl = fcntl(now[i], F_GETFD);
+        if (fl >= 0 && !(fl & FD_CLOEXEC)) fail_msg("fd %d opened after the connect lacks close-on-exec", now[i]);
+    }
+    free(before);
+    free(now);
+}
+
 /* Disconnect with transfers in flight: each completes once with CX_EPEER before disconnect
  * returns, and late CQ entries are harmless. Then a fresh endpoint works. */
 static void test_disconnect_in_flight(void **state)
@@ -815,6 +856,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_tcp_read_choice, setup),
         cmocka_unit_test_setup(test_bad_input, setup),
         cmocka_unit_test_setup(test_unknown_sender, setup),
+        cmocka_unit_test_setup(test_sweeps_after_connect, setup),
         cmocka_unit_test_setup(test_disconnect_in_flight, setup),
         cmocka_unit_test_setup(test_region_lock_held_by_stopped_process, setup),
         cmocka_unit_test_setup(test_stopped_holder_new_region, setup),
