@@ -224,7 +224,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         if (type == CX_FM_RREQ)
             cx_fi_wb_on_rreq(b, rp, seq, &q);
         else if (type == CX_FM_RREQ_IN)
-            cx_fi_wb_on_rreq_in(b, rp, seq, &q);
+            cx_fi_wb_on_rreq_in(b, rp, seq, &q, (h.flags & CX_FM_F_RAW) != 0);
         else
             cx_fi_wb_on_preq(b, rp, seq, &q);
         return;
@@ -460,7 +460,7 @@ static void cx_fi_unwedged(cx_backend_t *b)
 /* Returns the number of entries handled, or -1 when it stopped at the per-call bound. */
 static int cx_fi_drain(cx_backend_t *b)
 {
-    struct fi_cq_msg_entry e[CX_FI_CQ_BATCH];
+    struct fi_cq_data_entry e[CX_FI_CQ_BATCH];
     int total = 0;
     if (cx_fi_lock_held(b, b->self_lockw) && !cx_fi_wedged(b)) return 0;
     if (b->wedged_ns) cx_fi_unwedged(b);
@@ -489,7 +489,10 @@ static int cx_fi_drain(cx_backend_t *b)
             } else if (c->type == CX_FI_CTX_RX) {
                 cx_fi_rx_t *rx = (cx_fi_rx_t *)c;
                 rx->posted = 0;
-                cx_fi_on_recv(b, rx->buf, e[i].len);
+                if (e[i].flags & FI_REMOTE_CQ_DATA)
+                    cx_fi_wb_on_raw(b, e[i].data, rx->buf, e[i].len);
+                else
+                    cx_fi_on_recv(b, rx->buf, e[i].len);
                 cx_fi_rx_post(b, rx);
             } else if (c->type == CX_FI_CTX_VENT) {
                 cx_fi_vent_done(b, (cx_fi_vent_t *)c, CX_OK);

@@ -103,6 +103,7 @@ typedef struct cx_fi_op {
     void *peer;
     uint8_t mtype; /* PULL: MSG or SIG; ACK: ACK, or RDATA with wb_src's r_len bytes
                                    at offset r_addr of the read */
+    uint8_t raw;   /* RDATA: headerless, its header in the send's CQ data (CX_FI_CQD_RDATA) */
     uint64_t ack_seq;
     int32_t ack_val;
     uint64_t r_addr, r_key;
@@ -253,9 +254,11 @@ struct cx_backend {
     const void *kc_blob;
     size_t kc_len;
     cx_fi_key_t kc;
-    size_t eager_max; /* a message with its header up to this goes inline */
-    size_t rd_inline; /* with wb: reads up to this many bytes answered inline */
-    size_t rd_part;   /* bytes per RDATA message: rxm's eager limit, less headers */
+    size_t eager_max;    /* a message with its header up to this goes inline */
+    size_t rd_inline;    /* with wb: reads up to this many bytes answered inline */
+    size_t rd_part;      /* bytes per RDATA message: rxm's eager limit, less headers */
+    size_t rd_raw;       /* bytes per headerless part: rxm's eager limit (0: no 8-byte CQ data) */
+    uint64_t rd_sent[2]; /* answer parts sent with a header, headerless (tests) */
     int closing;
     int sweep_now; /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
@@ -350,9 +353,12 @@ int cx_fi_wb_choose(cx_backend_t *b);
 int cx_fi_tcp_read_fixed(uint32_t prov_version);
 int cx_fi_wb_rreq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
-void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
+/* raw: the reader takes headerless parts (CX_FM_F_RAW) */
+void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q, int raw);
 /* An RDATA body for the read of sequence seq: the bytes copied in, then the op ends as on an ack. */
 void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_t len);
+/* A headerless part, its CQ data word `data` (CX_FI_CQD_RDATA). */
+void cx_fi_wb_on_raw(cx_backend_t *b, uint64_t data, const uint8_t *buf, size_t len);
 int cx_fi_wb_preq_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w);
 void cx_fi_wb_on_preq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q);
 int cx_fi_wb_post(cx_backend_t *b, cx_fi_op_t *op);

@@ -106,7 +106,7 @@ static int cx_fi_open_cq(cx_backend_t *b)
 {
     struct fi_cq_attr ca;
     memset(&ca, 0, sizeof ca);
-    ca.format = FI_CQ_FORMAT_MSG;
+    ca.format = FI_CQ_FORMAT_DATA; /* remote CQ data: headerless read answers (fi_wb.c) */
     ca.size = 4096;
     ca.wait_obj = FI_WAIT_FD;
     int r = fi_cq_open(b->domain, &ca, &b->cq, NULL);
@@ -169,6 +169,8 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     b->max_msg = in->ep_attr->max_msg_size;
     b->prov_version = in->fabric_attr->prov_version;
     b->wb = cx_fi_wb_choose(b);
+    /* Headerless read answers carry their header in 8 bytes of remote CQ data (fi_wb.c). */
+    b->rd_raw = b->rd_inline && in->domain_attr->cq_data_size >= 8 ? b->rd_part + CX_FM_HDR + CX_FM_RDATA_HDR : 0;
     b->eager_max = CX_FI_BUF;
     if ((b->shm_direct = cx_fi_shm_direct(b)) && in->tx_attr->inject_size >= 256 &&
         in->tx_attr->inject_size < CX_FI_BUF)

@@ -54,7 +54,7 @@ void cx_fi_warm_self(cx_backend_t *b, const void *name)
     cx_fi_ack_put(&w, 0);
     b->warm_ctx.type = CX_FI_CTX_WARM;
     int posted = 0, sent = 0, got = 0;
-    struct fi_cq_msg_entry e[8];
+    struct fi_cq_data_entry e[8]; /* the CQ's format (fi_setup.c) */
     /* Bounded in time and in rounds; each round reads the CQ, which also drives rxm's
      * connection to itself. */
     for (int round = 0; round < 200000 && !(sent && got); round++) {

@@ -159,7 +159,7 @@ void cx_fi_wb_on_rreq(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbr
  * that is filled (cx_fi_post_send), its range of the region pinned until then. Parts leave in
  * order (cx_fi_start keeps an endpoint's order through the backlog); the reader takes them only
  * in order. A part that cannot start ends the answer with an error ack instead. */
-void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q)
+void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_wbreq_t *q, int raw)
 {
     uint64_t src = q->what, len = q->len;
     cx_bep_t *ep = cx_fi_ep_by_peer(b, peer);
@@ -173,8 +173,10 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
         cx_fi_wb_answer(b, ep, peer, seq, CX_EINVAL);
         return;
     }
-    for (size_t i = 0, np = cx_rread_parts((size_t)len, b->rd_part); i < np; i++) {
-        size_t off, n = cx_rread_part((size_t)len, b->rd_part, i, &off);
+    raw = raw && b->rd_raw;
+    size_t part = raw ? b->rd_raw : b->rd_part;
+    for (size_t i = 0, np = cx_rread_parts((size_t)len, part); i < np; i++) {
+        size_t off, n = cx_rread_part((size_t)len, part, i, &off);
         const void *at = (const void *)(uintptr_t)(src + off);
         int st = CX_ENOMEM;
         void *pin = NULL;
@@ -187,6 +189,7 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
             a->ack_seq = seq;
             a->ack_val = CX_OK;
             a->mtype = CX_FM_RDATA;
+            a->raw = (uint8_t)raw;
             a->wb_pin = pin;
             pin = NULL;
             a->r_addr = off;
@@ -200,7 +203,10 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
                 a->wb_src = a->tmp_buf;
             }
             int r = st == CX_OK ? cx_fi_start(b, a) : 0;
-            if (st == CX_OK && !r) continue;
+            if (st == CX_OK && !r) {
+                b->rd_sent[raw]++;
+                continue;
+            }
             if (r) {
                 cx_warn("libfabric: %s: read answer: %s", b->prov, cx_fi_strerror(-r));
                 st = CX_EPEER;
@@ -213,6 +219,9 @@ void cx_fi_wb_on_rreq_in(cx_backend_t *b, void *peer, uint64_t seq, const cx_fi_
     }
 }
 
+static void cx_fi_wb_part(cx_backend_t *b, uint64_t seq, int bad, int32_t st, uint32_t off, const uint8_t *d,
+                          size_t dl);
+
 void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_t len)
 {
     int32_t st;
@@ -220,6 +229,24 @@ void cx_fi_wb_on_rdata(cx_backend_t *b, uint64_t seq, const uint8_t *body, size_
     const uint8_t *d;
     size_t dl;
     int bad = cx_fi_rdata_get(body, len, &st, &off, &d, &dl);
+    cx_fi_wb_part(b, seq, bad, st, off, d, dl);
+}
+
+/* The whole sequence from its low half: ours, and every op in the ack table is far less than
+ * 2^32 sequences old. */
+void cx_fi_wb_on_raw(cx_backend_t *b, uint64_t data, const uint8_t *buf, size_t len)
+{
+    uint32_t off, lo;
+    if (cx_fi_cqd_rdata_get(data, &off, &lo) || (uint64_t)off + len > CX_FM_RD_INLINE_MAX) {
+        cx_warn("libfabric: message with unknown CQ data %016llx (%zu bytes) dropped", (unsigned long long)data, len);
+        return;
+    }
+    uint64_t seq = b->next_seq - (uint32_t)((uint32_t)b->next_seq - lo);
+    cx_fi_wb_part(b, seq, 0, CX_OK, off, buf, len);
+}
+
+static void cx_fi_wb_part(cx_backend_t *b, uint64_t seq, int bad, int32_t st, uint32_t off, const uint8_t *d, size_t dl)
+{
     cx_fi_op_t *op = cx_fi_ack_find(b, seq);
     if (!op) {
         cx_debug("libfabric: read answer for unknown op %llu (completed already)", (unsigned long long)seq);

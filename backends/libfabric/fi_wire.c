@@ -91,6 +91,18 @@ void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data,
     if (status == 0) cx_wr_bytes(w, data, len);
 }
 
+uint64_t cx_fi_cqd_rdata(uint32_t off, uint64_t seq)
+{
+    return (uint64_t)CX_FI_CQD_RDATA << 56 | (uint64_t)(off & 0xFFFFFFu) << 32 | (seq & 0xFFFFFFFFu);
+}
+
+int cx_fi_cqd_rdata_get(uint64_t data, uint32_t *off, uint32_t *seq_lo)
+{
+    *off = (uint32_t)(data >> 32) & 0xFFFFFFu;
+    *seq_lo = (uint32_t)data;
+    return data >> 56 == CX_FI_CQD_RDATA && *off < CX_FM_RD_INLINE_MAX ? CX_OK : CX_EINVAL;
+}
+
 int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off, const uint8_t **data, size_t *dlen)
 {
     cx_rd_t r;

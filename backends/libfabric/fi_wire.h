@@ -39,6 +39,12 @@ enum {
 #define CX_FM_RD_INLINE_DEFAULT 32768u /* what a reader asks that way unless told (fi_wb.c) */
 #define CX_FM_VERSION 1
 #define CX_FM_F_RUNG 0x1u /* shm: the sender rings our doorbell for this message (fi_bell.c) */
+#define CX_FM_F_RAW 0x2u  /* RREQ_IN: the reader takes headerless answer parts (CX_FI_CQD_RDATA) */
+/* A part of a small read's answer without header: the bytes alone (as many as rxm's eager limit,
+ * where a part with header holds 28 fewer: 16 KiB went in two messages) and this word as the
+ * send's remote CQ data: u8 CX_FI_CQD_RDATA, u24 the part's offset in the read, u32 the low
+ * half of the reader's sequence. Only to a reader that asked with CX_FM_F_RAW. */
+#define CX_FI_CQD_RDATA 0xD1u
 #define CX_FM_HDR 20
 #define CX_FM_ACK_LEN 4 /* after the header: i32 status */
 #define CX_FM_RTS 24    /* after the header: u64 len, u64 addr, u64 key */
@@ -104,6 +110,10 @@ int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q); /* len 0 re
  * body). Refused: bytes with an error status, or bytes past CX_FM_RD_INLINE_MAX. */
 void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data, size_t len);
 int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off, const uint8_t **data, size_t *dlen);
+/* The CQ data word of a headerless part (CX_FI_CQD_RDATA); the decoder refuses another tag or an
+ * offset past CX_FM_RD_INLINE_MAX. */
+uint64_t cx_fi_cqd_rdata(uint32_t off, uint64_t seq);
+int cx_fi_cqd_rdata_get(uint64_t data, uint32_t *off, uint32_t *seq_lo);
 
 void cx_fi_addr_put(cx_wr_t *w, const cx_fi_addr_t *a);
 int cx_fi_addr_get(const void *buf, size_t len, cx_fi_addr_t *a);

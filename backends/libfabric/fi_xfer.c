@@ -263,8 +263,12 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
             }
         } else if (op->kind == CX_FOP_ACK && op->mtype == CX_FM_RDATA) {
             /* A small read's answer (fi_wb.c): the bytes now, then the region may go. */
-            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_RDATA, .inc = b->inc, .seq = op->ack_seq });
-            cx_fi_rdata_put(&w, CX_OK, (uint32_t)op->r_addr, op->wb_src, op->r_len);
+            if (op->raw) {
+                cx_wr_bytes(&w, op->wb_src, op->r_len);
+            } else {
+                cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_RDATA, .inc = b->inc, .seq = op->ack_seq });
+                cx_fi_rdata_put(&w, CX_OK, (uint32_t)op->r_addr, op->wb_src, op->r_len);
+            }
             if (op->wb_pin) {
                 cx_core_region_unpin(op->wb_pin);
                 op->wb_pin = NULL;
@@ -304,8 +308,21 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         cx_debug("libfabric: %s: send type %u seq %llu (%zu bytes)", b->prov, buf[0],
                  (unsigned long long)(op->kind == CX_FOP_ACK ? op->ack_seq : op->seq), w.len);
     }
-    /* At each try: a ring that failed since the buffer was written no longer holds. */
-    cx_fi_hdr_flags_set(cx_fi_tx_buf(b, op->txi), cx_fi_bell_rings(op->ep) ? CX_FM_F_RUNG : 0);
+    if (op->raw) {
+        /* Headerless: the header is the CQ data word (fi_wb.c). */
+        uint64_t cqd = cx_fi_cqd_rdata((uint32_t)op->r_addr, op->ack_seq);
+        struct iovec iov = { .iov_base = cx_fi_tx_buf(b, op->txi), .iov_len = op->txlen };
+        void *desc = fi_mr_desc(b->txmr);
+        struct fi_msg m = {
+            .msg_iov = &iov, .desc = &desc, .iov_count = 1, .addr = op->ep->fa, .context = &op->c.fc, .data = cqd
+        };
+        return (int)fi_sendmsg(b->ep, &m, FI_COMPLETION | FI_REMOTE_CQ_DATA | b->post_more);
+    }
+    /* At each try: a ring that failed since the buffer was written no longer holds. A small read
+     * asks for headerless answers where our CQ takes their data word. */
+    uint16_t fl = cx_fi_bell_rings(op->ep) ? CX_FM_F_RUNG : 0;
+    if (op->rreq == CX_FI_RREQ_IN && b->rd_raw) fl |= CX_FM_F_RAW;
+    cx_fi_hdr_flags_set(cx_fi_tx_buf(b, op->txi), fl);
     if (b->post_more) {
         struct iovec iov = { .iov_base = cx_fi_tx_buf(b, op->txi), .iov_len = op->txlen };
         void *desc = fi_mr_desc(b->txmr);

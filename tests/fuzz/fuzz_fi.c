@@ -1,8 +1,10 @@
 /* libFuzzer target: the libfabric backend's wire decoders (backends/libfabric/fi_wire.c): every
  * received fi_send buffer (header, then an ack's status, a rendezvous header, a read request or
- * a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start and cx_fi_wb_on_rdata decode it), the address blob in HELLO (cx_fi_connect) and a region's key
- * blob (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes must satisfy what
- * the backend relies on and encode back to the same bytes (the header's reserved field aside). */
+ * a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start and cx_fi_wb_on_rdata decode it),
+ * a headerless part's CQ data word (cx_fi_wb_on_raw), the address blob in HELLO (cx_fi_connect)
+ * and a region's key blob (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes
+ * must satisfy what the backend relies on and encode back to the same bytes (the header's
+ * reserved field aside). */
 #include "fi_wire.h"
 
 #include "connex/connex.h"
@@ -71,6 +73,18 @@ static void rdata(const uint8_t *body, size_t n)
     cx_fi_rdata_put(&w, st, off, d, dl);
     if (!w.ok || w.len != n || memcmp(b, body, n)) abort();
     free(b);
+}
+
+/* The CQ data word of a headerless answer part (the input's first 8 bytes, little-endian): what
+ * cx_fi_wb_on_raw relies on, and the encoder gives the same word back. */
+static void cqd(const uint8_t *data, size_t size)
+{
+    if (size < 8) return;
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | data[i];
+    uint32_t off, lo;
+    if (cx_fi_cqd_rdata_get(v, &off, &lo) != CX_OK) return;
+    if (v >> 56 != CX_FI_CQD_RDATA || off >= CX_FM_RD_INLINE_MAX || cx_fi_cqd_rdata(off, lo) != v) abort();
 }
 
 /* A received message: what cx_fi_on_recv does with it. */
@@ -177,6 +191,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     rts(data, size);
     wbreq(data, size);
     rdata(data, size);
+    cqd(data, size);
     addr(data, size);
     key(data, size);
     return 0;

@@ -122,12 +122,10 @@ static void test_write_read(void **state)
 /* Reads around the sizes where the way they travel changes (on tcp: answered in messages of up
  * to rxm's eager limit each, up to 64 KiB; above, by write-back; fi_read elsewhere), at odd
  * offsets, with nothing written outside the range. */
-static void test_read_boundaries(void **state)
+static void read_sizes(const size_t *sizes, size_t nsizes)
 {
-    (void)state;
-    const size_t sizes[] = { 16359, 16360, 16361, 16384, 32720, 32721, 40000, 65535, 65536, 65537 };
     for (size_t i = 0; i < REG; i++) bbuf[i] = (unsigned char)(i * 13 + 5);
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+    for (size_t s = 0; s < nsizes; s++) {
         size_t n = sizes[s], ro = 4096 * s + 3;
         memset(abuf, 0xee, n + 2);
         fc_xfer_t r;
@@ -138,6 +136,43 @@ static void test_read_boundaries(void **state)
         assert_int_equal(abuf[0], 0xee);
         assert_int_equal(abuf[n + 1], 0xee);
     }
+}
+
+/* The parts the target sends for reads of these sizes in parts of `part` bytes: those up to the
+ * reader's rd_inline are answered in parts, the rest by write-back. */
+static uint64_t answer_parts(const size_t *sizes, size_t n, size_t part)
+{
+    uint64_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (sizes[i] <= ba->rd_inline) k += (sizes[i] + part - 1) / part;
+    return k;
+}
+
+/* With tcp's small reads (fi_wb.c) the parts of an answer: headerless (rd_raw bytes each, its
+ * header the CQ data word) where the reader asks for them, with a header (rd_part) where it does
+ * not (a reader without 8 bytes of CQ data). Each way, sizes across both part boundaries. */
+static void test_read_boundaries(void **state)
+{
+    (void)state;
+    const size_t sizes[] = { 16359, 16360, 16361, 16383, 16384, 16385, 32720, 32721,
+                             32767, 32768, 32769, 40000, 65535, 65536, 65537 };
+    const size_t n = sizeof sizes / sizeof sizes[0];
+    uint64_t hdr0 = bb->rd_sent[0], raw0 = bb->rd_sent[1];
+    read_sizes(sizes, n);
+    if (!ba->rd_inline) return; /* reads by RMA: no answers */
+    print_message("rd_part %zu, rd_raw %zu: %llu parts with header, %llu headerless\n", bb->rd_part, bb->rd_raw,
+                  (unsigned long long)(bb->rd_sent[0] - hdr0), (unsigned long long)(bb->rd_sent[1] - raw0));
+    if (!ba->rd_raw || !bb->rd_raw) return;
+    assert_int_equal(bb->rd_sent[1] - raw0, answer_parts(sizes, n, bb->rd_raw)); /* 16384: one part */
+    assert_int_equal(bb->rd_sent[0] - hdr0, 0);
+    size_t keep = ba->rd_raw;
+    ba->rd_raw = 0;
+    hdr0 = bb->rd_sent[0];
+    raw0 = bb->rd_sent[1];
+    read_sizes(sizes, n);
+    ba->rd_raw = keep;
+    assert_int_equal(bb->rd_sent[1] - raw0, 0);
+    assert_int_equal(bb->rd_sent[0] - hdr0, answer_parts(sizes, n, bb->rd_part)); /* 16384: two */
 }
 
 /* The target refuses a read of what its core does not hold registered: the read fails with
