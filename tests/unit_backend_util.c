@@ -195,9 +195,10 @@ static void test_cma_self(void **state)
     assert_int_equal(cx_cma_read(&p, dst, (uint64_t)(uintptr_t)(hole + 2048), 4096), CX_EINVAL);
     assert_int_equal(cx_cma_write(&p, (uint64_t)(uintptr_t)(hole + 4096), src, 16), CX_EINVAL);
     munmap(hole, 4096);
-    /* another cookie: the pid is somebody else now */
+    /* another cookie: the pid is somebody else now (a record that never matched it) */
     cx_cma_peer_t q = p;
     q.cookie[1] ^= 1;
+    q.matched_ns = 0;
     assert_int_equal(cx_cma_read(&q, dst, (uint64_t)(uintptr_t)src, 16), CX_EPEER);
     assert_int_equal(cx_cma_write(&q, (uint64_t)(uintptr_t)dst, src, 16), CX_EPEER);
     assert_int_equal(cx_cma_peer_probe(&q), CX_EUNSUPPORTED);
@@ -205,6 +206,17 @@ static void test_cma_self(void **state)
     q = p;
     q.pid = 0;
     assert_int_equal(cx_cma_peer_probe(&q), CX_EINVAL);
+    /* A write within CX_CMA_COOKIE_NS of the cookie's last match does not read it again; the
+     * first one after reads it, and fails if it changed. */
+    q = p;
+    assert_int_equal(cx_cma_read(&q, dst, (uint64_t)(uintptr_t)src, 16), CX_OK);
+    assert_true(q.matched_ns != 0);
+    q.cookie[1] ^= 1; /* as if the pid had been taken right after the match */
+    assert_int_equal(cx_cma_write(&q, (uint64_t)(uintptr_t)dst, src, 16), CX_OK);
+    usleep(CX_CMA_COOKIE_NS / 1000 + 1000);
+    assert_int_equal(cx_cma_write(&q, (uint64_t)(uintptr_t)dst, src, 16), CX_EPEER);
+    assert_int_equal(q.matched_ns, 0);
+    assert_int_equal(cx_cma_write(&q, (uint64_t)(uintptr_t)dst, src, 16), CX_EPEER); /* each one reads it now */
 }
 
 /* A child (which inherits the cookie at the same address): its memory, not ours, both ways;

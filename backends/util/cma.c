@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 int cx_cma_self_init(cx_cma_self_t *s)
@@ -45,6 +46,7 @@ void cx_cma_adv_get(const uint8_t in[CX_CMA_ADV_LEN], cx_cma_peer_t *p)
     p->cookie[0] = get_le(in + 12, 8);
     p->cookie[1] = get_le(in + 20, 8);
     p->ok = 0;
+    p->matched_ns = 0;
 }
 
 static int cma_errno(int e)
@@ -97,9 +99,18 @@ static int cma_readv(pid_t pid, struct iovec *l, unsigned nl, struct iovec *r, u
     return cma_copy(0, pid, l, nl, r, nr, total);
 }
 
-static int cookie_matches(const cx_cma_peer_t *p, const uint64_t got[2])
+static uint64_t cma_now_ns(void)
 {
-    return got[0] == p->cookie[0] && got[1] == p->cookie[1];
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static int cookie_matches(cx_cma_peer_t *p, const uint64_t got[2])
+{
+    int ok = got[0] == p->cookie[0] && got[1] == p->cookie[1];
+    p->matched_ns = ok ? cma_now_ns() : 0;
+    return ok;
 }
 
 int cx_cma_peer_probe(cx_cma_peer_t *p)
@@ -116,7 +127,7 @@ int cx_cma_peer_probe(cx_cma_peer_t *p)
     return CX_OK;
 }
 
-int cx_cma_copyv(const cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, size_t n)
+int cx_cma_copyv(cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, size_t n)
 {
     if (!p->ok || !n || n > CX_CMA_SEGS_MAX) return CX_EINVAL;
     struct iovec l[CX_CMA_SEGS_MAX + 1], r[CX_CMA_SEGS_MAX + 1];
@@ -135,6 +146,11 @@ int cx_cma_copyv(const cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, si
         total += segs[i].len;
         k++;
     }
+    if (write && p->matched_ns && cma_now_ns() - p->matched_ns < CX_CMA_COOKIE_NS) {
+        int rc = cma_copy(1, (pid_t)p->pid, l, k, r, k, total); /* matched just now (cma.h) */
+        if (rc == CX_EPEER) p->matched_ns = 0;
+        return rc;
+    }
     if (write) { /* the cookie just before: a pid reused in between would have to wrap around */
         struct iovec cl = { got, sizeof got }, cr = { (void *)(uintptr_t)p->cookie_addr, sizeof got };
         int rc = cma_readv((pid_t)p->pid, &cl, 1, &cr, 1, sizeof got);
@@ -147,13 +163,13 @@ int cx_cma_copyv(const cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, si
     return rc;
 }
 
-int cx_cma_read(const cx_cma_peer_t *p, void *dst, uint64_t src, size_t len)
+int cx_cma_read(cx_cma_peer_t *p, void *dst, uint64_t src, size_t len)
 {
     cx_cma_seg_t s = { dst, src, len };
     return cx_cma_copyv(p, 0, &s, 1);
 }
 
-int cx_cma_write(const cx_cma_peer_t *p, uint64_t dst, const void *src, size_t len)
+int cx_cma_write(cx_cma_peer_t *p, uint64_t dst, const void *src, size_t len)
 {
     cx_cma_seg_t s = { (void *)(uintptr_t)src, dst, len };
     return cx_cma_copyv(p, 1, &s, 1);

@@ -7,9 +7,12 @@
  *   the cookie back at the advertised pid (cx_cma_peer_probe): that proves same host, same pid
  *   namespace, permission to read (ptrace rules, seccomp) and the right process, and a peer for
  *   which any of these fails keeps the transport's path.
- * - Every copy reads the cookie again in the same system call (a read) or just before (a write):
- *   a pid that a dead peer's process left and another process took fails the copy with
- *   CX_EPEER instead of touching a stranger's memory. So does a target that is gone (ESRCH).
+ * - Every read reads the cookie again in the same system call, and a write reads it first unless
+ *   it matched within the last CX_CMA_COOKIE_NS: a pid that a dead peer's process left and
+ *   another process took fails the copy with CX_EPEER instead of touching a stranger's memory.
+ *   For a pid to be taken by another process in between, the target must die, be reaped, and
+ *   the kernel's pid counter wrap around pid_max (32768 at least: tens of thousands of forks)
+ *   within that window. A target that is gone fails the copy as well (ESRCH).
  * - Ranges are the caller's to check against the target's registry (the initiator holds the
  *   region records, revoked before the target's unregister returns): the kernel checks only that
  *   the pages are mapped (else CX_EINVAL, EFAULT).
@@ -35,7 +38,13 @@ typedef struct cx_cma_peer {
     uint64_t cookie_addr;
     uint64_t cookie[2];
     int ok;
+    uint64_t matched_ns; /* CLOCK_MONOTONIC of the last read that found the cookie (0: none) */
 } cx_cma_peer_t;
+
+/* A write within this long of the cookie's last match does not read it again: a syscall on a
+ * virtual machine costs more than a 4 KiB copy (ucx_shm 4 KiB writes: two syscalls, 6.3 us p50
+ * where a read, one, takes 3.4). */
+#define CX_CMA_COOKIE_NS 1000000u
 
 /* Fill in a fresh random cookie and our pid. Returns CX_OK, or CX_ERR without randomness. */
 int cx_cma_self_init(cx_cma_self_t *s);
@@ -53,8 +62,8 @@ int cx_cma_peer_probe(cx_cma_peer_t *p);
 /* One copy of `len` bytes (> 0). CX_OK; CX_EPEER when the target is gone or the pid is no longer
  * its process; CX_EINVAL when the kernel finds the range unmapped (EFAULT); CX_ERR otherwise. A
  * read may have written part of `dst` when it fails. */
-int cx_cma_read(const cx_cma_peer_t *p, void *dst, uint64_t src, size_t len);
-int cx_cma_write(const cx_cma_peer_t *p, uint64_t dst, const void *src, size_t len);
+int cx_cma_read(cx_cma_peer_t *p, void *dst, uint64_t src, size_t len);
+int cx_cma_write(cx_cma_peer_t *p, uint64_t dst, const void *src, size_t len);
 
 /* Many copies, all reads or all writes, in one system call (a system call costs more than
  * copying 16 KiB on a virtual machine: 128 x 16 KiB reads took 2.8-3.5 us each one by one, 0.8
@@ -65,6 +74,6 @@ typedef struct cx_cma_seg {
     size_t len; /* > 0 */
 } cx_cma_seg_t;
 #define CX_CMA_SEGS_MAX 255u /* a bound on the stack a call takes (IOV_MAX is 1024) */
-int cx_cma_copyv(const cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, size_t n);
+int cx_cma_copyv(cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, size_t n);
 
 #endif
