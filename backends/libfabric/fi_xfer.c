@@ -360,10 +360,11 @@ int cx_fi_key_cached(cx_backend_t *b, const cx_xfer_t *x, uint64_t *raddr, uint6
 }
 
 /* The core's exit fd for the peer (cx_core_peer_exit_fd) is looked at once every CX_FI_PID_POSTS
- * posts to the peer, the first included: a poll() per post was a syscall per op, about a third of the 1.5-2 us that 4 KiB shm reads took
- * above the raw fi_read loop, and a clock read to space them out cost as much again on this
- * VM. Posting to a peer that has just died is harmless (its CMA fails, the op ends in error);
- * a spinlock the peer left held is the guard's to release (fi_guard.c). */
+ * posts to the peer, the first included: a poll() per post was a syscall per op, about a third
+ * of the 1.5-2 us that 4 KiB shm reads took above the raw fi_read loop, and a clock read to
+ * space them out cost as much again on this VM. Posting to a peer that has just died is harmless
+ * (its CMA fails, the op ends in error); a spinlock the peer left held is the guard's to release
+ * (fi_guard.c). */
 #define CX_FI_PID_POSTS 32u
 
 int cx_fi_peer_dead(cx_bep_t *ep)

@@ -315,9 +315,9 @@ int cx_drive(cx_engine_t *e, cx_op_t *op, int wait)
      * sleep for, when the last one did not end at its start (a serving loop repeats its reads):
      * libfabric's tcp signals its CQ's wait fd for the send of the read's request inside the
      * post, and the progress thread woke at 9 reads in 10 (16 KiB: 127 -> 97 us p50 without
-     * those wake-ups, on a host with 2 CPUs where the target's thread needs the other). Not for messages: the reply a message asks for is the progress thread's to
-     * deliver, and a write and its check message took 81 us with it asleep at the message's
-     * post against 67 us. */
+     * those wake-ups, on a host with 2 CPUs where the target's thread needs the other). Not for
+     * messages: the reply a message asks for is the progress thread's to deliver, and a write
+     * and its check message took 81 us with it asleep at the message's post against 67 us. */
     int sleep = wait && !op->w.spin_ns && e->drive_sleep;
     if (wait && (op->w.spin_ns || (sleep && op->kind == CX_OPK_READ && e->slow_reads))) cx_drive_unwatch(e);
     cx_op_start(e, op);
