@@ -200,7 +200,10 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
         /* A bare ack of sequence 0: a peer's warm-up, sent as it connects to us (fi_xfer.c), over
          * a connection our rxm has just accepted, with a socket opened without close-on-exec
          * that no connect of ours opened a sweep window for: sweep after this drain. */
-        if (!seq) b->sweep_now = 1;
+        if (!seq) {
+            b->sweep_now = 1;
+            cx_fi_list_on_warm(b, inc, h.flags); /* whether the peer serves read lists (fi_list.c) */
+        }
         cx_fi_on_ack(b, seq, st);
         return;
     }
@@ -210,6 +213,16 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     }
     if (type == CX_FM_ADDR) {
         cx_fi_rot_on_addr(b, inc, seq, buf + CX_FM_HDR, len - CX_FM_HDR);
+        return;
+    }
+    if (type == CX_FM_RLIST) {
+        void *rp = cx_core_peer_by_incarnation(b->core, inc);
+        if (!rp) {
+            cx_warn("libfabric: read list from unknown incarnation %016llx refused", (unsigned long long)inc);
+            return;
+        }
+        if (!cx_fi_ep_by_peer(b, rp) && cx_fi_park(b, rp, buf, len)) return;
+        cx_fi_list_serve(b, rp, h.flags, buf + CX_FM_HDR, len - CX_FM_HDR);
         return;
     }
     if (type == CX_FM_RREQ || type == CX_FM_PREQ || type == CX_FM_RREQ_IN) {
@@ -261,6 +274,10 @@ void cx_fi_op_done(cx_backend_t *b, cx_fi_op_t *op, int status)
     }
     if (!op->posted) cx_error("libfabric: %s: completion for an op not posted (kind %d)", b->prov, op->kind);
     op->posted = 0;
+    if (op->kind == CX_FOP_RLIST) {
+        cx_fi_list_sent(b, op, status);
+        return;
+    }
     if (op->kind == CX_FOP_ACK) {
         cx_fi_op_free(b, op);
         return;
@@ -420,7 +437,7 @@ static void cx_fi_on_error(cx_backend_t *b, struct fi_cq_err_entry *ee)
     /* An op of the core's (it still holds an xfer) is reported before it completes, so that it
      * ends under the core's verdict (backend.h): the core may disconnect its endpoint from
      * inside the call, which completes the xfer and leaves the posted op for the line below. */
-    if (peer && op->x) {
+    if (peer && (op->x || op->kind == CX_FOP_RLIST)) { /* a list: its reads are the core's */
         cx_core_peer_error(b->core, peer, cause, reason);
         peer = NULL;
     }

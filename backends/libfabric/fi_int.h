@@ -73,7 +73,8 @@ enum {
     CX_FOP_ACK,      /* target: the ack of a message (no xfer) */
     CX_FOP_PULL,     /* target: fi_read of a large message from its sender (no xfer) */
     CX_FOP_WBACK,    /* target of a write-back read: the write into the reader's buffer */
-    CX_FOP_VEC       /* a batch's reads and writes to one endpoint, each posted alone (fi_vec.c) */
+    CX_FOP_VEC,      /* a batch's reads and writes to one endpoint, each posted alone (fi_vec.c) */
+    CX_FOP_RLIST     /* the one request of a batch's small reads to one endpoint (fi_list.c) */
 };
 
 struct cx_fi_op;
@@ -121,6 +122,12 @@ typedef struct cx_fi_op {
      * those not completed to the core. Freed once both are 0. */
     cx_fi_vent_t *vent;
     uint32_t nvent, vleft;
+    /* RLIST: the small reads its one send asks for (nmem slots, NULL once one was freed); a read
+     * of it points back through `carrier` until the list's send completes. */
+    struct cx_fi_op **mem;
+    uint32_t nmem;
+    struct cx_fi_op *carrier;
+    uint16_t hflags; /* ACK: header flags besides those every message carries (CX_FM_F_ECHO) */
 } cx_fi_op_t;
 
 struct cx_bep {
@@ -140,6 +147,7 @@ struct cx_bep {
     socklen_t bell_len;      /* 0: none to ring */
     unsigned bell_posts;     /* direct RMA posts since its bell was last rung */
     int nq;                  /* its ops waiting in the backlog: later ops queue behind them */
+    int lists;               /* the peer serves RLIST: it said so (CX_FM_F_LISTS, fi_list.c) */
     int nops;                /* ops linked in ops (cheap bound before counting them) */
     uint64_t q_blocked;      /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;         /* ops of this endpoint not yet completed */
@@ -259,6 +267,8 @@ struct cx_backend {
     size_t rd_part;      /* bytes per RDATA message: rxm's eager limit, less headers */
     size_t rd_raw;       /* bytes per headerless part: rxm's eager limit (0: no 8-byte CQ data) */
     uint64_t rd_sent[2]; /* answer parts sent with a header, headerless (tests) */
+    uint64_t rl_sent[2]; /* request lists sent, reads they asked for (tests) */
+    uint64_t rl_served;  /* request lists served (tests) */
     int closing;
     int sweep_now; /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
@@ -347,6 +357,19 @@ static inline int cx_fi_key_hit(const cx_backend_t *b, const cx_xfer_t *x)
 {
     return b->kc_blob && x->rkey == b->kc_blob && x->rkey_len == b->kc_len;
 }
+
+/* fi_list.c: a batch's small reads to one endpoint in one request (tcp, with fi_wb.c) */
+/* Takes a run of small reads from xs on (at least two) into request lists, rcs CX_OK each;
+ * returns how many it took, 0 when xs[0] does not start such a run. */
+size_t cx_fi_list_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
+int cx_fi_list_write(cx_backend_t *b, cx_fi_op_t *op, cx_wr_t *w); /* the RLIST body, at its post */
+/* The list's send ended with status: its reads now wait for their answers alone, or fail. */
+void cx_fi_list_sent(cx_backend_t *b, cx_fi_op_t *op, int status);
+void cx_fi_list_finish(cx_backend_t *b, cx_fi_op_t *op, int status); /* its reads end with status */
+void cx_fi_list_detach(cx_backend_t *b, cx_fi_op_t *op); /* op (a list or one of its reads) is freed: unlink */
+void cx_fi_list_serve(cx_backend_t *b, void *peer, uint16_t flags, const uint8_t *body, size_t len);
+/* A warm-up (bare ack of sequence 0) from incarnation inc came with these header flags. */
+void cx_fi_list_on_warm(cx_backend_t *b, uint64_t inc, uint16_t flags);
 
 /* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
 int cx_fi_wb_choose(cx_backend_t *b);

@@ -84,6 +84,42 @@ int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q)
     return cx_rd_done(&r) && q->len ? CX_OK : CX_EINVAL;
 }
 
+void cx_fi_rlist_head_put(cx_wr_t *w, uint32_t n)
+{
+    cx_wr_u32(w, n);
+    cx_wr_u32(w, 0);
+}
+
+void cx_fi_rlist_ent_put(cx_wr_t *w, uint64_t seq, uint64_t what, uint32_t len)
+{
+    cx_wr_u64(w, seq);
+    cx_wr_u64(w, what);
+    cx_wr_u32(w, len);
+    cx_wr_u32(w, 0);
+}
+
+int cx_fi_rlist_get(const void *body, size_t len, uint32_t *n)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, body ? len : 0);
+    *n = cx_rd_u32(&r);
+    (void)cx_rd_u32(&r);
+    if (!r.ok || !*n || *n > CX_FM_RLIST_MAX || len != CX_FM_RLIST_HEAD + (size_t)*n * CX_FM_RLIST_ENT) {
+        *n = 0;
+        return CX_EINVAL;
+    }
+    return CX_OK;
+}
+
+void cx_fi_rlist_ent(const void *body, uint32_t i, uint64_t *seq, cx_fi_wbreq_t *q)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, (const uint8_t *)body + CX_FM_RLIST_HEAD + (size_t)i * CX_FM_RLIST_ENT, CX_FM_RLIST_ENT);
+    *seq = cx_rd_u64(&r);
+    *q = (cx_fi_wbreq_t){ .what = cx_rd_u64(&r) };
+    q->len = cx_rd_u32(&r);
+}
+
 void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data, size_t len)
 {
     cx_wr_u32(w, (uint32_t)status);

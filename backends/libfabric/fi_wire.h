@@ -31,15 +31,18 @@ enum {
     CX_FM_PREQ = 7,
     CX_FM_RREQ_IN = 8, /* a small read on tcp: answer with the bytes (RDATA) */
     CX_FM_RDATA = 9,   /* a part of the answer to RREQ_IN: i32 status, u32 offset, bytes */
-    CX_FM_ADDR = 10
-};                                     /* shm: the sender's new endpoint, seq its generation, then its
-                                   address blob (fi_rot.c) */
+    CX_FM_ADDR = 10,   /* shm: the sender's new endpoint, seq its generation, then its address blob
+                        (fi_rot.c) */
+    CX_FM_RLIST = 11   /* small reads of a batch, one request for many (fi_list.c): seq the first's */
+};
 #define CX_FM_RDATA_HDR 8              /* RDATA after the header: i32 status, u32 offset */
 #define CX_FM_RD_INLINE_MAX 65536u     /* the largest read a target answers with RDATA */
 #define CX_FM_RD_INLINE_DEFAULT 32768u /* what a reader asks that way unless told (fi_wb.c) */
 #define CX_FM_VERSION 1
-#define CX_FM_F_RUNG 0x1u /* shm: the sender rings our doorbell for this message (fi_bell.c) */
-#define CX_FM_F_RAW 0x2u  /* RREQ_IN: the reader takes headerless answer parts (CX_FI_CQD_RDATA) */
+#define CX_FM_F_RUNG 0x1u  /* shm: the sender rings our doorbell for this message (fi_bell.c) */
+#define CX_FM_F_RAW 0x2u   /* RREQ_IN, RLIST: the reader takes headerless answer parts (CX_FI_CQD_RDATA) */
+#define CX_FM_F_LISTS 0x4u /* any message: its sender serves RLIST (fi_list.c) */
+#define CX_FM_F_ECHO 0x8u  /* a warm-up (bare ack of sequence 0) answering the peer's: not answered */
 /* A part of a small read's answer without header: the bytes alone (as many as rxm's eager limit,
  * where a part with header holds 28 fewer: 16 KiB went in two messages) and this word as the
  * send's remote CQ data: u8 CX_FI_CQD_RDATA, u24 the part's offset in the read, u32 the low
@@ -49,6 +52,12 @@ enum {
 #define CX_FM_ACK_LEN 4 /* after the header: i32 status */
 #define CX_FM_RTS 24    /* after the header: u64 len, u64 addr, u64 key */
 #define CX_FM_WBREQ 32  /* RREQ / PREQ after the header: a cx_fi_wbreq_t */
+/* RLIST after the header: u32 n, u32 0 (reserved), then n entries of u64 the reader's sequence
+ * for that read, u64 the source address at the target, u32 length, u32 0 (reserved). Each entry
+ * is served as an RREQ_IN of its own (answered by its parts or an ack, under its sequence). */
+#define CX_FM_RLIST_HEAD 8
+#define CX_FM_RLIST_ENT 24
+#define CX_FM_RLIST_MAX 512 /* entries of one list */
 
 #define CX_FI_ADDR_VERSION 2 /* address blob: provider, format, name, pid */
 #define CX_FI_PROV_MAX 64    /* provider name, including the terminating NUL */
@@ -110,6 +119,13 @@ int cx_fi_wbreq_get(const void *body, size_t len, cx_fi_wbreq_t *q); /* len 0 re
  * body). Refused: bytes with an error status, or bytes past CX_FM_RD_INLINE_MAX. */
 void cx_fi_rdata_put(cx_wr_t *w, int32_t status, uint32_t off, const void *data, size_t len);
 int cx_fi_rdata_get(const void *body, size_t len, int32_t *status, uint32_t *off, const uint8_t **data, size_t *dlen);
+/* RLIST: the head, then each entry (after cx_fi_rlist_get accepted the body, entry i < n is
+ * in it). The decoder refuses a count of 0 or past CX_FM_RLIST_MAX, or a body of another
+ * length than the count says; entries' lengths are the server's to check (cx_fi_wb_on_rreq_in). */
+void cx_fi_rlist_head_put(cx_wr_t *w, uint32_t n);
+void cx_fi_rlist_ent_put(cx_wr_t *w, uint64_t seq, uint64_t what, uint32_t len);
+int cx_fi_rlist_get(const void *body, size_t len, uint32_t *n);
+void cx_fi_rlist_ent(const void *body, uint32_t i, uint64_t *seq, cx_fi_wbreq_t *q);
 /* The CQ data word of a headerless part (CX_FI_CQD_RDATA); the decoder refuses another tag or an
  * offset past CX_FM_RD_INLINE_MAX. */
 uint64_t cx_fi_cqd_rdata(uint32_t off, uint64_t seq);

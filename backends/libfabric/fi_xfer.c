@@ -82,6 +82,7 @@ cx_fi_op_t *cx_fi_op_new(cx_backend_t *b, int kind, cx_xfer_t *x, cx_bep_t *ep)
 
 void cx_fi_op_free(cx_backend_t *b, cx_fi_op_t *op)
 {
+    if (op->carrier || op->mem) cx_fi_list_detach(b, op);
     cx_fi_ack_del(b, op);
     cx_fi_ep_unlink(op);
     if (op->aprev)
@@ -107,6 +108,7 @@ void cx_fi_op_finish(cx_backend_t *b, cx_fi_op_t *op, int status)
         cx_fi_vec_finish(b, op, status);
         return;
     }
+    if (op->kind == CX_FOP_RLIST) cx_fi_list_finish(b, op, status);
     cx_fi_ack_del(b, op);
     cx_fi_ep_unlink(op);
     if (op->rreq && op->tmp_mr) {
@@ -250,7 +252,16 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         uint8_t *buf = cx_fi_tx_buf(b, op->txi);
         cx_wr_t w;
         cx_wr_init(&w, buf, CX_FI_BUF);
-        if (op->rreq || op->kind == CX_FOP_PULL) {
+        if (op->kind == CX_FOP_RLIST) {
+            /* A batch's small reads, one request (fi_list.c). */
+            cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_RLIST, .inc = b->inc, .seq = op->seq });
+            int r = cx_fi_list_write(b, op, &w);
+            if (r) {
+                cx_fi_tx_put(b, op->txi);
+                op->txi = -1;
+                return r;
+            }
+        } else if (op->rreq || op->kind == CX_FOP_PULL) {
             /* A read by write-back, or a large message pulled that way (fi_wb.c): ask the target
              * (or the message's sender) to write, then ack this sequence. */
             uint8_t t = op->rreq == CX_FI_RREQ_IN ? CX_FM_RREQ_IN : op->rreq ? CX_FM_RREQ : CX_FM_PREQ;
@@ -320,8 +331,8 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
     }
     /* At each try: a ring that failed since the buffer was written no longer holds. A small read
      * asks for headerless answers where our CQ takes their data word. */
-    uint16_t fl = cx_fi_bell_rings(op->ep) ? CX_FM_F_RUNG : 0;
-    if (op->rreq == CX_FI_RREQ_IN && b->rd_raw) fl |= CX_FM_F_RAW;
+    uint16_t fl = (cx_fi_bell_rings(op->ep) ? CX_FM_F_RUNG : 0) | CX_FM_F_LISTS | op->hflags;
+    if ((op->rreq == CX_FI_RREQ_IN || op->kind == CX_FOP_RLIST) && b->rd_raw) fl |= CX_FM_F_RAW;
     cx_fi_hdr_flags_set(cx_fi_tx_buf(b, op->txi), fl);
     if (b->post_more) {
         struct iovec iov = { .iov_base = cx_fi_tx_buf(b, op->txi), .iov_len = op->txlen };
@@ -397,8 +408,9 @@ static int cx_fi_ep_full(cx_backend_t *b, cx_fi_op_t *op)
 {
     cx_bep_t *ep = op->ep;
     if (ep->nops <= CX_FI_EP_TX_MAX) return 0; /* fewer ops than either bound */
-    int needs_tx =
-        op->txi < 0 && (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK || (op->kind == CX_FOP_PULL && b->wb));
+    int needs_tx = op->txi < 0 &&
+        (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK || op->kind == CX_FOP_RLIST ||
+         (op->kind == CX_FOP_PULL && b->wb));
     /* Fewer ops than the posted bound, and no send buffer needed: not full, without counting.
      * Counting walks the endpoint's ops, so a batch's posts, every one of them, walked each
      * other: 230 of the 290 instructions per entry posted (4 KiB reads, 128 a batch, shm). */
@@ -452,7 +464,8 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
         break;
     }
     case CX_FOP_SEND:
-    case CX_FOP_ACK: r = cx_fi_post_send(b, op); break;
+    case CX_FOP_ACK:
+    case CX_FOP_RLIST: r = cx_fi_post_send(b, op); break;
     case CX_FOP_WBACK: r = cx_fi_wb_post(b, op); break;
     case CX_FOP_PULL:
         if (b->wb) {
@@ -467,7 +480,8 @@ int cx_fi_op_post(cx_backend_t *b, cx_fi_op_t *op)
     if (r == 0) {
         b->more_owed = b->post_more != 0; /* a post without FI_MORE sends what waited */
         /* What the peer must serve: a message, or without direct mode any command (fi_bell.c). */
-        if (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK || (op->kind == CX_FOP_PULL && b->wb) || !b->shm_direct)
+        if (op->kind == CX_FOP_SEND || op->kind == CX_FOP_ACK || op->kind == CX_FOP_RLIST ||
+            (op->kind == CX_FOP_PULL && b->wb) || !b->shm_direct)
             cx_fi_bell_ring(b, op->ep);
         else
             cx_fi_bell_posted(b, op->ep, 1);
@@ -592,6 +606,11 @@ void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
             i += k;
             continue;
         }
+        k = cx_fi_list_submit(b, ep, xs + i, n - i, rcs + i);
+        if (k) {
+            i += k;
+            continue;
+        }
         b->post_more = i + 1 < n && !b->shm_direct ? FI_MORE : 0;
         if (xs[i]->rkey != b->kc_blob) cx_fi_key_remember(b, xs[i]);
         rcs[i] = cx_fi_submit(b, ep, xs[i]);
@@ -712,8 +731,9 @@ void cx_fi_disconnect(cx_backend_t *b, cx_bep_t *ep, int why)
             fi_close(&op->tmp_mr->fid);
             op->tmp_mr = NULL;
         }
-        /* Posted ops wait for their CQ entry, backlogged ones for the backlog to drop them. */
-        if (!op->posted && !op->in_backlog) cx_fi_op_free(b, op);
+        /* Posted ops wait for their CQ entry, backlogged ones for the backlog to drop them, a
+         * list's reads for their list (fi_list.c). */
+        if (!op->posted && !op->in_backlog && !op->carrier) cx_fi_op_free(b, op);
     }
     cx_fi_guard_del(b, ep);
     cx_fi_shm_reap(ep);

@@ -1,10 +1,10 @@
 /* libFuzzer target: the libfabric backend's wire decoders (backends/libfabric/fi_wire.c): every
- * received fi_send buffer (header, then an ack's status, a rendezvous header, a read request or
- * a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start and cx_fi_wb_on_rdata decode it),
- * a headerless part's CQ data word (cx_fi_wb_on_raw), the address blob in HELLO (cx_fi_connect)
- * and a region's key blob (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes
- * must satisfy what the backend relies on and encode back to the same bytes (the header's
- * reserved field aside). */
+ * received fi_send buffer (header, then an ack's status, a rendezvous header, a read request, a
+ * read list or a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start,
+ * cx_fi_list_serve and cx_fi_wb_on_rdata decode it), a headerless part's CQ data word
+ * (cx_fi_wb_on_raw), the address blob in HELLO (cx_fi_connect) and a region's key blob
+ * (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes must satisfy what the
+ * backend relies on and encode back to the same bytes (reserved fields aside). */
 #include "fi_wire.h"
 
 #include "connex/connex.h"
@@ -75,6 +75,33 @@ static void rdata(const uint8_t *body, size_t n)
     free(b);
 }
 
+/* A read list: the count bounds the body exactly; every entry re-encodes to its bytes (the
+ * reserved words aside), and its length is what the server checks next (it fits 32 bits). */
+static void rlist(const uint8_t *body, size_t n)
+{
+    uint32_t k;
+    if (cx_fi_rlist_get(body, n, &k) != CX_OK) return;
+    if (!k || k > CX_FM_RLIST_MAX || n != CX_FM_RLIST_HEAD + (size_t)k * CX_FM_RLIST_ENT) abort();
+    uint8_t *b = malloc(n), *want = malloc(n);
+    if (!b || !want) abort();
+    memcpy(want, body, n);
+    memset(want + 4, 0, 4);
+    cx_wr_t w;
+    cx_wr_init(&w, b, n);
+    cx_fi_rlist_head_put(&w, k);
+    for (uint32_t i = 0; i < k; i++) {
+        uint64_t seq;
+        cx_fi_wbreq_t q;
+        cx_fi_rlist_ent(body, i, &seq, &q);
+        if (q.len > UINT32_MAX || q.dst || q.key) abort();
+        cx_fi_rlist_ent_put(&w, seq, q.what, (uint32_t)q.len);
+        memset(want + CX_FM_RLIST_HEAD + (size_t)i * CX_FM_RLIST_ENT + 20, 0, 4);
+    }
+    if (!w.ok || w.len != n || memcmp(b, want, n)) abort();
+    free(b);
+    free(want);
+}
+
 /* The CQ data word of a headerless answer part (the input's first 8 bytes, little-endian): what
  * cx_fi_wb_on_raw relies on, and the encoder gives the same word back. */
 static void cqd(const uint8_t *data, size_t size)
@@ -109,6 +136,8 @@ static void message(const uint8_t *data, size_t size)
         wbreq(body, n);
     else if (h.type == CX_FM_RDATA)
         rdata(body, n);
+    else if (h.type == CX_FM_RLIST)
+        rlist(body, n);
     else if (h.type == CX_FM_MSG || h.type == CX_FM_SIG)
         inside(body, n, data, size);
 }

@@ -310,6 +310,135 @@ static void test_batch_vectors(void **state)
     disconnect_in_flight(f, N, 0x21);
 }
 
+/* Waits (driving both sides, at most ms) until A knows B serves read lists (fi_list.c). */
+static int lists_known(int ms)
+{
+    for (int i = 0; i < ms / 10 && !(ab && ab->lists); i++) settle(10);
+    return ab && ab->lists;
+}
+
+/* Submits f[0..n) as one batch; rcs must all be CX_OK but for the index `bad` (CX_EINVAL). */
+static void batch_submit(fc_xfer_t *f, int n, int bad)
+{
+    static cx_xfer_t *xs[1024];
+    static int rcs[1024];
+    for (int i = 0; i < n; i++) xs[i] = &f[i].x;
+    ops->submit_batch(ba, ab, xs, (size_t)n, rcs);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(rcs[i], i == bad ? CX_EINVAL : CX_OK);
+        if (i == bad) f[i].done = 1; /* not started: never completed */
+    }
+}
+
+/* tcp: a batch's small reads to one endpoint go as one request per run (CX_FM_RLIST, at most a
+ * list's capacity each), once the peer said it serves them; each read keeps its own status (a
+ * range the target does not hold fails alone with CX_EINVAL, a bad key is refused at submit, a
+ * message and a large read in between go alone) and its bytes land exactly. Without the peer's
+ * word, the same batch goes as single requests. In flight when the endpoint goes: every read
+ * ends CX_EPEER once; and after a reconnect (a new endpoint of A's, B's the same) A learns again
+ * from B's echo of its warm-up. */
+static void test_batch_read_lists(void **state)
+{
+    (void)state;
+    if (!ba->wb || !ba->rd_inline) {
+        print_message("reads are no requests on this provider: skipped\n");
+        skip();
+    }
+    assert_true(lists_known(3000));
+    assert_true(ba_ep->lists); /* both ways: B heard A's warm-up or its echo */
+    enum { N = 700 };
+    static fc_xfer_t f[N];
+    fc_xfer_t *p[N];
+    static const unsigned char badkey[3] = { 9, 9, 9 };
+    const size_t rdi = ba->rd_inline;
+    size_t off = 0;
+    int in_lists = 0, refused_at_target = 250;
+    for (size_t i = 0; i < REG; i++) bbuf[i] = (unsigned char)(i * 29 + 3);
+    memset(abuf, 0xee, REG);
+    cb.reg_lo = (uint64_t)(uintptr_t)bbuf;
+    cb.reg_hi = cb.reg_lo + REG;
+    for (int i = 0; i < N; i++) {
+        /* Sizes around the answer's part boundaries; 690: by write-back, alone. */
+        size_t len = i == 690 ? rdi + 1
+            : i % 50 == 0     ? rdi
+            : i % 50 == 10    ? rdi - 1
+            : i % 50 == 25    ? 16385
+            : i % 7 == 0      ? 16384
+                              : 1 + (size_t)(i * 37) % 600;
+        int k = i == 30 ? CX_XFER_MSG : CX_XFER_READ;
+        uint64_t remote = (uint64_t)(uintptr_t)(bbuf + off);
+        if (i == refused_at_target) remote = cb.reg_hi - 10; /* runs past the target's region */
+        xfer_init(&f[i], k, abuf + off + 1, len, remote, "l", 1);
+        if (i == 77) {
+            f[i].x.rkey = badkey;
+            f[i].x.rkey_len = sizeof badkey;
+        }
+        off += len + 64;
+        p[i] = &f[i];
+    }
+    assert_true(off < REG);
+    uint64_t l0 = ba->rl_sent[0], r0 = ba->rl_sent[1], s0 = bb->rl_served;
+    batch_submit(f, N, 77);
+    assert_int_equal(drive(p, N, 20000), 0);
+    off = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(f[i].done, 1);
+        size_t len = f[i].x.len;
+        if (i != 77 && i != refused_at_target) {
+            assert_int_equal(f[i].status, CX_OK);
+            if (f[i].x.kind == CX_XFER_READ) assert_memory_equal(abuf + off + 1, bbuf + off, len);
+        } else if (i == refused_at_target) {
+            assert_int_equal(f[i].status, CX_EINVAL);
+        }
+        if (i != 77) {
+            assert_int_equal(abuf[off], 0xee); /* nothing before or after */
+            assert_int_equal(abuf[off + 1 + len], 0xee);
+        }
+        if (f[i].x.kind == CX_XFER_READ && len <= rdi && i != 77) in_lists++;
+        off += len + 64;
+    }
+    /* Runs: 0..29, 31..76, 78..689, 691..699, split at the list's capacity. */
+    size_t cap = (ba->rd_part + CX_FM_RDATA_HDR - CX_FM_RLIST_HEAD) / CX_FM_RLIST_ENT;
+    if (cap > CX_FM_RLIST_MAX) cap = CX_FM_RLIST_MAX;
+    const size_t runs[] = { 30, 46, 612, 9 };
+    uint64_t lists = 0;
+    for (int i = 0; i < 4; i++) lists += (runs[i] + cap - 1) / cap;
+    print_message("%d reads in %llu lists (capacity %zu)\n", in_lists, (unsigned long long)(ba->rl_sent[0] - l0), cap);
+    assert_int_equal(ba->rl_sent[1] - r0, in_lists);
+    assert_int_equal(ba->rl_sent[0] - l0, lists);
+    assert_int_equal(bb->rl_served - s0, lists);
+    assert_int_equal(cb.nmsg, 1);
+    settle(100);
+    for (int i = 0; i < N; i++) assert_int_equal(f[i].done, 1);
+
+    /* The peer never said so: single requests, the same outcome. */
+    ab->lists = 0;
+    l0 = ba->rl_sent[0];
+    for (int i = 0; i < 64; i++) {
+        memset(abuf + i * 8192, 0, 4096);
+        xfer_init(&f[i], CX_XFER_READ, abuf + i * 8192, 4096, (uint64_t)(uintptr_t)(bbuf + i * 8192), NULL, 0);
+    }
+    batch_submit(f, 64, -1);
+    assert_int_equal(drive(p, 64, 10000), 0);
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(f[i].status, CX_OK);
+        assert_memory_equal(abuf + i * 8192, bbuf + i * 8192, 4096);
+    }
+    assert_int_equal(ba->rl_sent[0], l0);
+    ab->lists = 1;
+
+    /* In flight when the endpoint goes; then a new endpoint learns again. */
+    for (int i = 0; i < N; i++)
+        xfer_init(&f[i], CX_XFER_READ, abuf + (size_t)i * 4096, 4096, (uint64_t)(uintptr_t)(bbuf + (size_t)i * 4096),
+                  NULL, 0);
+    l0 = ba->rl_sent[0];
+    batch_submit(f, N, -1);
+    assert_true(ba->rl_sent[0] > l0);
+    disconnect_in_flight(f, N, 0x44);
+    assert_true(lists_known(3000));
+    cb.reg_lo = cb.reg_hi = 0;
+}
+
 static void test_messages(void **state)
 {
     (void)state;
@@ -893,6 +1022,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_read_refused_by_target, setup),
         cmocka_unit_test_setup(test_many_in_flight, setup),
         cmocka_unit_test_setup(test_batch_vectors, setup),
+        cmocka_unit_test_setup(test_batch_read_lists, setup),
         cmocka_unit_test_setup(test_messages, setup),
         cmocka_unit_test_setup(test_shm_doorbells, setup),
         cmocka_unit_test_setup(test_message_refused, setup),
