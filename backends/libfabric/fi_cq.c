@@ -193,7 +193,10 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
     if (!(h.flags & CX_FM_F_RUNG)) b->unrung = 1;
     if (type == CX_FM_ACK) {
         int32_t st;
-        if (cx_fi_ack_get(buf + CX_FM_HDR, len - CX_FM_HDR, &st)) {
+        const uint8_t *adv = NULL;
+        int has_adv = !seq && (h.flags & CX_FM_F_CMA_ADV);
+        if (has_adv ? cx_fi_warm_get(buf + CX_FM_HDR, len - CX_FM_HDR, 1, &st, &adv)
+                    : cx_fi_ack_get(buf + CX_FM_HDR, len - CX_FM_HDR, &st)) {
             cx_warn("libfabric: malformed ack dropped");
             return;
         }
@@ -202,7 +205,7 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
          * that no connect of ours opened a sweep window for: sweep after this drain. */
         if (!seq) {
             b->sweep_now = 1;
-            cx_fi_list_on_warm(b, inc, h.flags); /* whether the peer serves read lists (fi_list.c) */
+            cx_fi_on_warm(b, inc, h.flags, adv); /* what the peer can do (fi_caps.c) */
         }
         cx_fi_on_ack(b, seq, st);
         return;

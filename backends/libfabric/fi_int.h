@@ -5,6 +5,7 @@
 #include "connex/backend.h"
 #include "util/acktab.h"
 #include "util/objcache.h"
+#include "util/cma.h"
 #include "util/rread.h"
 #include "fi_wire.h"
 
@@ -148,6 +149,8 @@ struct cx_bep {
     unsigned bell_posts;     /* direct RMA posts since its bell was last rung */
     int nq;                  /* its ops waiting in the backlog: later ops queue behind them */
     int lists;               /* the peer serves RLIST: it said so (CX_FM_F_LISTS, fi_list.c) */
+    cx_cma_peer_t cma;       /* shm: the peer's same-host copies (fi_cma.c): cma.ok once probed */
+    int cma_heard;           /* its offer came (probed, whatever the outcome): not asked again */
     int nops;                /* ops linked in ops (cheap bound before counting them) */
     uint64_t q_blocked;      /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;         /* ops of this endpoint not yet completed */
@@ -262,13 +265,17 @@ struct cx_backend {
     const void *kc_blob;
     size_t kc_len;
     cx_fi_key_t kc;
-    size_t eager_max;    /* a message with its header up to this goes inline */
-    size_t rd_inline;    /* with wb: reads up to this many bytes answered inline */
-    size_t rd_part;      /* bytes per RDATA message: rxm's eager limit, less headers */
-    size_t rd_raw;       /* bytes per headerless part: rxm's eager limit (0: no 8-byte CQ data) */
-    uint64_t rd_sent[2]; /* answer parts sent with a header, headerless (tests) */
-    uint64_t rl_sent[2]; /* request lists sent, reads they asked for (tests) */
-    uint64_t rl_served;  /* request lists served (tests) */
+    size_t eager_max;       /* a message with its header up to this goes inline */
+    size_t rd_inline;       /* with wb: reads up to this many bytes answered inline */
+    size_t rd_part;         /* bytes per RDATA message: rxm's eager limit, less headers */
+    size_t rd_raw;          /* bytes per headerless part: rxm's eager limit (0: no 8-byte CQ data) */
+    uint64_t rd_sent[2];    /* answer parts sent with a header, headerless (tests) */
+    uint64_t rl_sent[2];    /* request lists sent, reads they asked for (tests) */
+    uint64_t rl_served;     /* request lists served (tests) */
+    cx_cma_self_t cma_self; /* what peers copy against (fi_cma.c) */
+    int cma;                /* CONNEX_FI_CMA: same-host copies offered and used (shm) */
+    size_t cma_max;         /* larger xfers keep the provider's path */
+    uint64_t cma_ops;       /* xfers done by same-host copies (tests) */
     int closing;
     int sweep_now; /* a connection may have been made: sweep descriptors */
     uint64_t next_sweep_ns;
@@ -368,8 +375,22 @@ void cx_fi_list_sent(cx_backend_t *b, cx_fi_op_t *op, int status);
 void cx_fi_list_finish(cx_backend_t *b, cx_fi_op_t *op, int status); /* its reads end with status */
 void cx_fi_list_detach(cx_backend_t *b, cx_fi_op_t *op); /* op (a list or one of its reads) is freed: unlink */
 void cx_fi_list_serve(cx_backend_t *b, void *peer, uint16_t flags, const uint8_t *body, size_t len);
-/* A warm-up (bare ack of sequence 0) from incarnation inc came with these header flags. */
-void cx_fi_list_on_warm(cx_backend_t *b, uint64_t inc, uint16_t flags);
+
+/* fi_cma.c: same-host copies (shm), the initiator's alone (backends/util/cma.h) */
+void cx_fi_cma_open(cx_backend_t *b);
+/* The warm-up an endpoint sends at connect (tcp: write-back reads; shm: same-host copies). */
+void cx_fi_warm_send(cx_backend_t *b, cx_bep_t *ep, uint16_t flags);
+/* A warm-up (bare ack of sequence 0) from incarnation inc: what it says of the peer, answered as
+ * it asks (fi_list.c, fi_cma.c). */
+void cx_fi_on_warm(cx_backend_t *b, uint64_t inc, uint16_t flags, const uint8_t *adv);
+void cx_fi_cma_adv(const cx_backend_t *b, cx_wr_t *w);                   /* our offer */
+void cx_fi_cma_heard(cx_backend_t *b, cx_bep_t *ep, const uint8_t *adv); /* the peer's, probed */
+/* Done here when x qualifies: 1 with *rc the submit's outcome (CX_OK: already completed). */
+int cx_fi_cma_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x, int *rc);
+/* A run of a batch from xs on: how many it took (rcs set; those CX_OK already completed). */
+size_t cx_fi_cma_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs);
+/* Inside submit_batch: whether cx_fi_cma_batch would take x (a vector op's run stops before it). */
+int cx_fi_cma_wants(cx_backend_t *b, const cx_bep_t *ep, const cx_xfer_t *x);
 
 /* fi_wb.c: reads served by a write from the target (tcp;ofi_rxm, see README "Reads on tcp") */
 int cx_fi_wb_choose(cx_backend_t *b);

@@ -10,9 +10,9 @@
  * per read, exactly as for single requests.
  *
  * Who gets one: a peer that said it serves them. Every message of ours carries CX_FM_F_LISTS; a
- * peer's warm-up (the bare ack of sequence 0 each side sends as it connects, fi_xfer.c) without
- * CX_FM_F_ECHO is answered by one with it, so each side learns of the other whichever endpoint
- * was made first. A peer of an older version never sets the flag (and ignores ours): it gets
+ * peer's warm-up (the bare ack of sequence 0 each side sends as it connects) without
+ * CX_FM_F_ECHO is answered by one with it (fi_caps.c), so each side learns of the other
+ * whichever endpoint was made first. A peer of an older version never sets the flag (and ignores ours): it gets
  * single requests. Until the flag came, reads go as single requests too.
  *
  * Life: the list (CX_FOP_RLIST, no xfer of its own) owns the one send. Each read is an op of its
@@ -187,17 +187,4 @@ void cx_fi_list_serve(cx_backend_t *b, void *peer, uint16_t flags, const uint8_t
         cx_fi_rlist_ent(body, i, &seq, &q);
         cx_fi_wb_on_rreq_in(b, peer, seq, &q, (flags & CX_FM_F_RAW) != 0);
     }
-}
-
-void cx_fi_list_on_warm(cx_backend_t *b, uint64_t inc, uint16_t flags)
-{
-    void *peer = cx_core_peer_by_incarnation(b->core, inc);
-    cx_bep_t *ep = peer ? cx_fi_ep_by_peer(b, peer) : NULL;
-    if (!ep) return; /* ours, made later, sends its own warm-up, which the peer echoes */
-    if (flags & CX_FM_F_LISTS) ep->lists = 1;
-    if (flags & CX_FM_F_ECHO) return;
-    cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
-    if (!op) return;
-    op->hflags = CX_FM_F_ECHO;
-    if (cx_fi_start(b, op)) cx_fi_op_free(b, op);
 }

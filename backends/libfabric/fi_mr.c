@@ -67,7 +67,8 @@ int cx_fi_mem_reg(cx_backend_t *b, void *addr, size_t len, int mem_kind, void **
     cx_wr_t w;
     cx_wr_init(&w, key, *key_len);
     cx_fi_key_put(&w,
-                  &(cx_fi_key_t){ .flags = (b->mr_mode & FI_MR_VIRT_ADDR) ? CX_FI_KEY_VIRT : 0,
+                  &(cx_fi_key_t){ .flags = (uint8_t)(((b->mr_mode & FI_MR_VIRT_ADDR) ? CX_FI_KEY_VIRT : 0) |
+                                                     (mem_kind == CX_MEM_HOST ? CX_FI_KEY_HOST : 0)),
                                   .base = h->base,
                                   .key = fi_mr_key(h->mr) });
     if (!w.ok) {

@@ -169,6 +169,7 @@ static int cx_fi_setup(cx_backend_t *b, const cx_backend_params_t *p)
     b->max_msg = in->ep_attr->max_msg_size;
     b->prov_version = in->fabric_attr->prov_version;
     b->wb = cx_fi_wb_choose(b);
+    cx_fi_cma_open(b);
     /* Headerless read answers carry their header in 8 bytes of remote CQ data (fi_wb.c). */
     b->rd_raw = b->rd_inline && in->domain_attr->cq_data_size >= 8 ? b->rd_part + CX_FM_HDR + CX_FM_RDATA_HDR : 0;
     b->eager_max = CX_FI_BUF;

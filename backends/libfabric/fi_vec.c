@@ -42,7 +42,7 @@ size_t cx_fi_vec_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
     size_t i = 0;
     for (; i < cap; i++) {
         cx_xfer_t *x = xs[i];
-        if ((i && !takes(b, x, &raddr, &rkey)) || cx_fi_lock_held(b, ep->lockw)) break;
+        if ((i && (!takes(b, x, &raddr, &rkey) || cx_fi_cma_wants(b, ep, x))) || cx_fi_lock_held(b, ep->lockw)) break;
         cx_fi_vent_t *v = &op->vent[i];
         v->c.type = CX_FI_CTX_VENT;
         v->op = op;

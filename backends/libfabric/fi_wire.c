@@ -47,6 +47,15 @@ int cx_fi_ack_get(const void *body, size_t len, int32_t *status)
     return cx_rd_done(&r) ? CX_OK : CX_EINVAL;
 }
 
+int cx_fi_warm_get(const void *body, size_t len, int has_adv, int32_t *status, const uint8_t **adv)
+{
+    cx_rd_t r;
+    cx_rd_init(&r, body, body ? len : 0);
+    *status = (int32_t)cx_rd_u32(&r);
+    *adv = has_adv ? cx_rd_bytes(&r, CX_FM_CMA_ADV) : NULL;
+    return cx_rd_done(&r) && (!has_adv || *adv) ? CX_OK : CX_EINVAL;
+}
+
 void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *rt)
 {
     cx_wr_u64(w, rt->len);

@@ -39,10 +39,13 @@ enum {
 #define CX_FM_RD_INLINE_MAX 65536u     /* the largest read a target answers with RDATA */
 #define CX_FM_RD_INLINE_DEFAULT 32768u /* what a reader asks that way unless told (fi_wb.c) */
 #define CX_FM_VERSION 1
-#define CX_FM_F_RUNG 0x1u  /* shm: the sender rings our doorbell for this message (fi_bell.c) */
-#define CX_FM_F_RAW 0x2u   /* RREQ_IN, RLIST: the reader takes headerless answer parts (CX_FI_CQD_RDATA) */
-#define CX_FM_F_LISTS 0x4u /* any message: its sender serves RLIST (fi_list.c) */
-#define CX_FM_F_ECHO 0x8u  /* a warm-up (bare ack of sequence 0) answering the peer's: not answered */
+#define CX_FM_F_RUNG 0x1u     /* shm: the sender rings our doorbell for this message (fi_bell.c) */
+#define CX_FM_F_RAW 0x2u      /* RREQ_IN, RLIST: the reader takes headerless answer parts (CX_FI_CQD_RDATA) */
+#define CX_FM_F_LISTS 0x4u    /* any message: its sender serves RLIST (fi_list.c) */
+#define CX_FM_F_ECHO 0x8u     /* a warm-up (bare ack of sequence 0) answering the peer's: not answered */
+#define CX_FM_F_CMA 0x10u     /* a warm-up: the sender offers same-host copies, wants the receiver's offer */
+#define CX_FM_F_CMA_ADV 0x20u /* a warm-up: after the status, the sender's offer (CX_FM_CMA_ADV bytes) */
+#define CX_FM_CMA_ADV 28      /* the offer: util/cma.h's advertisement (CX_CMA_ADV_LEN) */
 /* A part of a small read's answer without header: the bytes alone (as many as rxm's eager limit,
  * where a part with header holds 28 fewer: 16 KiB went in two messages) and this word as the
  * send's remote CQ data: u8 CX_FI_CQD_RDATA, u24 the part's offset in the read, u32 the low
@@ -63,6 +66,7 @@ enum {
 #define CX_FI_PROV_MAX 64    /* provider name, including the terminating NUL */
 #define CX_FI_KEY_VERSION 1  /* key blob: version, flags, registered base, key */
 #define CX_FI_KEY_VIRT 1u    /* flag: the provider addresses regions by virtual address */
+#define CX_FI_KEY_HOST 2u    /* flag: host memory, which a same-host copy may reach (fi_cma.c) */
 #define CX_FI_KEY_LEN 18
 /* Multi-rail (fi_rail.c): one blob per engine and one per region still, carrying every rail's. */
 #define CX_FI_ADDRS_VERSION 3 /* address blob: u8 3, u8 n, n x (u16 length, a version-2 blob) */
@@ -111,6 +115,9 @@ int cx_fi_hdr_get(const void *buf, size_t len, cx_fi_hdr_t *h);
 void cx_fi_hdr_flags_set(void *buf, uint16_t flags);
 void cx_fi_ack_put(cx_wr_t *w, int32_t status);
 int cx_fi_ack_get(const void *body, size_t len, int32_t *status);
+/* A warm-up's body: the status, then with CX_FM_F_CMA_ADV the offer (*adv points into body, else
+ * NULL). The decoder refuses any other length. */
+int cx_fi_warm_get(const void *body, size_t len, int has_adv, int32_t *status, const uint8_t **adv);
 void cx_fi_rts_put(cx_wr_t *w, const cx_fi_rts_t *r);
 int cx_fi_rts_get(const void *body, size_t len, cx_fi_rts_t *r);
 void cx_fi_wbreq_put(cx_wr_t *w, const cx_fi_wbreq_t *q);

@@ -294,6 +294,7 @@ static int cx_fi_post_send(cx_backend_t *b, cx_fi_op_t *op)
         } else if (op->kind == CX_FOP_ACK) {
             cx_fi_hdr_put(&w, &(cx_fi_hdr_t){ .type = CX_FM_ACK, .inc = b->inc, .seq = op->ack_seq });
             cx_fi_ack_put(&w, op->ack_val);
+            if (op->hflags & CX_FM_F_CMA_ADV) cx_fi_cma_adv(b, &w); /* a warm-up's offer (fi_caps.c) */
         } else {
             cx_xfer_t *x = op->x;
             int sig = x->kind == CX_XFER_PUT_SIGNAL;
@@ -562,6 +563,8 @@ int cx_fi_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x)
         cx_warn("libfabric: submit: bad message (%zu bytes)", x->msg_len);
         return CX_EINVAL;
     }
+    int rc;
+    if (cx_fi_cma_submit(b, ep, x, &rc)) return rc; /* a same-host copy, done (fi_cma.c) */
     /* tcp (libfabric 1.17.0) cannot tear down a connection with a read half answered: reads
      * there go as a request the target answers with a write (fi_wb.c). */
     int rreq = kind != CX_FOP_READ || !b->wb                    ? 0
@@ -601,7 +604,8 @@ void cx_fi_submit_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, siz
     b->more_owed = 0;
     b->kc_blob = NULL;
     for (size_t i = 0; i < n;) {
-        size_t k = cx_fi_vec_submit(b, ep, xs + i, n - i, rcs + i);
+        size_t k = cx_fi_cma_batch(b, ep, xs + i, n - i, rcs + i);
+        if (!k) k = cx_fi_vec_submit(b, ep, xs + i, n - i, rcs + i);
         if (k) {
             i += k;
             continue;
@@ -687,15 +691,15 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     b->eps = ep;
     *out = ep;
     cx_fi_bell_tick(b);
-    if (b->rot_gen) cx_fi_rot_tell(b, ep); /* it may have our HELLO from before the rotation */
+    if (b->rot_gen) cx_fi_rot_tell(b, ep);           /* it may have our HELLO from before the rotation */
+    if (b->cma) cx_fi_warm_send(b, ep, CX_FM_F_CMA); /* shm: our offer of same-host copies, and theirs (fi_cma.c) */
     if (b->wb) {
         /* A write-back read needs rxm's connection in the target's direction too, and rxm
          * dials only at a first op (and does not send over a connection it accepted: one
          * side warming up still left the first read waiting ~100 ms for a dial): both sides
          * send a bare ack of sequence 0 (ignored by the receiver) now; the first read after a
          * (re)join then took ~7 ms instead of 130-290 ms (conformance_failure, debug log). */
-        cx_fi_op_t *op = cx_fi_op_new(b, CX_FOP_ACK, NULL, ep);
-        if (op && cx_fi_start(b, op)) cx_fi_op_free(b, op);
+        cx_fi_warm_send(b, ep, 0);
         /* The peer dials us as well: its connection is accepted inside fi_cq_read, with a
          * socket libfabric opens without close-on-exec. Sweep closely for a while, at a gap
          * that doubles from 1 ms (fi_cq.c, cx_fi_maybe_sweep). */

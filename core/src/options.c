@@ -82,6 +82,8 @@ static const cx_opt_def_t g_opts[] = {
       "0: no thread releasing shm spinlocks held by killed peers", 0 },
     { "CONNEX_FI_SHM_ROTATE_MS", MS, "200", 0, 600000, NULL, "libfabric",
       "move to a new shm region once ours is held this long (0: never)", 0 },
+    { "CONNEX_FI_CMA", E, "auto", 0, 0, "auto|off", "libfabric",
+      "shm: host reads and writes by same-host copies (off: through the provider)", 0 },
     { "CONNEX_FI_READ_INLINE", BY, "32768", 0, 65536, NULL, "libfabric",
       "tcp reads up to this size come back inside messages (0: off)", 0 },
     { "CONNEX_FI_TCP_READ", E, "auto", 0, 0, "auto|rma|writeback", "libfabric",

@@ -1,6 +1,6 @@
 /* libFuzzer target: the libfabric backend's wire decoders (backends/libfabric/fi_wire.c): every
  * received fi_send buffer (header, then an ack's status, a rendezvous header, a read request, a
- * read list or a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start,
+ * read list, a warm-up's offer or a part of a read's answer, as cx_fi_on_recv, cx_fi_pull_start,
  * cx_fi_list_serve and cx_fi_wb_on_rdata decode it), a headerless part's CQ data word
  * (cx_fi_wb_on_raw), the address blob in HELLO (cx_fi_connect) and a region's key blob
  * (cx_fi_key_decode). Every input goes to every decoder. Whatever decodes must satisfy what the
@@ -28,6 +28,16 @@ static void ack(const uint8_t *body, size_t n)
     cx_wr_init(&w, b, sizeof b);
     cx_fi_ack_put(&w, st);
     if (n != CX_FM_ACK_LEN || !w.ok || w.len != n || memcmp(b, body, n)) abort();
+}
+
+/* A warm-up with an offer of same-host copies: the status, then exactly the offer. */
+static void warm(const uint8_t *body, size_t n)
+{
+    int32_t st;
+    const uint8_t *adv;
+    if (cx_fi_warm_get(body, n, 1, &st, &adv) != CX_OK) return;
+    if (n != CX_FM_ACK_LEN + CX_FM_CMA_ADV || !adv) abort();
+    inside(adv, CX_FM_CMA_ADV, body, n);
 }
 
 static void rts(const uint8_t *body, size_t n)
@@ -128,7 +138,9 @@ static void message(const uint8_t *data, size_t size)
         abort();
     const uint8_t *body = data + CX_FM_HDR;
     size_t n = size - CX_FM_HDR;
-    if (h.type == CX_FM_ACK)
+    if (h.type == CX_FM_ACK && !h.seq && (h.flags & CX_FM_F_CMA_ADV))
+        warm(body, n);
+    else if (h.type == CX_FM_ACK)
         ack(body, n);
     else if (h.type == CX_FM_MSG_RTS || h.type == CX_FM_SIG_RTS)
         rts(body, n);

@@ -255,6 +255,8 @@ static void test_batch_vectors(void **state)
     (void)state;
     enum { N = 150, LEN = 4096 + 17 };
     static fc_xfer_t f[N];
+    int cma = ba->cma;
+    ba->cma = 0; /* the provider's path: same-host copies (shm, fi_cma.c) end within the submit */
     fc_xfer_t *p[N];
     cx_xfer_t *xs[N];
     int rcs[N];
@@ -308,6 +310,107 @@ static void test_batch_vectors(void **state)
     for (int i = 0; i < N; i++) assert_int_equal(rcs[i], CX_OK);
     /* On shm each one finished inside its post, but its completion was not read yet. */
     disconnect_in_flight(f, N, 0x21);
+    ba->cma = cma;
+}
+
+/* shm: host reads and writes between the two are copies by the initiator (fi_cma.c), once each
+ * side has the other's offer from its warm-up: a single read or write ends inside its submit; a
+ * batch's runs of entries up to a sixteenth of the largest copy go one call each, a larger entry
+ * and a message the provider's way, every one completed once with its bytes in place; a region
+ * whose key does not say host memory goes the provider's way; a copy that fails (the pid is no
+ * longer the target's) leaves same-host copies with that peer and the xfer still completes
+ * through the provider. */
+static void test_same_host_copies(void **state)
+{
+    (void)state;
+    if (!ba->cma) {
+        print_message("no same-host copies on this provider: skipped\n");
+        skip();
+    }
+    /* A's endpoint was made again by earlier tests while copies were off: ask again. */
+    if (!ab->cma.ok) cx_fi_warm_send(ba, ab, CX_FM_F_CMA);
+    for (int i = 0; i < 300 && !(ab->cma.ok && ba_ep->cma.ok); i++) settle(10);
+    assert_true(ab->cma.ok);
+    assert_true(ba_ep->cma.ok);
+    for (size_t i = 0; i < 65536; i++) bbuf[i] = (unsigned char)(i * 7 + 1);
+    uint64_t ops0 = ba->cma_ops;
+    fc_xfer_t r;
+    xfer_init(&r, CX_XFER_READ, abuf, 65536, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    assert_int_equal(ops->submit(ba, ab, &r.x), CX_OK);
+    assert_int_equal(r.done, 1); /* within the submit */
+    assert_int_equal(r.status, CX_OK);
+    assert_memory_equal(abuf, bbuf, 65536);
+    memset(abuf, 0x3c, 4096);
+    fc_xfer_t w;
+    xfer_init(&w, CX_XFER_WRITE, abuf, 4096, (uint64_t)(uintptr_t)(bbuf + 100000), NULL, 0);
+    assert_int_equal(ops->submit(ba, ab, &w.x), CX_OK);
+    assert_int_equal(w.done, 1);
+    assert_memory_equal(bbuf + 100000, abuf, 4096);
+    assert_int_equal(ba->cma_ops - ops0, 2);
+
+    /* A batch: reads of 1 B .. 64 KiB, one of 64 KiB + 1 and a message among them. */
+    enum { N = 40 };
+    static fc_xfer_t f[N];
+    fc_xfer_t *p[N];
+    cx_xfer_t *xs[N];
+    int rcs[N];
+    size_t off = 0;
+    int copied = 0;
+    for (size_t i = 0; i < REG; i++) bbuf[i] = (unsigned char)(i * 31 + 9);
+    memset(abuf, 0, REG);
+    for (int i = 0; i < N; i++) {
+        size_t len = i == 20 ? 65537 : i % 4 == 0 ? 65536 : 1 + (size_t)i * 997;
+        int k = i == 30 ? CX_XFER_MSG : CX_XFER_READ;
+        xfer_init(&f[i], k, abuf + off, len, (uint64_t)(uintptr_t)(bbuf + off), "c", 1);
+        copied += k == CX_XFER_READ && len <= 65536;
+        off += len + 64;
+        p[i] = &f[i];
+        xs[i] = &f[i].x;
+    }
+    ops0 = ba->cma_ops;
+    ops->submit_batch(ba, ab, xs, N, rcs);
+    for (int i = 0; i < N; i++) assert_int_equal(rcs[i], CX_OK);
+    assert_int_equal(drive(p, N, 10000), 0);
+    off = 0;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(f[i].status, CX_OK);
+        if (f[i].x.kind == CX_XFER_READ) assert_memory_equal(abuf + off, bbuf + off, f[i].x.len);
+        off += f[i].x.len + 64;
+    }
+    assert_int_equal(ba->cma_ops - ops0, copied);
+    assert_int_equal(cb.nmsg, 1);
+
+    /* A region that is not host memory (its key says so): the provider's way. */
+    cx_fi_key_t k;
+    assert_int_equal(cx_fi_key_get(bkey, bkey_len, &k), CX_OK);
+    assert_true(k.flags & CX_FI_KEY_HOST);
+    k.flags &= (uint8_t)~CX_FI_KEY_HOST;
+    unsigned char devkey[CX_FI_KEY_LEN];
+    cx_wr_t kw;
+    cx_wr_init(&kw, devkey, sizeof devkey);
+    cx_fi_key_put(&kw, &k);
+    ops0 = ba->cma_ops;
+    xfer_init(&r, CX_XFER_READ, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    r.x.rkey = devkey;
+    r.x.rkey_len = kw.len;
+    assert_int_equal(run1(&r, 10000), CX_OK);
+    assert_memory_equal(abuf, bbuf, 4096);
+    assert_int_equal(ba->cma_ops, ops0);
+
+    /* The pid is no longer the target's (a child, reaped): the copy fails, the provider reads. */
+    cx_cma_peer_t keep = ab->cma;
+    pid_t c = fork();
+    assert_true(c >= 0);
+    if (c == 0) _exit(0);
+    assert_int_equal(waitpid(c, NULL, 0), c);
+    ab->cma.pid = (uint32_t)c;
+    memset(abuf, 0, 8192);
+    xfer_init(&r, CX_XFER_READ, abuf, 8192, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    assert_int_equal(run1(&r, 10000), CX_OK);
+    assert_memory_equal(abuf, bbuf, 8192);
+    assert_false(ab->cma.ok);
+    assert_int_equal(ba->cma_ops, ops0);
+    ab->cma = keep;
 }
 
 /* Waits (driving both sides, at most ms) until A knows B serves read lists (fi_list.c). */
@@ -752,12 +855,15 @@ static void test_disconnect_in_flight(void **state)
     (void)state;
     enum { N = 32 };
     static fc_xfer_t f[N];
+    int cma = ba->cma;
+    ba->cma = 0; /* the provider's path, as above */
     for (int i = 0; i < N; i++) {
         int k = i % 3 == 0 ? CX_XFER_READ : i % 3 == 1 ? CX_XFER_WRITE : CX_XFER_MSG;
         xfer_init(&f[i], k, abuf + i * 65536, 65536, (uint64_t)(uintptr_t)(bbuf + i * 65536), "m", 1);
         assert_int_equal(ops->submit(ba, ab, &f[i].x), CX_OK);
     }
     disconnect_in_flight(f, N, 0x33);
+    ba->cma = cma;
 }
 
 static uint64_t now_ms(void)
@@ -856,12 +962,29 @@ static void guard_missing(const char *what)
     skip();
 }
 
+/* The held-lock tests are about the provider's path: same-host copies (fi_cma.c) need no lock
+ * and end a read or write while the holder is stopped. */
+static int cma_a, cma_b;
+static void cma_off(void)
+{
+    cma_a = ba->cma;
+    cma_b = bb->cma;
+    ba->cma = bb->cma = 0;
+}
+
+static void cma_on(void)
+{
+    ba->cma = cma_a;
+    bb->cma = cma_b;
+}
+
 static void test_region_lock_held_by_stopped_process(void **state)
 {
     (void)state;
     if (!ba->self_lockw || !ba_ep->lockw) guard_missing("no spinlock guard");
     /* A thread spinning inside the provider never returns to a cmocka check: bounded here. */
     alarm(30);
+    cma_off();
     uint64_t rot_ns = ba->rot_ns;
     ba->rot_ns = 0; /* no rotation at all */
     pid_t c = stopped_holder();
@@ -884,6 +1007,7 @@ static void test_region_lock_held_by_stopped_process(void **state)
     assert_int_equal(drive(o.all, 5, 10000), 0);
     held_ops_check(&o, 1);
     ba->rot_ns = rot_ns;
+    cma_on();
     alarm(0);
 }
 
@@ -896,6 +1020,7 @@ static void test_stopped_holder_new_region(void **state)
     (void)state;
     if (!ba->self_lockw || !ba_ep->lockw || !ba->rot_ns) guard_missing("no spinlock guard or no rotation");
     alarm(30);
+    cma_off();
     uint64_t rot_ns = ba->rot_ns, rot_any_ns = ba->rot_any_ns;
     ba->rot_ns = 100000000ull;
     ba->rot_any_ns = 10000000000ull;
@@ -967,6 +1092,7 @@ static void test_stopped_holder_new_region(void **state)
     continue_holder(c);
     ba->rot_ns = rot_ns;
     ba->rot_any_ns = rot_any_ns;
+    cma_on();
     alarm(0);
 }
 
@@ -1023,6 +1149,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup(test_many_in_flight, setup),
         cmocka_unit_test_setup(test_batch_vectors, setup),
         cmocka_unit_test_setup(test_batch_read_lists, setup),
+        cmocka_unit_test_setup(test_same_host_copies, setup),
         cmocka_unit_test_setup(test_messages, setup),
         cmocka_unit_test_setup(test_shm_doorbells, setup),
         cmocka_unit_test_setup(test_message_refused, setup),
