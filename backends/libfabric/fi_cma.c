@@ -33,17 +33,6 @@ _Static_assert(CX_FM_CMA_ADV == CX_CMA_ADV_LEN, "the warm-up carries util/cma.h'
  * nothing from sharing a call, and the copy holds the transports while it runs). */
 #define CX_FI_CMA_MAX (1u << 20)
 
-static const char *cma_why(int rc)
-{
-    switch (rc) {
-    case CX_OK: return "ok";
-    case CX_EPEER: return "its process is gone or was replaced";
-    case CX_EINVAL: return "range not mapped there";
-    case CX_EUNSUPPORTED: return "not permitted, or another host or pid namespace";
-    default: return "error";
-    }
-}
-
 void cx_fi_cma_open(cx_backend_t *b)
 {
     b->cma = !strcmp(b->prov, "shm") && cx_opts_num(b->opts, "CONNEX_FI_CMA", NULL) == 0; /* auto|off */
@@ -71,7 +60,7 @@ void cx_fi_cma_heard(cx_backend_t *b, cx_bep_t *ep, const uint8_t *adv)
         cx_debug("libfabric: same-host copies with pid %u", (unsigned)ep->cma.pid);
     else
         cx_info("libfabric: no same-host copies with pid %u (%s): reads and writes go through shm",
-                (unsigned)ep->cma.pid, cma_why(rc));
+                (unsigned)ep->cma.pid, cx_cma_why(rc));
 }
 
 /* Whether x may be copied: a host read or write into a host region of the peer's. `flags`: its
@@ -87,7 +76,7 @@ static int takes(const cx_backend_t *b, const cx_bep_t *ep, const cx_xfer_t *x, 
 static void cma_failed(cx_bep_t *ep, int kind, size_t n, int rc)
 {
     cx_info("libfabric: %zu same-host %s (pid %u): %s; the provider's path from now on", n,
-            kind == CX_XFER_READ ? "reads" : "writes", (unsigned)ep->cma.pid, cma_why(rc));
+            kind == CX_XFER_READ ? "reads" : "writes", (unsigned)ep->cma.pid, cx_cma_why(rc));
     ep->cma.ok = 0;
 }
 

@@ -20,18 +20,6 @@
 
 #include <string.h>
 
-/* The core's cx_strerror is not the backend's to call (its unit tests link it alone). */
-static const char *cma_why(int rc)
-{
-    switch (rc) {
-    case CX_OK: return "ok";
-    case CX_EPEER: return "its process is gone or was replaced";
-    case CX_EINVAL: return "range not mapped there";
-    case CX_EUNSUPPORTED: return "not permitted, or another host or pid namespace";
-    default: return "error";
-    }
-}
-
 void cx_ucx_cma_open(cx_ucx_t *b)
 {
     b->cma = cx_opts_num(b->opts, "CONNEX_UCX_CMA", NULL) == 0; /* auto|off */
@@ -63,7 +51,7 @@ void cx_ucx_cma_connect(cx_ucx_t *b, cx_bep_t *ep, const uint8_t *adv)
         cx_debug("ucx: same-host copies with pid %u", (unsigned)ep->cma.pid);
     else
         cx_info("ucx: no same-host copies with pid %u (%s): reads and writes go through UCX", (unsigned)ep->cma.pid,
-                cma_why(rc));
+                cx_cma_why(rc));
 }
 
 int cx_ucx_cma_takes(cx_ucx_t *b, const cx_bep_t *ep, const cx_xfer_t *x, const cx_ucx_rk_t *rec)
@@ -93,7 +81,7 @@ int cx_ucx_cma_copy(cx_ucx_t *b, cx_bep_t *ep, const cx_xfer_t *x, const cx_ucx_
         b->cma_ops++;
     else
         cx_debug("ucx: same-host %s of %zu bytes at 0x%llx (pid %u): %s", x->kind == CX_XFER_READ ? "read" : "write",
-                 x->len, (unsigned long long)x->remote, (unsigned)ep->cma.pid, cma_why(rc));
+                 x->len, (unsigned long long)x->remote, (unsigned)ep->cma.pid, cx_cma_why(rc));
     return rc;
 }
 
@@ -133,7 +121,7 @@ void cx_ucx_cma_batch(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n,
             b->cma_ops += k;
         else
             cx_debug("ucx: %zu same-host %s (pid %u): %s", k, kind == CX_XFER_READ ? "reads" : "writes",
-                     (unsigned)ep->cma.pid, cma_why(rc));
+                     (unsigned)ep->cma.pid, cx_cma_why(rc));
         for (size_t m = 0; m < k; m++) rcs[idx[m]] = rc;
     }
 }

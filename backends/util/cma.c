@@ -163,6 +163,17 @@ int cx_cma_copyv(cx_cma_peer_t *p, int write, const cx_cma_seg_t *segs, size_t n
     return rc;
 }
 
+const char *cx_cma_why(int rc)
+{
+    switch (rc) {
+    case CX_OK: return "ok";
+    case CX_EPEER: return "its process is gone or was replaced";
+    case CX_EINVAL: return "range not mapped there";
+    case CX_EUNSUPPORTED: return "not permitted, or another host or pid namespace";
+    default: return "error";
+    }
+}
+
 int cx_cma_read(cx_cma_peer_t *p, void *dst, uint64_t src, size_t len)
 {
     cx_cma_seg_t s = { dst, src, len };

@@ -63,6 +63,9 @@ int cx_cma_peer_probe(cx_cma_peer_t *p);
  * its process; CX_EINVAL when the kernel finds the range unmapped (EFAULT); CX_ERR otherwise. A
  * read may have written part of `dst` when it fails. */
 int cx_cma_read(cx_cma_peer_t *p, void *dst, uint64_t src, size_t len);
+/* What a status of the calls above means, for a log line (the core's cx_strerror is not a
+ * backend's to call: their unit tests link them alone). */
+const char *cx_cma_why(int rc);
 int cx_cma_write(cx_cma_peer_t *p, uint64_t dst, const void *src, size_t len);
 
 /* Many copies, all reads or all writes, in one system call (a system call costs more than
