@@ -5,8 +5,8 @@
  * Why not the provider's own: libfabric 1.17's shm copies with process_vm_writev too, but every
  * op also queues a notice in the target's command queue under a spinlock in the target's region,
  * which the target's progress must drain (fi_bell.c rings it to): the writer spun on that lock
- * while the woken target drained (9% of a 128 x 16 KiB batch write's time went to the spin),
- * and a batch cost a system call per entry. Here a batch's run is one process_vm_readv (or a
+ * while the woken target drained (9% of the writer's profile of 128 x 16 KiB batch writes), and
+ * a batch cost a system call per entry. Here a batch's run is one process_vm_readv (or a
  * cookie read and one process_vm_writev) of up to CX_CMA_SEGS_MAX entries, done inside the post:
  * nothing queued at the target, nothing to wake, nothing to land late; a stopped target costs
  * nothing.
