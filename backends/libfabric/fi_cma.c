@@ -11,9 +11,14 @@
  * nothing queued at the target, nothing to wake, nothing to land late; a stopped target costs
  * nothing.
  *
- * Used only where both sides agree: the target's offer (its pid, cookie address and cookie)
- * comes in its warm-up (fi_caps.c), the initiator reads the cookie back before its first copy,
- * and host regions say so in their keys (CX_FI_KEY_HOST). Ranges: the core checked the xfer
+ * Used only where both sides agree: the initiator asks for the target's offer (its pid, cookie
+ * address and cookie) at its first read or write to it, which goes the provider's way, in a
+ * warm-up (fi_caps.c); the target answers with its offer, the initiator reads the cookie back,
+ * and from then on copies into regions whose keys say host memory (CX_FI_KEY_HOST). Not at
+ * connect: a send to a peer that nothing else talks to yet, destroyed right after the connect
+ * (two engines of one process), crashed libfabric 1.17's shm inside the survivor's fi_cq_read
+ * (1 test run in 25, none with copies off); asked at the first op, the ask rides traffic that
+ * goes to that peer anyway. Ranges: the core checked the xfer
  * against the target's region records before the submit (core/src/ops.c), as it does for every
  * backend. A copy that fails (the target gone or replaced, a range the kernel finds unmapped)
  * ends same-host copies with that peer, and the xfer goes the provider's way, which reports what
@@ -72,6 +77,17 @@ static int takes(const cx_backend_t *b, const cx_bep_t *ep, const cx_xfer_t *x, 
         ep->cma.ok && !b->owner;
 }
 
+/* Copies to this peer not known yet: ask for its offer once (this op goes the provider's way). */
+static int unknown(cx_backend_t *b, cx_bep_t *ep)
+{
+    if (ep->cma.ok) return 0;
+    if (!ep->cma_heard && !ep->cma_asked && !b->owner) {
+        ep->cma_asked = 1;
+        cx_fi_warm_send(b, ep, CX_FM_F_CMA);
+    }
+    return 1;
+}
+
 /* A failed copy: no more with this peer (what failed is the provider's to find and report). */
 static void cma_failed(cx_bep_t *ep, int kind, size_t n, int rc)
 {
@@ -82,7 +98,7 @@ static void cma_failed(cx_bep_t *ep, int kind, size_t n, int rc)
 
 int cx_fi_cma_submit(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *x, int *rc)
 {
-    if (!b->cma || !ep->cma.ok) return 0;
+    if (!b->cma || (x->kind != CX_XFER_READ && x->kind != CX_XFER_WRITE) || unknown(b, ep)) return 0;
     cx_fi_key_t k;
     if (cx_fi_key_parse(x->rkey, x->rkey_len, &k) || !takes(b, ep, x, b->cma_max, k.flags)) return 0;
     int r = x->kind == CX_XFER_READ ? cx_cma_read(&ep->cma, x->local, x->remote, x->len)
@@ -106,7 +122,7 @@ int cx_fi_cma_wants(cx_backend_t *b, const cx_bep_t *ep, const cx_xfer_t *x)
 
 size_t cx_fi_cma_batch(cx_backend_t *b, cx_bep_t *ep, cx_xfer_t *const *xs, size_t n, int *rcs)
 {
-    if (!b->cma || !ep->cma.ok) return 0;
+    if (!b->cma || (xs[0]->kind != CX_XFER_READ && xs[0]->kind != CX_XFER_WRITE) || unknown(b, ep)) return 0;
     cx_cma_seg_t seg[CX_CMA_SEGS_MAX];
     size_t k = 0, budget = b->cma_max, max = b->cma_max / 16;
     uint64_t raddr, rkey;

@@ -151,6 +151,7 @@ struct cx_bep {
     int lists;               /* the peer serves RLIST: it said so (CX_FM_F_LISTS, fi_list.c) */
     cx_cma_peer_t cma;       /* shm: the peer's same-host copies (fi_cma.c): cma.ok once probed */
     int cma_heard;           /* its offer came (probed, whatever the outcome): not asked again */
+    int cma_asked;           /* we asked for it (at our first read or write to it) */
     int nops;                /* ops linked in ops (cheap bound before counting them) */
     uint64_t q_blocked;      /* backlog pass in which its head op got -FI_EAGAIN */
     cx_fi_op_t *ops;         /* ops of this endpoint not yet completed */

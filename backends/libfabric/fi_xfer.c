@@ -691,8 +691,7 @@ int cx_fi_connect(cx_backend_t *b, void *peer, const void *addr, size_t addr_len
     b->eps = ep;
     *out = ep;
     cx_fi_bell_tick(b);
-    if (b->rot_gen) cx_fi_rot_tell(b, ep);           /* it may have our HELLO from before the rotation */
-    if (b->cma) cx_fi_warm_send(b, ep, CX_FM_F_CMA); /* shm: our offer of same-host copies, and theirs (fi_cma.c) */
+    if (b->rot_gen) cx_fi_rot_tell(b, ep); /* it may have our HELLO from before the rotation */
     if (b->wb) {
         /* A write-back read needs rxm's connection in the target's direction too, and rxm
          * dials only at a first op (and does not send over a connection it accepted: one

@@ -91,6 +91,8 @@ static void test_open_and_address(void **state)
     size_t small = 2;
     assert_int_equal(ops->address(ba, addr, &small), CX_EINVAL);
     assert_true(ops->wait_fd(ba) >= 0);
+    /* shm: nothing is sent at connect for same-host copies (fi_cma.c: a first read asks). */
+    assert_false(ab->cma_asked || ab->cma_heard || ba_ep->cma_asked || ba_ep->cma_heard);
 }
 
 static void test_write_read(void **state)
@@ -327,8 +329,16 @@ static void test_same_host_copies(void **state)
         print_message("no same-host copies on this provider: skipped\n");
         skip();
     }
-    /* A's endpoint was made again by earlier tests while copies were off: ask again. */
-    if (!ab->cma.ok) cx_fi_warm_send(ba, ab, CX_FM_F_CMA);
+    /* Nothing was asked at connect; A's first read asks (it goes the provider's way). Earlier
+     * tests made A's endpoint again while copies were off: that one asks now too. */
+    fc_xfer_t first;
+    xfer_init(&first, CX_XFER_READ, abuf, 4096, (uint64_t)(uintptr_t)bbuf, NULL, 0);
+    if (!ab->cma.ok) {
+        uint64_t before = ba->cma_ops;
+        assert_int_equal(run1(&first, 10000), CX_OK);
+        assert_int_equal(ba->cma_ops, before);
+        assert_true(ab->cma_asked);
+    }
     for (int i = 0; i < 300 && !(ab->cma.ok && ba_ep->cma.ok); i++) settle(10);
     assert_true(ab->cma.ok);
     assert_true(ba_ep->cma.ok);
