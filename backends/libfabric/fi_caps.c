@@ -1,6 +1,7 @@
 /* What a peer says it can do, through the warm-up: a bare ack of sequence 0, which an older peer
  * ignores, sent as an endpoint is made (tcp, cx_fi_connect) or at the first read or write to a
- * peer whose offer of same-host copies we lack (shm, fi_cma.c). Its header flags say: CX_FM_F_LISTS the sender serves read lists (fi_list.c; every message carries it);
+ * peer whose offer of same-host copies we lack (shm, fi_cma.c). Its header flags say:
+ * CX_FM_F_LISTS the sender serves read lists (fi_list.c; every message carries it);
  * CX_FM_F_CMA it offers same-host copies and wants ours (fi_cma.c); CX_FM_F_CMA_ADV its offer
  * follows the status; CX_FM_F_ECHO it answers ours. A warm-up is answered unless it is an echo
  * that asks for nothing, so each side learns of the other whichever endpoint was made first, and

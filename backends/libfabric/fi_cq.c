@@ -200,7 +200,8 @@ static void cx_fi_on_recv(cx_backend_t *b, const uint8_t *buf, size_t len)
             cx_warn("libfabric: malformed ack dropped");
             return;
         }
-        /* A bare ack of sequence 0: a peer's warm-up, sent as it connects to us (fi_xfer.c), over
+        /* A bare ack of sequence 0: a peer's warm-up (fi_caps.c). On tcp it is sent as the peer
+         * connects to us (fi_xfer.c), over
          * a connection our rxm has just accepted, with a socket opened without close-on-exec
          * that no connect of ours opened a sweep window for: sweep after this drain. */
         if (!seq) {
