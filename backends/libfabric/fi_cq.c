@@ -580,7 +580,10 @@ static void cx_fi_sweep_tick(cx_backend_t *b)
     uint64_t now = cx_fi_now_ns(), due = cx_fi_sweep_due(b);
     uint64_t ns = due > now + 50000u ? due - now : 50000u;
     struct itimerspec it = { .it_value = { (time_t)(ns / 1000000000u), (long)(ns % 1000000000u) } };
-    if (!timerfd_settime(b->qfd, 0, &it, NULL)) b->q_armed = 1;
+    if (!timerfd_settime(b->qfd, 0, &it, NULL)) {
+        b->q_armed = 1;
+        b->q_due_ns = now + ns;
+    }
 }
 
 /* One-shot: the backlog is retried CX_FI_RETRY_US from now (or earlier, on a CQ event). A
@@ -596,10 +599,13 @@ static void cx_fi_retry_tick(cx_backend_t *b)
     long us = b->q_lockwait ? CX_FI_RETRY_LOCK_US : CX_FI_RETRY_US;
     b->q_lockwait = 0;
     struct itimerspec it = { .it_value = { 0, us * 1000 } };
-    if (timerfd_settime(b->qfd, 0, &it, NULL))
+    uint64_t now = cx_fi_now_ns();
+    if (timerfd_settime(b->qfd, 0, &it, NULL)) {
         cx_fi_kick(b);
-    else
+    } else {
         b->q_armed = 1;
+        b->q_due_ns = now + (uint64_t)us * 1000u;
+    }
 }
 
 /* One pass without arming (backend.h: a caller driving the transports, or the progress thread
@@ -630,7 +636,8 @@ int cx_fi_progress(cx_backend_t *b)
     if (b->tfd >= 0 && read(b->tfd, &v, sizeof v) < 0) {
         /* EAGAIN: woken by something else */
     }
-    if (b->q_armed && read(b->qfd, &v, sizeof v) == (ssize_t)sizeof v) b->q_armed = 0; /* else not due yet */
+    if (b->q_armed && cx_fi_now_ns() >= b->q_due_ns && read(b->qfd, &v, sizeof v) == (ssize_t)sizeof v)
+        b->q_armed = 0; /* else not due yet */
     for (int round = 0; round < 16; round++) {
         int n = cx_fi_drain(b);
         cx_fi_backlog_run(b);

@@ -222,6 +222,8 @@ struct cx_backend {
     int qfd;               /* one-shot retry tick while the backlog is stuck (fi_cq.c) */
     int kicked, q_armed;   /* evfd written, qfd set, since progress() last read them: a read
                               of each at every progress() was two syscalls per call */
+    uint64_t q_due_ns;     /* when the set qfd fires: no read of it before (a syscall a call
+                              for the whole sweep window after a connect) */
     cx_fi_ctx_t warm_ctx;  /* the send to ourselves at open (fi_warm.c) */
     int warm_txi;          /* its send buffer until its completion, -1 none */
     int busy_poll;         /* CONNEX_FI_POLL_US=0 */

@@ -280,6 +280,8 @@ struct cx_engine {
     uint64_t drove_ns;          /* under plock: when a driving caller last let go */
     int slow_reads;             /* under plock: the last read a caller slept for did not end at
                                  its start (drive.c, cx_drive) */
+    int armed_clean;            /* under plock: the last turn armed every backend and found
+                                 nothing more to do; nothing ran since (drive.c, rearm) */
     atomic_int left_polled;     /* `unarmed`, for threads without plock (cx_drive_waiting) */
     atomic_int rearm_asked;     /* a thread waits for what only the transports bring: arm them */
     uint64_t full_turn_ns;      /* progress thread: its last turn that gave every backend progress() */
