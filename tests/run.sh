@@ -10,7 +10,9 @@
 #           stack check, a cmocka "Test failed with exception", or the harness's
 #           "cxt: peer ... crashed" (tests/cxt.c: a peer process died on a signal), or a
 #           process's own fault handler's line ("terminated with signal N", UCX's "Caught
-#           signal N (", connex-bench soak's "FAIL: CRASH": a survivor died);
+#           signal N (", the harness's "cxt: Caught signal N (" for a fault on a thread other
+#           than the test's, tests/cxt_fault.c; connex-bench soak's "FAIL: CRASH": a survivor
+#           died);
 #   TIMING  anything else: a cmocka assertion, a timeout, a watchdog.
 # A CRASH fails the run at once, without a retry. When every failure is TIMING, the failed tests
 # run once more (ctest --rerun-failed) and the run passes only if they all pass then. ctest's

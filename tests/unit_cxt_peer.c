@@ -1,8 +1,10 @@
 /* The harness's own checks (tests/cxt.c): a peer that crashes or exits non-zero fails the test
  * that reaped it, one the test killed does not; cxt_skip and cxt_run_tests give ctest's skip
  * code 77 only when every case was skipped, and a failure where CONNEX_TEST_REQUIRE names the
- * missing capability. Each scenario runs as a cmocka group in a forked child, whose exit status
- * and stderr are checked here. */
+ * missing capability; a fault on a thread other than the test's kills the process with a line
+ * that says so (tests/cxt_fault.c), one on the test's thread fails that test through cmocka.
+ * Each scenario runs as a cmocka group in a forked child, whose exit status and stderr are
+ * checked here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +14,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,8 +23,18 @@
 #include <unistd.h>
 
 #include "cxt.h"
+#include "cxt_fault.h"
 
-/* Runs tests[] in a child with stderr captured (up to 20 s); its exit status, or -1. */
+#if defined(__SANITIZE_THREAD__)
+#define CXT_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CXT_TSAN 1
+#endif
+#endif
+
+/* Runs tests[] in a child with stderr captured (up to 20 s); its exit status, 1000 + the signal
+ * that killed it, or -1. */
 static int run_child(const struct CMUnitTest *tests, size_t n, const char *require, char *err, size_t cap)
 {
     int pfd[2];
@@ -63,7 +76,7 @@ static int run_child(const struct CMUnitTest *tests, size_t n, const char *requi
         return -1;
     }
     fprintf(stderr, "--- child stderr (exit %d):\n%s---\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1, err);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : WIFSIGNALED(st) ? 1000 + WTERMSIG(st) : -1;
 }
 
 static void start(cxt_peer_t *p)
@@ -134,6 +147,45 @@ static void pass(void **s)
     (void)s;
 }
 
+static void *segv_thread(void *arg)
+{
+    (void)arg;
+    raise(SIGSEGV);
+    return NULL;
+}
+static void fault_on_other_thread(void **s)
+{
+    (void)s;
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, segv_thread, NULL), 0);
+    pthread_join(t, NULL);
+}
+#ifndef CXT_TSAN
+static void fault_on_test_thread(void **s)
+{
+    (void)s;
+    raise(SIGSEGV);
+}
+#endif
+
+static void test_faults(void **s)
+{
+    (void)s;
+    char err[32768];
+    const struct CMUnitTest t[] = { cmocka_unit_test(pass), cmocka_unit_test(fault_on_other_thread),
+                                    cmocka_unit_test(pass) };
+    assert_int_equal(run_child(t, 3, NULL, err, sizeof err), 1000 + SIGSEGV);
+    assert_non_null(strstr(err, "cxt: Caught signal 11 (SEGV) on thread "));
+    assert_non_null(strstr(err, ", not the test's"));
+#ifndef CXT_TSAN /* cmocka's handler allocates: ThreadSanitizer ends the child there (exit 66) */
+    const struct CMUnitTest t2[] = { cmocka_unit_test(fault_on_test_thread), cmocka_unit_test(pass) };
+    assert_int_equal(run_child(t2, 2, NULL, err, sizeof err), 1);
+    assert_non_null(strstr(err, "Test failed with exception"));
+    assert_null(strstr(err, "cxt: Caught signal"));
+#endif
+    assert_true(cxt_fault_installed()); /* around this test too */
+}
+
 static void test_peer_crash_fails(void **s)
 {
     (void)s;
@@ -187,6 +239,7 @@ int main(void)
         cmocka_unit_test(test_peer_exit_status_fails),
         cmocka_unit_test(test_peer_clean_or_killed_passes),
         cmocka_unit_test(test_skips),
+        cmocka_unit_test(test_faults),
     };
     return cxt_run_tests(tests, NULL, NULL);
 }
