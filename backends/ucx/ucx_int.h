@@ -258,6 +258,9 @@ uint64_t cx_ucx_now_ns(void);
 cx_ucx_op_t *cx_ucx_op_new(cx_ucx_t *b, cx_bep_t *ep, cx_xfer_t *x);
 void cx_ucx_op_finish(cx_ucx_t *b, cx_ucx_op_t *op, int status);
 void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op); /* after the core got it back */
+/* An op whose xfer the submit hands back (not started, or refused within its post): finished
+ * without an xfer, freed now, or kept on the zombie list while a UCX request still names it. */
+void cx_ucx_op_drop(cx_ucx_t *b, cx_ucx_op_t *op);
 /* In a send callback: frees the request; the op (user) when it still waits for this one, else
  * NULL (it was finished meanwhile, and is freed once no request names it). */
 cx_ucx_op_t *cx_ucx_req_done(void *req, void *user);

@@ -173,6 +173,23 @@ cx_ucx_op_t *cx_ucx_req_done(void *req, void *user)
     return op;
 }
 
+void cx_ucx_op_drop(cx_ucx_t *b, cx_ucx_op_t *op)
+{
+    op->x = NULL;
+    op->ep = NULL;
+    op->finished = 1;
+    cx_acktab_del(&b->acks, &op->ack);
+    cx_ucx_list_del(op);
+    /* No request of it completed here: counting one (cx_ucx_op_release) freed an op whose
+     * message was still posted, when the peer's failure finished it inside the post (its
+     * endpoint's error handler runs within ucp_am_send_nbx), and the send's later completion
+     * then wrote into the freed op: a corrupted op cache, SIGSEGV on a driving caller. */
+    if (op->pending <= 0)
+        cx_ucx_op_free(b, op);
+    else
+        cx_ucx_list_add(&b->zombies, op); /* freed by its last request, or with its worker */
+}
+
 /* A UCX request naming this op completed; free the op once nothing refers to it. */
 void cx_ucx_op_release(cx_ucx_t *b, cx_ucx_op_t *op)
 {

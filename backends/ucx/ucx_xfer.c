@@ -143,14 +143,11 @@ static int cx_ucx_not_started(cx_ucx_t *b, cx_ucx_op_t *op, int st, int sync)
         cx_ucx_signal(b);
         return st;
     }
-    op->x = NULL;
-    op->finished = 1;
     if (op->counted_msg) {
         op->counted_msg = 0;
         op->ue->msgs--;
     }
-    cx_ucx_list_del(op);
-    cx_ucx_op_release(b, op);
+    cx_ucx_op_drop(b, op);
     return st;
 }
 
@@ -164,9 +161,7 @@ static int cx_ucx_refused_at_once(cx_ucx_t *b, cx_ucx_op_t *op, int sync)
         return op->status;
     }
     int st = op->status;
-    op->x = NULL;
-    cx_ucx_list_del(op);
-    cx_ucx_op_release(b, op);
+    cx_ucx_op_drop(b, op);
     return st;
 }
 

@@ -11,6 +11,7 @@
 
 #include "fake_core.h"
 #include "connex/options.h"
+#include "ucx/ucx_int.h"
 
 #include <ucs/config/global_opts.h>
 #include <ucs/debug/log_def.h>
@@ -572,6 +573,43 @@ static void test_late_answer_never_lands(void **state)
         if (g_buf[i] != pat(roff + i, 0)) fail_msg("byte %zu of the read after rejoin differs", i);
 }
 
+static int zombie(const cx_ucx_t *b, const cx_ucx_op_t *op)
+{
+    for (const cx_ucx_op_t *o = b->zombies.next; o != &b->zombies; o = o->next)
+        if (o == op) return 1;
+    return 0;
+}
+
+/* An op whose xfer the submit hands back while a UCX request still names it (the endpoint's
+ * error handler finished it inside ucp_am_send_nbx, ucx_op.c) stays until that request
+ * completes; one with nothing posted goes at once. Neither reaches the core. */
+static void test_op_kept_while_a_request_names_it(void **state)
+{
+    (void)state;
+    cx_ucx_t *b = (cx_ucx_t *)g_b;
+    fx_xfer_t f;
+    rma_init(&f, CX_XFER_MSG, 0, 0, 0);
+    f.x.msg = "m";
+    f.x.msg_len = 1;
+    cx_ucx_op_t *op = cx_ucx_op_new(b, g_ep, &f.x);
+    assert_non_null(op);
+    op->pending = 1;                   /* its send is posted */
+    cx_ucx_op_finish(b, op, CX_EPEER); /* the error handler, inside the post */
+    cx_ucx_op_drop(b, op);             /* the submit returns the status */
+    assert_true(zombie(b, op));
+    assert_null(op->x);
+    assert_int_equal(op->pending, 1);
+    cx_ucx_op_release(b, op); /* the send's completion */
+    assert_false(zombie(b, op));
+    cx_ucx_op_t *op2 = cx_ucx_op_new(b, g_ep, &f.x);
+    assert_non_null(op2);
+    cx_ucx_op_finish(b, op2, CX_EPEER);
+    cx_ucx_op_drop(b, op2);
+    assert_false(zombie(b, op2));
+    OPS.progress(g_b);
+    assert_int_equal(f.calls, 0);
+}
+
 /* disconnect while ops are outstanding at a stopped target: each is completed (once) before
  * disconnect returns; then a new endpoint to the same worker works (the rejoin path). */
 static void test_disconnect_completes_outstanding(void **state)
@@ -863,6 +901,7 @@ int main(void)
         cmocka_unit_test(test_read_target_checks_range),
         cmocka_unit_test(test_same_host_copies),
         cmocka_unit_test(test_late_answer_never_lands),
+        cmocka_unit_test(test_op_kept_while_a_request_names_it),
         cmocka_unit_test(test_disconnect_completes_outstanding),
         cmocka_unit_test(test_peer_killed),
         cmocka_unit_test(test_ucx_log_routed),
