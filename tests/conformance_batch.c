@@ -1,9 +1,12 @@
 /* Conformance, batches (cx_batch_*): batches of 1 to 1024 entries and mixed sizes from 1 B to
  * 16 MiB both ways, checked byte for byte (locally with the pattern, remotely by hash); entries
- * to two peers in one batch; entries over many regions and both peers in no order; a bad entry refuses the whole batch and nothing moves; a batch
- * put_signal's message arrives only after all its data; kill -9 of one peer mid-batch (its
- * entries CX_EPEER, the other peer's fine); a stopped peer (its entries time out, nothing lands
- * late). Backend: CONNEX_BACKEND (the test process and its peers all use it). */
+ * to two peers in one batch; entries over many regions and both peers in no order; a bad entry
+ * refuses the whole batch and nothing moves; a batch put_signal's message arrives only after all
+ * its data; kill -9 of one peer mid-batch (its entries CX_EPEER, the other peer's fine); a
+ * stopped peer (its entries time out, nothing lands late); the target unregistering a region
+ * while entries move in it (CX_OK or CX_EINVAL each, nothing reaches it after its unregister
+ * returned), and this side unregistering its own (freed at once). Backend: CONNEX_BACKEND (the
+ * test process and its peers all use it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -363,6 +366,142 @@ static void test_batch_put_signal(void **state)
     refill_peer(&P, PSEED);
 }
 
+/* The unregister tests move ents[0..n) as one async batch (*op) or as n single async ops. */
+#define MID_MAX 256
+static cx_op_t *mid_ops[MID_MAX];
+
+static const char *mid_what(int reading, int single)
+{
+    return single ? (reading ? "async reads" : "async writes") : (reading ? "batch read" : "batch write");
+}
+
+static void mid_start(size_t n, int reading, int single, cx_op_t **op)
+{
+    const char *what = mid_what(reading, single);
+    assert_true(n <= MID_MAX);
+    *op = NULL;
+    if (!single) {
+        int rc = reading ? cx_batch_read_async(E, ents, n, CX_CLASS_CRITICAL, st, op)
+                         : cx_batch_write_async(E, ents, n, CX_CLASS_CRITICAL, st, op);
+        if (rc) fail_msg("%s: %s", what, cx_strerror(rc));
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const cx_batch_entry_t *x = &ents[i];
+        int rc = reading ? cx_read_async(E, x->peer, x->local, x->remote, x->len, CX_CLASS_CRITICAL, &mid_ops[i])
+                         : cx_write_async(E, x->peer, x->local, x->remote, x->len, CX_CLASS_CRITICAL, &mid_ops[i]);
+        if (rc) fail_msg("%s: op %zu: %s", what, i, cx_strerror(rc));
+    }
+}
+
+/* Waits for what mid_start started: each status in st[], every one CX_OK or CX_EINVAL (the
+ * batch's own status agreeing). Returns how many ended CX_EINVAL. */
+static int mid_wait(size_t n, int reading, int single, cx_op_t *op)
+{
+    const char *what = mid_what(reading, single);
+    int rc = CX_OK, bad = 0;
+    if (!single) {
+        rc = cx_op_wait(op, 60000);
+        if (rc == CX_EINPROGRESS) fail_msg("%s: not ended 60 s after the unregister", what);
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            st[i] = cx_op_wait(mid_ops[i], 60000);
+            if (st[i] == CX_EINPROGRESS) fail_msg("%s: op %zu not ended 60 s after the unregister", what, i);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        bad += st[i] == CX_EINVAL;
+        if (st[i] != CX_OK && st[i] != CX_EINVAL)
+            fail_msg("%s: entry %zu ended %s, expected CX_OK or CX_EINVAL", what, i, cx_strerror(st[i]));
+    }
+    if (!single) assert_int_equal(rc, bad ? CX_EINVAL : CX_OK);
+    return bad;
+}
+
+/* A region unregistered while a batch of ours (or single async ops) moves bytes in it, by the
+ * target (target_side) or by this side, both ways: every entry ends CX_OK (its bytes right) or
+ * CX_EINVAL, never another error; the unregister returns, and the memory is unmapped the moment
+ * it did, so that a byte of a transfer that still reached it would kill that process. The pair
+ * stays up and usable. */
+static void unregister_mid_transfer(int target_side)
+{
+    enum { N = MID_MAX, LEN = 64 << 10, ROUNDS = 4 };
+    const char *side = target_side ? "target" : "local";
+    char rep[256];
+    int refused = 0;
+    double unreg_ms_max = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        int reading = round & 1, single = round >= 2;
+        uint32_t seed = (target_side ? 40 : 70) + (uint32_t)round;
+        const char *what = mid_what(reading, single);
+        uint8_t *loc = R, *m = NULL;
+        uint64_t rem = P.base;
+        if (target_side) {
+            assert_int_equal(cxt_peer_cmd(&P, 30000, rep, sizeof rep, "XREG %d %u", N * LEN, seed), 0);
+            rem = strtoull(rep + 3, NULL, 16);
+            assert_true(rem != 0);
+        } else {
+            m = mmap(NULL, (size_t)N * LEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            assert_true(m != MAP_FAILED);
+            assert_int_equal(cx_register_memory(E, m, (size_t)N * LEN), CX_OK);
+            loc = m;
+        }
+        if (reading)
+            memset(loc, 0, (size_t)N * LEN);
+        else
+            cxt_fill(loc, (size_t)N * LEN, seed, 0);
+        for (size_t i = 0; i < N; i++)
+            ents[i] = (cx_batch_entry_t){ .peer = P.url, .local = loc + i * LEN, .remote = rem + i * LEN, .len = LEN };
+        cx_op_t *op;
+        mid_start(N, reading, single, &op);
+        uint64_t t0 = cxt_now_ns();
+        int urc = target_side ? cxt_peer_cmd(&P, 60000, rep, sizeof rep, "XUNREG 0x%" PRIx64, rem)
+                              : cx_unregister_memory(E, m);
+        double ums = cxt_ms_since(t0);
+        if (urc) fail_msg("%s: the %s side's unregister returned %d", what, side, urc);
+        if (m) munmap(m, (size_t)N * LEN);
+        if (ums > unreg_ms_max) unreg_ms_max = ums;
+        refused += mid_wait(N, reading, single, op);
+        /* What completed is right: read into R from the target's region, or written to the
+         * peer's from ours (sampled through the peer's hash). */
+        for (size_t i = 0; target_side && reading && i < N; i++) {
+            long long at = st[i] == CX_OK ? cxt_check(R + i * LEN, LEN, seed, i * LEN) : -1;
+            if (at >= 0) fail_msg("%s: entry %zu: byte %lld differs", what, i, at);
+        }
+        for (size_t i = 0; !target_side && !reading && i < N; i += 37) {
+            if (st[i] != CX_OK) continue;
+            uint8_t chk[256];
+            char want[64];
+            cxt_fill(chk, sizeof chk, seed, i * LEN);
+            assert_int_equal(cxt_peer_cmd(&P, 30000, rep, sizeof rep, "HASH %zu %zu", i * LEN, sizeof chk), 0);
+            snprintf(want, sizeof want, "OK %" PRIx64, cxt_hash(chk, sizeof chk));
+            if (strcmp(rep, want)) fail_msg("%s: entry %zu completed, but the peer's bytes differ", what, i);
+        }
+        /* Gone: refused whole. */
+        assert_int_equal(cx_batch_read(E, ents, 1, st), CX_EINVAL);
+        /* The pair goes on. */
+        assert_int_equal(cx_read(E, P.url, R, P.base + 4096, 8192), CX_OK);
+        if (target_side) assert_int_equal(cxt_check(R, 8192, PSEED, 4096), -1); /* ours wrote it otherwise */
+        cx_peer_state_t ps = cx_peer_state(E, P.lid);
+        assert_true(ps == CX_PEER_UP || ps == CX_PEER_SUSPECT);
+    }
+    refill_peer(&P, PSEED);
+    fprintf(stderr, "%s unregister mid-transfer: %d of %d entries CX_EINVAL, unregister took at most %.1f ms\n", side,
+            refused, ROUNDS * N, unreg_ms_max);
+}
+
+static void test_batch_target_unregisters(void **state)
+{
+    (void)state;
+    unregister_mid_transfer(1);
+}
+
+static void test_batch_local_unregister(void **state)
+{
+    (void)state;
+    unregister_mid_transfer(0);
+}
+
 /* kill -9 of one of two peers while a batch to both moves: the dead one's entries end CX_EPEER
  * (or completed before the kill: then their bytes are right), the live one's all complete. */
 static void test_batch_kill9(void **state)
@@ -520,6 +659,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_batch_many_regions, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_bad_entry, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_put_signal, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_target_unregisters, cxt_watchdog_setup, cxt_watchdog_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_local_unregister, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_kill9, cxt_watchdog_setup, cxt_watchdog_teardown),
         cmocka_unit_test_setup_teardown(test_batch_sigstop, cxt_watchdog_setup, cxt_watchdog_teardown),
     };

@@ -29,6 +29,11 @@
  *   RING                                 OK slots=.. free=.. jobs=.. subs=.. served=.. queued=.. ranges=..
  *                                          inline=.. lent=..
  *                                        (its staging rings and the ranges it stages for peers)
+ *   XREG <len> <seed>                    OK <addr hex>: a second region of host memory, filled
+ *                                        with cxt_pat(seed, i) and registered (at most 8 at once)
+ *   XUNREG <addr>                        OK once cx_unregister_memory returned; the memory is then
+ *                                        unmapped at once, so that a byte of a peer that still
+ *                                        reached it would kill this process
  *   QUIT                                 OK, then a clean close (BYE) and exit 0
  *   DIE <signal> / EXIT <status>         dies on that signal / exits with that status at once
  * The region is host memory, or device memory with --mem sim|cuda (default: CONNEX_TEST_MEM);
@@ -56,6 +61,11 @@ static size_t g_len;
 static int g_kind = CX_MEM_HOST;
 static atomic_int g_stop;
 static pthread_mutex_t g_out = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    uint8_t *p;
+    size_t len;
+} g_x[8]; /* XREG's regions */
 
 static void out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void out(const char *fmt, ...)
@@ -238,6 +248,41 @@ static void command(char *line)
             return;
         }
         reply(cx_connect(g_e, peer, (int)a), "%s", "");
+    } else if (!strcmp(cmd, "XREG")) {
+        size_t k = 0;
+        while (k < 8 && g_x[k].p) k++;
+        if (nt != 3 || num(tok[1], &a) || num(tok[2], &b) || !a || k == 8) {
+            out("ERR %d usage: XREG <len> <seed> (at most 8 at once)", CX_EINVAL);
+            return;
+        }
+        void *m = mmap(NULL, a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            reply(CX_ENOMEM, "%s", "");
+            return;
+        }
+        cxt_fill(m, a, (uint32_t)b, 0);
+        int rc = cx_register_memory(g_e, m, a);
+        if (rc) {
+            munmap(m, a);
+            reply(rc, "%s", "");
+            return;
+        }
+        g_x[k].p = m;
+        g_x[k].len = a;
+        reply(0, "%" PRIxPTR, (uintptr_t)m);
+    } else if (!strcmp(cmd, "XUNREG")) {
+        size_t k = 0;
+        while (k < 8 && (!g_x[k].p || nt != 2 || num(tok[1], &a) || (uintptr_t)g_x[k].p != a)) k++;
+        if (k == 8) {
+            out("ERR %d usage: XUNREG <addr of an XREG region>", CX_EINVAL);
+            return;
+        }
+        int rc = cx_unregister_memory(g_e, g_x[k].p);
+        if (rc == CX_OK) { /* a timed-out unregister leaves the memory mapped: it may still be reached */
+            munmap(g_x[k].p, g_x[k].len);
+            g_x[k].p = NULL;
+        }
+        reply(rc, "%s", "");
     } else if (!strcmp(cmd, "STATS")) {
         cx_stats_t st;
         int rc = cx_stats(g_e, &st);

@@ -812,10 +812,21 @@ static void unreg_fn(cx_engine_t *e, void *arg)
     cx_region_t *r;
     a->rc = cx_registry_remove(&e->reg, a->addr, &r);
     if (a->rc) return;
-    for (int i = 0; i < e->nb; i++)
-        if (r->mh[i]) e->be[i].ops->mem_dereg(e->be[i].b, r->mh[i]);
     cx_peer_region_gone(e, r); /* REG_DEL; a pin per peer until it acks or goes */
     a->reg = r;
+}
+
+/* The backends' registrations go last, once nothing pins the region: an op of ours in it may
+ * still be queued in a backend with its memory handle, and a peer's op that started before our
+ * REG_DEL reached it ends as it would have (its REG_DEL_ACK waits for it) instead of meeting a
+ * closed key (libfabric's tcp provider then cancels every op on the connection). */
+static void dereg_fn(cx_engine_t *e, void *arg)
+{
+    cx_region_t *r = arg;
+    for (int i = 0; i < e->nb; i++) {
+        if (r->mh[i]) e->be[i].ops->mem_dereg(e->be[i].b, r->mh[i]);
+        r->mh[i] = NULL;
+    }
 }
 
 int cx_unregister_memory(cx_engine_t *e, void *addr)
@@ -835,9 +846,18 @@ int cx_unregister_memory(cx_engine_t *e, void *addr)
         struct timespec ts = cx_ns_timespec(CX_UNREG_PIN_POLL_NS);
         nanosleep(&ts, NULL);
     }
-    if (atomic_load(&a.reg->pins) > 0) {
-        cx_error("unregister %p: sends from the region still in flight, or a peer that has not "
-                 "dropped it, after %u ms; leaking its record",
+    int pinned = atomic_load(&a.reg->pins) > 0;
+    /* Past the op timeout the registrations go anyway: no NIC or peer reaches the memory
+     * through them any more, whatever still holds the record. */
+    rc = cx_exec(e, dereg_fn, a.reg);
+    if (rc) {
+        cx_error("unregister %p: the engine closed meanwhile (%s): its backend registrations are leaked", addr,
+                 cx_strerror(rc));
+        return rc;
+    }
+    if (pinned) {
+        cx_error("unregister %p: ops in the region, sends from it, or a peer that has not dropped "
+                 "it, after %u ms; leaking its record",
                  addr, e->cfg.op_timeout_ms);
         return CX_ETIMEDOUT;
     }

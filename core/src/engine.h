@@ -66,6 +66,12 @@ typedef struct cx_rregion { /* a region registered at a peer, as its HELLO/REG_A
     struct cx_rregion *next;
 } cx_rregion_t;
 
+typedef struct cx_rgone { /* a peer's region gone from its table while ops of ours are in it */
+    uint64_t id;
+    cx_rregion_t *rr; /* its keys (NULL: none were known) */
+    int ack;          /* a REG_DEL_ACK is owed once the ops ended */
+} cx_rgone_t;
+
 struct cx_op {
     cx_xfer_t x; /* what the backend sees; first member */
     cx_engine_t *e;
@@ -110,7 +116,10 @@ struct cx_op {
         int bg_status;           /* background transfer: first error of a chunk */
         uint64_t bg_deadline_ns; /* background transfer: fails if no chunk starts before it */
     } sc;
-    void *ts;       /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
+    void *ts; /* OPS_TSTAGE: its staged range; CX_OPK_TSUB: the chunk (tstage.h) */
+    /* The local region the op's bytes move in, pinned from its start to its end, so that
+     * cx_unregister_memory returns (and the backends drop the registration) only after. */
+    cx_region_t *lpin;
     uint64_t t0_ns; /* a timed op (metrics.h): when the caller started it; 0: not timed */
     /* A batch's run (batch.h): its entries, their bytes, and the length of the remote range
      * that holds them all (x.local and x.len span the local one, x.remote starts the remote
@@ -197,9 +206,11 @@ struct cx_peer {
      * its REG_DEL_ACK waits until they ended (cx_peer_delack_check), so that an unregister at
      * the peer returns only once nothing of ours reads or writes that memory. A transport whose
      * target does not check every request (UCX over tcp serves a get from the memory directly)
-     * otherwise went on reading it after the unregister returned. */
-    uint64_t *delack;
-    size_t n_delack, cap_delack;
+     * otherwise went on reading it after the unregister returned. The region's keys stay until
+     * then too: an op in a backend's queue still points at its key blob, and a posted UCX
+     * request at the rkey unpacked from it (forget_region). */
+    cx_rgone_t *gone;
+    size_t n_gone, cap_gone;
     cx_op_t ops; /* sentinel: every op bound to this peer */
     uint64_t last_rx_ns, last_tx_ns;
     uint64_t connect_deadline_ns; /* first connect: waiting ops fail after it */

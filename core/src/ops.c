@@ -37,9 +37,13 @@ void cx_op_finish(cx_engine_t *e, cx_op_t *op, int status)
     /* Whatever its stage says now: failing a peer's ops marks them done before finishing them. */
     if (e->handoff) cx_drive_handoff_drop(e, op);
     unlink_op(op);
-    if (op->peer && op->peer->n_delack) cx_peer_delack_check(e, op->peer);
+    if (op->peer && op->peer->n_gone) cx_peer_delack_check(e, op->peer);
     if (op->ts && cx_tstage_op_finish(e, op, status)) return;
     if (op->arg && op->kind != CX_OPK_EXEC && cx_staging_op_finish(e, op, status)) return;
+    if (op->lpin) { /* no backend or copy touches its local bytes any more */
+        atomic_fetch_sub(&op->lpin->pins, 1);
+        op->lpin = NULL;
+    }
     if (cx_sched_op_finish(e, op, status)) return; /* credit back; a chunk goes to its parent */
     op->stage = OPS_DONE;
     if (op->kind < CX_OPK_COUNT) {
@@ -151,13 +155,26 @@ void cx_op_xfer_done(cx_engine_t *e, cx_op_t *op, int status)
     cx_op_backend_status(e, op, status);
 }
 
+static size_t remote_len(const cx_op_t *op);
+
+/* An op's local error, its peer alive: the peer unregistered the region the op was in (its
+ * REG_DEL came with, or before, the error: a provider may drop the connection on a write to a
+ * closed key) is the caller's CX_EINVAL, as an op started after the unregister gets. */
+static int local_error(cx_peer_t *p, const cx_op_t *op)
+{
+    if (op->x.kind == CX_XFER_MSG || !op->x.len || cx_rregion_find(p, op->x.remote, remote_len(op))) return CX_ERR;
+    cx_warn("peer %s: remote range [0x%llx, +%zu) was unregistered there while the op was in it", p->url,
+            (unsigned long long)op->x.remote, remote_len(op));
+    return CX_EINVAL;
+}
+
 /* The probe of a peer ended with an answer: ops whose connection failed under them meanwhile
  * end with a local error, the peer being alive. */
 void cx_ops_verdict_alive(cx_engine_t *e, cx_peer_t *p)
 {
     for (cx_op_t *op = p->ops.next, *n; op != &p->ops; op = n) {
         n = op->next;
-        if (op->stage == OPS_WAIT_VERDICT) cx_op_finish(e, op, CX_ERR);
+        if (op->stage == OPS_WAIT_VERDICT) cx_op_finish(e, op, local_error(p, op));
     }
 }
 
@@ -183,6 +200,12 @@ static void go_backend(cx_engine_t *e, cx_op_t *op, cx_rregion_t *rr)
         cx_region_t *lr = cx_registry_find_locked(&e->reg, (uint64_t)(uintptr_t)x->local, x->len);
         x->local_mh = lr ? lr->mh[p->bidx] : NULL;
         x->local_mem = lr ? lr->mem_kind : CX_MEM_HOST;
+        /* A chunk of a staged op moves the ring's bytes, which its parent's pin does not cover
+         * and the engine owns. */
+        if (lr && !op->lpin && !op->arg && !op->ts) {
+            atomic_fetch_add(&lr->pins, 1);
+            op->lpin = lr;
+        }
         pthread_rwlock_unlock(&e->reg.lock);
         if (!lr) {
             cx_warn("%s: local buffer %p was unregistered before the op started", p->url, x->local);
@@ -452,7 +475,7 @@ void cx_ops_tick(cx_engine_t *e, uint64_t now)
                 cx_op_finish(e, op, CX_ETIMEDOUT);
             } else if (op->stage == OPS_WAIT_VERDICT && op->settle_ns && now >= op->settle_ns && !p->probing) {
                 cx_info("peer %s: still up after an op's local error: the op ends with it", p->url);
-                cx_op_finish(e, op, CX_ERR);
+                cx_op_finish(e, op, local_error(p, op));
             } else if (now >= op->deadline_ns && op->stage == OPS_WAIT_REGION) {
                 cx_warn("peer %s: region query unanswered within the op timeout", p->url);
                 cx_op_finish(e, op, CX_ETIMEDOUT);

@@ -72,56 +72,80 @@ static void delack_send(cx_engine_t *e, cx_peer_t *p, uint64_t id)
     cx_conn_send(e, p->conn, CX_CTL_REG_DEL_ACK, body, w.len);
 }
 
+static void rregion_free(cx_rregion_t *r)
+{
+    if (!r) return;
+    for (int i = 0; i < CX_MAX_BACKENDS; i++) free(r->key[i]);
+    free(r);
+}
+
+/* No op of ours is in the region any more: its backend may drop what it derived from the keys,
+ * and the keys go. */
+static void rregion_retire(cx_engine_t *e, cx_peer_t *p, cx_rregion_t *r)
+{
+    if (!r) return;
+    if (p->ep && p->bidx >= 0 && e->be[p->bidx].ops->forget_region)
+        e->be[p->bidx].ops->forget_region(e->be[p->bidx].b, p->ep, r->id);
+    rregion_free(r);
+}
+
 void cx_peer_delack_check(cx_engine_t *e, cx_peer_t *p)
 {
-    for (size_t i = 0; i < p->n_delack;) {
-        if (region_busy(p, p->delack[i])) {
+    for (size_t i = 0; i < p->n_gone;) {
+        cx_rgone_t g = p->gone[i];
+        if (region_busy(p, g.id)) {
             i++;
             continue;
         }
-        delack_send(e, p, p->delack[i]);
-        p->delack[i] = p->delack[--p->n_delack];
+        p->gone[i] = p->gone[--p->n_gone];
+        rregion_retire(e, p, g.rr);
+        if (g.ack) delack_send(e, p, g.id);
     }
 }
 
-/* REG_DEL from p: ops started from now on find the region gone; the ack waits for ours in it. */
-static void on_reg_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
+/* A region out of p's table: retired now, or once no op of ours is in it (ack: then say so). */
+static void rregion_gone(cx_engine_t *e, cx_peer_t *p, uint64_t id, cx_rregion_t *r, int ack)
 {
     if (region_busy(p, id)) {
-        if (p->n_delack == p->cap_delack) {
-            size_t cap = p->cap_delack ? 2 * p->cap_delack : 4;
-            uint64_t *v = realloc(p->delack, cap * sizeof *v);
+        if (p->n_gone == p->cap_gone) {
+            size_t cap = p->cap_gone ? 2 * p->cap_gone : 4;
+            cx_rgone_t *v = realloc(p->gone, cap * sizeof *v);
             if (v) {
-                p->delack = v;
-                p->cap_delack = cap;
+                p->gone = v;
+                p->cap_gone = cap;
             }
         }
-        if (p->n_delack < p->cap_delack) {
-            cx_debug("peer %s: region %llu unregistered there while ops of ours are in it: acked when they end", p->url,
-                     (unsigned long long)id);
-            p->delack[p->n_delack++] = id;
+        if (p->n_gone < p->cap_gone) {
+            cx_debug("peer %s: region %llu left its table while ops of ours are in it: %s when they end", p->url,
+                     (unsigned long long)id, ack ? "acked and forgotten" : "forgotten");
+            p->gone[p->n_gone++] = (cx_rgone_t){ .id = id, .rr = r, .ack = ack };
             return;
         }
-        cx_warn("peer %s: out of memory: region %llu acked while ops of ours are in it", p->url,
-                (unsigned long long)id);
+        /* Its keys stay for the ops still in it (a leak, in a process out of memory). */
+        cx_warn("peer %s: out of memory: region %llu %s while ops of ours are in it", p->url, (unsigned long long)id,
+                ack ? "acked" : "replaced");
+    } else {
+        rregion_retire(e, p, r);
     }
-    delack_send(e, p, id);
+    if (ack) delack_send(e, p, id);
 }
 
 void cx_rregions_free(cx_peer_t *p)
 {
     owed_release(p);
-    free(p->delack); /* its view of our ops is gone with the connection */
-    p->delack = NULL;
-    p->n_delack = p->cap_delack = 0;
+    /* Its view of our ops is gone with the connection, and the backend's endpoint with the ops
+     * in it went first (cx_peer_drop_ep): the keys are nobody's now. */
+    for (size_t i = 0; i < p->n_gone; i++) rregion_free(p->gone[i].rr);
+    free(p->gone);
+    p->gone = NULL;
+    p->n_gone = p->cap_gone = 0;
     free(p->rr_by_addr);
     p->rr_by_addr = NULL;
     p->rr_n = p->rr_cap = 0;
     while (p->rregions) {
         cx_rregion_t *r = p->rregions;
         p->rregions = r->next;
-        for (int i = 0; i < CX_MAX_BACKENDS; i++) free(r->key[i]);
-        free(r);
+        rregion_free(r);
     }
 }
 
@@ -181,24 +205,49 @@ static void rr_index_del(cx_peer_t *p, const cx_rregion_t *r)
         }
 }
 
-static void rregion_del(cx_engine_t *e, cx_peer_t *p, uint64_t id)
+/* Takes region id out of p's table (lookups and index); NULL when it was not there. */
+static cx_rregion_t *rregion_unlink(cx_peer_t *p, uint64_t id)
 {
     for (cx_rregion_t **pp = &p->rregions; *pp; pp = &(*pp)->next) {
         cx_rregion_t *r = *pp;
         if (r->id != id) continue;
         *pp = r->next;
         rr_index_del(p, r);
-        if (p->ep && p->bidx >= 0 && e->be[p->bidx].ops->forget_region)
-            e->be[p->bidx].ops->forget_region(e->be[p->bidx].b, p->ep, id);
-        for (int i = 0; i < CX_MAX_BACKENDS; i++) free(r->key[i]);
-        free(r);
-        return;
+        r->next = NULL;
+        return r;
     }
+    return NULL;
+}
+
+static cx_rregion_t *rregion_by_id(cx_peer_t *p, uint64_t id)
+{
+    for (cx_rregion_t *r = p->rregions; r; r = r->next)
+        if (r->id == id) return r;
+    return NULL;
+}
+
+/* The wire's description of a region we hold: the same registration, said again (a HELLO after
+ * a recovery, a REG_REPLY racing a REG_ADD)? */
+static int rregion_same(const cx_engine_t *e, const cx_rregion_t *r, const cx_wire_region_t *w)
+{
+    if (r->addr != w->addr || r->len != w->len || r->mem_kind != w->mem_kind) return 0;
+    for (int i = 0; i < e->nb; i++) {
+        int k = -1;
+        for (int j = 0; j < w->nkeys && k < 0; j++)
+            if (!strcmp(w->keys[j].name, e->bnames[i])) k = j;
+        if ((k < 0) != !r->key[i]) return 0;
+        if (k >= 0 && (w->keys[k].len != r->key_len[i] || memcmp(w->keys[k].key, r->key[i], w->keys[k].len))) return 0;
+    }
+    return 1;
 }
 
 int cx_rregion_add(cx_engine_t *e, cx_peer_t *p, const cx_wire_region_t *w)
 {
-    rregion_del(e, p, w->id);
+    /* Said again, it stays as it is: ops in the backends point at its keys. Changed (a peer
+     * that reuses an id), the old one goes once no op of ours is in it. */
+    cx_rregion_t *old = rregion_by_id(p, w->id);
+    if (old && rregion_same(e, old, w)) return CX_OK;
+    if (old) rregion_gone(e, p, w->id, rregion_unlink(p, w->id), 0);
     cx_rregion_t *r = calloc(1, sizeof *r);
     if (!r) return CX_ENOMEM;
     r->id = w->id;
@@ -272,8 +321,7 @@ int cx_rregion_on_frame(cx_engine_t *e, cx_peer_t *p, uint8_t type, const uint8_
         }
         /* Ops started from now on find the region gone; once none of ours is in it, say so,
          * and its owner's unregister returns (cx_peer_region_gone). */
-        rregion_del(e, p, id);
-        on_reg_del(e, p, id);
+        rregion_gone(e, p, id, rregion_unlink(p, id), 1);
         return 1;
     }
     case CX_CTL_REG_DEL_ACK: {
